@@ -1,0 +1,352 @@
+//! A CPU interpreter of lowered kernels, and the naive definition they must match.
+//!
+//! The interpreter runs every block of the grid; within a block it executes the loop
+//! nest once in lockstep for all threads (loops have uniform bounds; `If` narrows the
+//! set of active threads). It checks what a GPU would not: every global read is in
+//! bounds, every shared read was written in the current barrier interval by the
+//! fetch, no thread overwrites a shared element another thread read since the last
+//! barrier (a missing `__syncthreads`), no barrier is reached by only some threads, and
+//! every output element is written exactly once. Tests compare its output with
+//! `reference`, the contraction evaluated straight from its definition.
+
+use crate::ir::{Cond, Expr, Kernel, Stmt};
+use crate::task::Contraction;
+use thiserror::Error;
+
+/// A kernel that would misbehave on the GPU.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum InterpError {
+    #[error("block {block} thread {thread}: read of {tensor}[{index}] outside its {len} elements")]
+    OutOfBounds {
+        block: usize,
+        thread: usize,
+        tensor: &'static str,
+        index: i64,
+        len: usize,
+    },
+    #[error(
+        "block {block}: shared element {index} of tile {tile} read before it was fetched in this stage"
+    )]
+    Uninitialized {
+        block: usize,
+        tile: usize,
+        index: i64,
+    },
+    #[error(
+        "block {block}: shared element {index} of tile {tile} written while another thread may still read it (missing barrier)"
+    )]
+    Race {
+        block: usize,
+        tile: usize,
+        index: i64,
+    },
+    #[error("block {block}: barrier inside a branch that not all threads take")]
+    DivergentBarrier { block: usize },
+    #[error("output element {index} written {count} times")]
+    OutputWrites { index: usize, count: u32 },
+    #[error("accumulator index {index} outside 0..{len}")]
+    Accumulator { index: i64, len: i64 },
+}
+
+/// The tensors a kernel reads, in parameter order.
+pub struct Inputs<'a> {
+    pub inputs: [&'a [f32]; 2],
+    pub bias: Option<&'a [f32]>,
+}
+
+/// Bookkeeping of one shared element for race detection.
+#[derive(Clone, Copy)]
+struct Cell {
+    value: f32,
+    /// Barrier interval in which it was last written, and by whom.
+    written: Option<(u64, usize)>,
+    /// Barrier interval in which it was last read, and by whom (`usize::MAX`: several).
+    read: Option<(u64, usize)>,
+}
+
+struct Block<'k> {
+    kernel: &'k Kernel,
+    index: usize,
+    threads: usize,
+    env: Vec<Vec<i64>>,
+    acc: Vec<Vec<f32>>,
+    tiles: [Vec<Cell>; 2],
+    interval: u64,
+}
+
+/// Runs `kernel` on the CPU and returns its output (`out_len` elements).
+pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>, InterpError> {
+    let mut out = vec![f32::NAN; out_len];
+    let mut writes = vec![0u32; out_len];
+    let threads = kernel.launch.block as usize;
+    let blank = Cell {
+        value: f32::NAN,
+        written: None,
+        read: None,
+    };
+    for b in 0..kernel.launch.grid as usize {
+        let mut block = Block {
+            kernel,
+            index: b,
+            threads,
+            env: vec![vec![0; kernel.scope.vars.len()]; threads],
+            acc: vec![vec![f32::NAN; kernel.accumulators as usize]; threads],
+            tiles: [
+                vec![blank; kernel.tile_elements[0] as usize],
+                vec![blank; kernel.tile_elements[1] as usize],
+            ],
+            interval: 0,
+        };
+        let active = vec![true; threads];
+        block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
+    }
+    if let Some((index, &count)) = writes.iter().enumerate().find(|(_, c)| **c != 1) {
+        return Err(InterpError::OutputWrites { index, count });
+    }
+    Ok(out)
+}
+
+impl Block<'_> {
+    fn eval(&self, e: &Expr, t: usize) -> i64 {
+        match e {
+            Expr::Const(c) => *c,
+            Expr::Var(v) => self.env[t][v.0],
+            Expr::BlockIdx => self.index as i64,
+            Expr::ThreadIdx => t as i64,
+            Expr::Add(a, b) => self.eval(a, t) + self.eval(b, t),
+            Expr::Mul(a, c) => self.eval(a, t) * c,
+            Expr::Div(a, c) => self.eval(a, t).div_euclid(*c),
+            Expr::Rem(a, c) => self.eval(a, t).rem_euclid(*c),
+        }
+    }
+
+    fn holds(&self, conds: &[Cond], t: usize) -> bool {
+        conds.iter().all(|c| {
+            let v = self.eval(&c.expr, t);
+            c.lo.is_none_or(|lo| v >= lo) && c.hi.is_none_or(|hi| v < hi)
+        })
+    }
+
+    fn read_shared(&mut self, tile: usize, index: i64, t: usize) -> Result<f32, InterpError> {
+        let block = self.index;
+        let interval = self.interval;
+        let cell = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.tiles[tile].get_mut(i))
+            .ok_or(InterpError::Uninitialized { block, tile, index })?;
+        if !matches!(cell.written, Some((w, _)) if w + 1 == interval) {
+            // Fetched data must come from the barrier interval just before this one.
+            return Err(InterpError::Uninitialized { block, tile, index });
+        }
+        cell.read = match cell.read {
+            Some((i, r)) if i == interval && r != t => Some((interval, usize::MAX)),
+            _ => Some((interval, t)),
+        };
+        Ok(cell.value)
+    }
+
+    fn write_shared(
+        &mut self,
+        tile: usize,
+        index: i64,
+        t: usize,
+        value: f32,
+    ) -> Result<(), InterpError> {
+        let block = self.index;
+        let interval = self.interval;
+        let cell = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.tiles[tile].get_mut(i))
+            .ok_or(InterpError::Race { block, tile, index })?;
+        if matches!(cell.read, Some((i, r)) if i == interval && r != t) {
+            return Err(InterpError::Race { block, tile, index });
+        }
+        *cell = Cell {
+            value,
+            written: Some((interval, t)),
+            read: cell.read,
+        };
+        Ok(())
+    }
+
+    fn exec(
+        &mut self,
+        stmts: &[Stmt],
+        active: &[bool],
+        inputs: &Inputs,
+        out: &mut [f32],
+        writes: &mut [u32],
+    ) -> Result<(), InterpError> {
+        let threads = 0..self.threads;
+        for stmt in stmts {
+            match stmt {
+                Stmt::Let { var, value } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        self.env[t][var.0] = self.eval(value, t);
+                    }
+                }
+                Stmt::For {
+                    var, extent, body, ..
+                } => {
+                    for i in 0..*extent {
+                        for env in &mut self.env {
+                            env[var.0] = i;
+                        }
+                        self.exec(body, active, inputs, out, writes)?;
+                    }
+                }
+                Stmt::If { conds, body } => {
+                    let inner: Vec<bool> = threads
+                        .clone()
+                        .map(|t| active[t] && self.holds(conds, t))
+                        .collect();
+                    self.exec(body, &inner, inputs, out, writes)?;
+                }
+                Stmt::Sync => {
+                    if active.iter().any(|a| !a) {
+                        return Err(InterpError::DivergentBarrier { block: self.index });
+                    }
+                    self.interval += 1;
+                }
+                Stmt::ZeroAcc => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        self.acc[t].fill(0.0);
+                    }
+                }
+                Stmt::Fetch {
+                    input,
+                    shared,
+                    global,
+                    valid,
+                    width,
+                } => {
+                    let data = inputs.inputs[*input];
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let (s, g) = (self.eval(shared, t), self.eval(global, t));
+                        let ok = self.holds(valid, t);
+                        for j in 0..i64::from(*width) {
+                            let value = if ok {
+                                let index = g + j;
+                                *usize::try_from(index)
+                                    .ok()
+                                    .and_then(|i| data.get(i))
+                                    .ok_or(InterpError::OutOfBounds {
+                                        block: self.index,
+                                        thread: t,
+                                        tensor: self.kernel.params.inputs[*input],
+                                        index,
+                                        len: data.len(),
+                                    })?
+                            } else {
+                                0.0
+                            };
+                            self.write_shared(*input, s + j, t, value)?;
+                        }
+                    }
+                }
+                Stmt::Fma { acc, a, b } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let i = self.acc_slot(acc, t)?;
+                        let (ia, ib) = (self.eval(a, t), self.eval(b, t));
+                        let x = self.read_shared(0, ia, t)?;
+                        let y = self.read_shared(1, ib, t)?;
+                        // Rounded like the GPU's fused multiply-add.
+                        self.acc[t][i] = x.mul_add(y, self.acc[t][i]);
+                    }
+                }
+                Stmt::Store {
+                    acc,
+                    out: index,
+                    bias,
+                    valid,
+                } => {
+                    for t in threads
+                        .clone()
+                        .filter(|&t| active[t] && self.holds(valid, t))
+                    {
+                        let i = self.acc_slot(acc, t)?;
+                        let mut v = self.acc[t][i];
+                        if let (Some(b), Some(data)) = (bias, inputs.bias) {
+                            let bi = self.eval(b, t);
+                            v += *usize::try_from(bi).ok().and_then(|i| data.get(i)).ok_or(
+                                InterpError::OutOfBounds {
+                                    block: self.index,
+                                    thread: t,
+                                    tensor: "bias",
+                                    index: bi,
+                                    len: data.len(),
+                                },
+                            )?;
+                        }
+                        if self.kernel.params.relu {
+                            v = v.max(0.0);
+                        }
+                        let o = self.eval(index, t);
+                        let o = usize::try_from(o).ok().filter(|&o| o < out.len()).ok_or(
+                            InterpError::OutOfBounds {
+                                block: self.index,
+                                thread: t,
+                                tensor: "out",
+                                index: o,
+                                len: out.len(),
+                            },
+                        )?;
+                        out[o] = v;
+                        writes[o] += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn acc_slot(&self, acc: &Expr, t: usize) -> Result<usize, InterpError> {
+        let index = self.eval(acc, t);
+        let len = self.kernel.accumulators;
+        usize::try_from(index)
+            .ok()
+            .filter(|&i| (i as i64) < len)
+            .ok_or(InterpError::Accumulator { index, len })
+    }
+}
+
+/// The contraction evaluated from its definition: for each output element, the sum over
+/// the reduction space of the products (out-of-range input indices read zero), then the
+/// epilogue.
+pub fn reference(c: &Contraction, inputs: &Inputs) -> Vec<f32> {
+    let spatial_ext: Vec<i64> = c.spatial.iter().map(|a| i64::from(a.extent)).collect();
+    let red_ext: Vec<i64> = c.reduction.iter().map(|a| i64::from(a.extent)).collect();
+    let out_len = c.output_elements() as usize;
+    let red_len: i64 = red_ext.iter().product();
+    let unflatten = |mut i: i64, ext: &[i64]| {
+        let mut idx = vec![0i64; ext.len()];
+        for d in (0..ext.len()).rev() {
+            idx[d] = i % ext[d];
+            i /= ext[d];
+        }
+        idx
+    };
+    (0..out_len)
+        .map(|o| {
+            let s = unflatten(o as i64, &spatial_ext);
+            let mut sum = 0.0f32;
+            for r in 0..red_len {
+                let r = unflatten(r, &red_ext);
+                let x = c.inputs[0]
+                    .flat_offset(&s, &r)
+                    .map_or(0.0, |i| inputs.inputs[0][i]);
+                let y = c.inputs[1]
+                    .flat_offset(&s, &r)
+                    .map_or(0.0, |i| inputs.inputs[1][i]);
+                sum = x.mul_add(y, sum);
+            }
+            if let (Some(access), Some(bias)) = (&c.bias, inputs.bias) {
+                sum += bias[access.flat_offset(&s, &[]).expect("bias indexed in range")];
+            }
+            if c.relu {
+                sum = sum.max(0.0);
+            }
+            sum
+        })
+        .collect()
+}

@@ -1,0 +1,256 @@
+//! The loop-nest IR that a state lowers to: integer index expressions, loops, barriers,
+//! and the few statements a tiled contraction needs. CUDA code generation prints it; the
+//! CPU interpreter executes it. Expressions are built through `Scope`, which knows every
+//! variable's range and simplifies as it builds (constant folding, dropping divisions
+//! and remainders that cannot change the value), so that the generated code and the
+//! predicates stay as small as the shape allows.
+
+/// A variable: a loop counter or a `const int` binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Var(pub usize);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expr {
+    Const(i64),
+    Var(Var),
+    BlockIdx,
+    ThreadIdx,
+    Add(Box<Expr>, Box<Expr>),
+    /// Multiplication by a constant.
+    Mul(Box<Expr>, i64),
+    /// Floor division by a positive constant (operands are never negative).
+    Div(Box<Expr>, i64),
+    /// Remainder by a positive constant (operands are never negative).
+    Rem(Box<Expr>, i64),
+}
+
+/// `lo <= expr < hi`, where a missing bound needs no check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cond {
+    pub expr: Expr,
+    pub lo: Option<i64>,
+    pub hi: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stmt {
+    /// `const int var = value;`
+    Let { var: Var, value: Expr },
+    /// `for (var = 0; var < extent; ++var)`; `unroll` asks the compiler to unroll fully,
+    /// otherwise the loop is kept rolled.
+    For {
+        var: Var,
+        extent: i64,
+        unroll: bool,
+        body: Vec<Stmt>,
+    },
+    /// Runs `body` for the threads that satisfy every condition.
+    If { conds: Vec<Cond>, body: Vec<Stmt> },
+    /// Block-wide barrier.
+    Sync,
+    /// Sets every accumulator to zero.
+    ZeroAcc,
+    /// `shared_tile[input][shared .. shared+width] = valid ? global[input][global ..] : 0`.
+    Fetch {
+        input: usize,
+        shared: Expr,
+        global: Expr,
+        valid: Vec<Cond>,
+        width: u32,
+    },
+    /// `acc[acc] += tile0[a] * tile1[b]` (offsets within each input's shared tile).
+    Fma { acc: Expr, a: Expr, b: Expr },
+    /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`.
+    Store {
+        acc: Expr,
+        out: Expr,
+        bias: Option<Expr>,
+        valid: Vec<Cond>,
+    },
+}
+
+/// A variable's name and inclusive value range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VarInfo {
+    pub name: String,
+    pub lo: i64,
+    pub hi: i64,
+}
+
+/// Builds expressions with range knowledge. `grid` and `threads` bound the block and
+/// thread indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    pub vars: Vec<VarInfo>,
+    pub grid: i64,
+    pub threads: i64,
+}
+
+impl Scope {
+    pub fn new(grid: i64, threads: i64) -> Self {
+        Scope {
+            vars: Vec::new(),
+            grid,
+            threads,
+        }
+    }
+
+    /// A new variable with a name unique in the kernel.
+    pub fn var(&mut self, name: &str, lo: i64, hi: i64) -> Var {
+        let mut unique = name.to_string();
+        let mut n = 1;
+        while self.vars.iter().any(|v| v.name == unique) {
+            n += 1;
+            unique = format!("{name}_{n}");
+        }
+        self.vars.push(VarInfo {
+            name: unique,
+            lo,
+            hi,
+        });
+        Var(self.vars.len() - 1)
+    }
+
+    /// Inclusive range of an expression's value.
+    pub fn range(&self, e: &Expr) -> (i64, i64) {
+        match e {
+            Expr::Const(c) => (*c, *c),
+            Expr::Var(v) => (self.vars[v.0].lo, self.vars[v.0].hi),
+            Expr::BlockIdx => (0, self.grid - 1),
+            Expr::ThreadIdx => (0, self.threads - 1),
+            Expr::Add(a, b) => {
+                let (a0, a1) = self.range(a);
+                let (b0, b1) = self.range(b);
+                (a0 + b0, a1 + b1)
+            }
+            Expr::Mul(a, c) => {
+                let (a0, a1) = self.range(a);
+                if *c >= 0 {
+                    (a0 * c, a1 * c)
+                } else {
+                    (a1 * c, a0 * c)
+                }
+            }
+            Expr::Div(a, c) => {
+                let (a0, a1) = self.range(a);
+                (a0.div_euclid(*c), a1.div_euclid(*c))
+            }
+            Expr::Rem(a, c) => {
+                let (a0, a1) = self.range(a);
+                if a0 >= 0 && a1 < *c {
+                    (a0, a1)
+                } else {
+                    (0, c - 1)
+                }
+            }
+        }
+    }
+
+    pub fn add(&self, a: Expr, b: Expr) -> Expr {
+        match (a, b) {
+            (Expr::Const(x), Expr::Const(y)) => Expr::Const(x + y),
+            (Expr::Const(0), e) | (e, Expr::Const(0)) => e,
+            // Keep constants rightmost and merged: (e + c1) + c2 = e + (c1 + c2).
+            (Expr::Add(e, c1), Expr::Const(c2)) if matches!(*c1, Expr::Const(_)) => {
+                let Expr::Const(c1) = *c1 else { unreachable!() };
+                self.add(*e, Expr::Const(c1 + c2))
+            }
+            (Expr::Const(c), e) => Expr::Add(Box::new(e), Box::new(Expr::Const(c))),
+            (a, Expr::Add(e, c)) if matches!(*c, Expr::Const(_)) => {
+                let sum = self.add(a, *e);
+                self.add(sum, *c)
+            }
+            (Expr::Add(e, c), b) if matches!(*c, Expr::Const(_)) => {
+                let sum = self.add(*e, b);
+                self.add(sum, *c)
+            }
+            (a, b) => Expr::Add(Box::new(a), Box::new(b)),
+        }
+    }
+
+    pub fn sum(&self, terms: impl IntoIterator<Item = Expr>) -> Expr {
+        terms
+            .into_iter()
+            .fold(Expr::Const(0), |acc, t| self.add(acc, t))
+    }
+
+    pub fn mul(&self, a: Expr, c: i64) -> Expr {
+        match (a, c) {
+            (_, 0) => Expr::Const(0),
+            (a, 1) => a,
+            (Expr::Const(x), c) => Expr::Const(x * c),
+            (Expr::Mul(e, x), c) => Expr::Mul(e, x * c),
+            (Expr::Add(e, k), c) if matches!(*k, Expr::Const(_)) => {
+                let Expr::Const(k) = *k else { unreachable!() };
+                let scaled = self.mul(*e, c);
+                self.add(scaled, Expr::Const(k * c))
+            }
+            (a, c) => Expr::Mul(Box::new(a), c),
+        }
+    }
+
+    pub fn div(&self, a: Expr, c: i64) -> Expr {
+        let (lo, hi) = self.range(&a);
+        match (a, c) {
+            (a, 1) => a,
+            (Expr::Const(x), c) => Expr::Const(x.div_euclid(c)),
+            (_, c) if lo >= 0 && hi < c => Expr::Const(0),
+            (Expr::Mul(e, x), c) if x % c == 0 => self.mul(*e, x / c),
+            (Expr::Div(e, x), c) => self.div(*e, x * c),
+            (a, c) => Expr::Div(Box::new(a), c),
+        }
+    }
+
+    pub fn rem(&self, a: Expr, c: i64) -> Expr {
+        let (lo, hi) = self.range(&a);
+        match (a, c) {
+            (_, 1) => Expr::Const(0),
+            (Expr::Const(x), c) => Expr::Const(x.rem_euclid(c)),
+            (a, c) if lo >= 0 && hi < c => a,
+            (Expr::Mul(_, x), c) if x % c == 0 => Expr::Const(0),
+            (a, c) => Expr::Rem(Box::new(a), c),
+        }
+    }
+
+    /// The checks needed for `lo <= e < hi`, none when the range already proves it.
+    pub fn bound(&self, e: &Expr, lo: i64, hi: i64) -> Option<Cond> {
+        let (min, max) = self.range(e);
+        let lo = (min < lo).then_some(lo);
+        let hi = (max >= hi).then_some(hi);
+        (lo.is_some() || hi.is_some()).then(|| Cond {
+            expr: e.clone(),
+            lo,
+            hi,
+        })
+    }
+}
+
+/// Which tensors a kernel reads and writes, by parameter name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Params {
+    pub inputs: [&'static str; 2],
+    pub bias: bool,
+    pub relu: bool,
+}
+
+/// A lowered kernel: the loop nest and everything needed to launch it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kernel {
+    pub name: String,
+    pub scope: Scope,
+    pub params: Params,
+    /// Offset (in floats) of each input's tile in the shared pool.
+    pub tile_offsets: [i64; 2],
+    pub tile_elements: [i64; 2],
+    pub accumulators: i64,
+    pub body: Vec<Stmt>,
+    pub launch: LaunchConfig,
+}
+
+/// Grid, block and dynamic shared memory of a kernel launch (1-D grid and block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LaunchConfig {
+    pub grid: u32,
+    pub block: u32,
+    pub dynamic_shared_bytes: u32,
+}

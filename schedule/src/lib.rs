@@ -1,0 +1,64 @@
+//! The schedule crate: what is tuned and how a candidate kernel is described.
+//!
+//! Tasks (operators and their generic affine contraction form) and the networks that
+//! group them; states (the multi-level tiling sketch with every factor filled in), their
+//! sampling and validation against a GPU description; lowering of a state to a loop
+//! nest, CUDA C generation from that nest, and a CPU interpreter that proves the nest
+//! computes the task's definition. Nothing here needs a GPU.
+
+pub mod codegen;
+pub mod gpu_spec;
+pub mod interp;
+pub mod ir;
+pub mod lower;
+pub mod network;
+pub mod sample;
+pub mod shape;
+pub mod state;
+pub mod task;
+pub mod tiling;
+pub mod validate;
+
+pub use gpu_spec::GpuSpec;
+pub use ir::{Kernel, LaunchConfig};
+pub use network::{NETWORKS, Workload, network};
+pub use sample::Sampler;
+pub use shape::{OPERATORS, parse_shape};
+pub use state::State;
+pub use task::{Epilogue, Operator, Task};
+pub use validate::{InvalidState, validate};
+
+/// A state of a task lowered and printed as CUDA C, with what is needed to launch it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedKernel {
+    pub name: String,
+    pub source: String,
+    pub launch: LaunchConfig,
+}
+
+/// Validates, lowers and generates the CUDA source of `state` for `task` on `gpu`.
+pub fn generate(
+    task: &Task,
+    state: &State,
+    gpu: &GpuSpec,
+) -> Result<GeneratedKernel, InvalidState> {
+    validate(&task.contraction(), state, gpu)?;
+    let kernel = lower::lower(task, state);
+    let header = vec![
+        format!(
+            "tilesched kernel for {} ({} GFLOP)",
+            task.key(),
+            task.flops() as f64 / 1e9
+        ),
+        format!(
+            "task: {}",
+            serde_json::to_string(task).expect("a task always serializes")
+        ),
+        format!("state: {}", state.to_json()),
+    ];
+    Ok(GeneratedKernel {
+        name: kernel.name.clone(),
+        source: codegen::cuda_source(&kernel, &header),
+        launch: kernel.launch,
+    })
+}

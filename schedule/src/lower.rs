@@ -1,0 +1,448 @@
+//! Lowering: a state of a task becomes a loop nest (see `ir`).
+//!
+//! The nest follows the sketch "SSSRRSRS": block and thread indices are decomposed
+//! into per-axis tile coordinates; each outer reduction step stages both inputs in
+//! shared memory (all threads fetch cooperatively, `vector_width` floats at a time,
+//! zero-filled outside the tensors), then the middle reduction loops, the outer register
+//! loops, the inner reduction loops and the innermost register loops (with the virtual
+//! threads) accumulate in registers; finally each thread writes its register tile
+//! through the epilogue. Register-tile loops are always unrolled (they index the
+//! accumulator array, which must stay in registers); reduction and fetch loops are
+//! unrolled when their whole body is at most `unroll_max_step` iterations.
+
+use crate::ir::{Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
+use crate::state::State;
+use crate::task::{Access, AxisRef, Contraction, Task};
+use crate::tiling::Tiling;
+
+/// Lowers a validated state of `task`.
+pub fn lower(task: &Task, state: &State) -> Kernel {
+    let c = task.contraction();
+    let tiling = Tiling::new(&c, state);
+    Lowering::new(task, &c, state, &tiling).kernel()
+}
+
+struct Lowering<'a> {
+    c: &'a Contraction,
+    state: &'a State,
+    tiling: &'a Tiling,
+    scope: Scope,
+    name: String,
+}
+
+impl<'a> Lowering<'a> {
+    fn new(task: &Task, c: &'a Contraction, state: &'a State, tiling: &'a Tiling) -> Self {
+        let grid = tiling.blocks.iter().product();
+        let threads = i64::from(state.threads());
+        Lowering {
+            c,
+            state,
+            tiling,
+            scope: Scope::new(grid, threads),
+            name: task.key(),
+        }
+    }
+
+    /// Binds `value` to a named `const int` unless it is already trivial.
+    fn bind(&mut self, out: &mut Vec<Stmt>, name: &str, value: Expr) -> Expr {
+        if matches!(value, Expr::Const(_) | Expr::Var(_)) {
+            return value;
+        }
+        let (lo, hi) = self.scope.range(&value);
+        let var = self.scope.var(name, lo, hi);
+        out.push(Stmt::Let { var, value });
+        Expr::Var(var)
+    }
+
+    /// A loop over `0..extent`, or the constant 0 (and no loop) when the extent is 1.
+    fn loop_var(&mut self, name: &str, extent: i64) -> Option<Var> {
+        (extent > 1).then(|| self.scope.var(name, 0, extent - 1))
+    }
+
+    /// Decomposes `index` (row-major over `extents`, last fastest) into coordinates.
+    fn decompose(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        index: Expr,
+        extents: &[i64],
+        names: &[String],
+    ) -> Vec<Expr> {
+        let mut coords = vec![Expr::Const(0); extents.len()];
+        let mut inner = 1;
+        for d in (0..extents.len()).rev() {
+            let q = self.scope.div(index.clone(), inner);
+            let v = self.scope.rem(q, extents[d]);
+            coords[d] = v;
+            inner *= extents[d];
+        }
+        coords
+            .into_iter()
+            .zip(names)
+            .map(|(v, name)| self.bind(out, name, v))
+            .collect()
+    }
+
+    fn kernel(mut self) -> Kernel {
+        let c = self.c;
+        let state = self.state;
+        let tiling = self.tiling;
+        let mut body = vec![Stmt::ZeroAcc];
+
+        let spatial_names: Vec<String> = c.spatial.iter().map(|a| a.name.to_string()).collect();
+        let block_names: Vec<String> = spatial_names.iter().map(|n| format!("b_{n}")).collect();
+        let thread_names: Vec<String> = spatial_names.iter().map(|n| format!("t_{n}")).collect();
+        let block = self.decompose(&mut body, Expr::BlockIdx, &tiling.blocks, &block_names);
+        let thread_extents: Vec<i64> = state.spatial.iter().map(|s| i64::from(s.thread)).collect();
+        let thread = self.decompose(&mut body, Expr::ThreadIdx, &thread_extents, &thread_names);
+        let block_base: Vec<Expr> = block
+            .iter()
+            .zip(&tiling.block_tile)
+            .map(|(b, &t)| self.scope.mul(b.clone(), t))
+            .collect();
+
+        // Outer reduction loops: one shared-memory stage per iteration.
+        let stage_vars: Vec<Option<Var>> = (0..c.reduction.len())
+            .map(|r| {
+                let name = format!("ro_{}", c.reduction[r].name);
+                self.loop_var(&name, tiling.stages[r])
+            })
+            .collect();
+        let stage_base: Vec<Expr> = stage_vars
+            .iter()
+            .zip(&tiling.stage_tile)
+            .map(|(v, &t)| self.scope.mul(var_or_zero(*v), t))
+            .collect();
+
+        let mut stage = Vec::new();
+        for input in 0..2 {
+            self.fetch(&mut stage, input, &block_base, &stage_base);
+        }
+        stage.push(Stmt::Sync);
+        stage.extend(self.compute(&thread));
+        stage.push(Stmt::Sync);
+        body.extend(wrap_loops(&stage_vars, &tiling.stages, |_| false, stage));
+
+        body.extend(self.store(&block_base, &thread));
+        let launch = LaunchConfig {
+            grid: u32::try_from(self.scope.grid).expect("grid checked by validation"),
+            block: state.threads(),
+            dynamic_shared_bytes: tiling.shared_bytes() as u32,
+        };
+        Kernel {
+            name: self.name,
+            params: Params {
+                inputs: [c.inputs[0].tensor, c.inputs[1].tensor],
+                bias: c.bias.is_some(),
+                relu: c.relu,
+            },
+            tile_offsets: [tiling.tiles[0].offset, tiling.tiles[1].offset],
+            tile_elements: [tiling.tiles[0].elements(), tiling.tiles[1].elements()],
+            accumulators: i64::from(state.accumulators()),
+            scope: self.scope,
+            body,
+            launch,
+        }
+    }
+
+    /// The cooperative fetch of one input's stage tile into shared memory.
+    fn fetch(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        input: usize,
+        block_base: &[Expr],
+        stage_base: &[Expr],
+    ) {
+        let access = &self.c.inputs[input];
+        let tile = &self.tiling.tiles[input];
+        let width = i64::from(self.state.vector_width[input]);
+        let threads = self.scope.threads;
+        let vectors = tile.elements() / width;
+        let rounds = (vectors + threads - 1) / threads;
+        let tensor = access.tensor;
+        let round = self.loop_var(&format!("{tensor}_round"), rounds);
+        let unroll = rounds <= i64::from(self.state.unroll_max_step);
+
+        let mut inner = Vec::new();
+        let vector = self
+            .scope
+            .add(self.scope.mul(var_or_zero(round), threads), Expr::ThreadIdx);
+        let vector = self.bind(&mut inner, &format!("{tensor}_v"), vector);
+        let element = self.scope.mul(vector.clone(), width);
+        let mut body = Vec::new();
+        let names: Vec<String> = (0..tile.shape.len())
+            .map(|d| format!("{tensor}_d{d}"))
+            .collect();
+        let coords = self.decompose(&mut body, element.clone(), &tile.shape, &names);
+        let mut valid = Vec::new();
+        let mut global = Expr::Const(0);
+        for (d, (index, stride)) in access.index.iter().zip(access.strides()).enumerate() {
+            // Global index of this dimension: the affine index at the tile's base,
+            // plus the coordinate within the box.
+            let base = self.scope.sum(index.terms.iter().map(|&(axis, coeff)| {
+                let b = match axis {
+                    AxisRef::Spatial(i) => block_base[i].clone(),
+                    AxisRef::Reduction(i) => stage_base[i].clone(),
+                };
+                self.scope.mul(b, coeff)
+            }));
+            let g = self.scope.add(
+                self.scope.add(base, Expr::Const(index.offset)),
+                coords[d].clone(),
+            );
+            let g = self.bind(&mut body, &format!("{tensor}_g{d}"), g);
+            valid.extend(self.scope.bound(&g, 0, i64::from(access.shape[d])));
+            global = self.scope.add(global, self.scope.mul(g, stride));
+        }
+        body.push(Stmt::Fetch {
+            input,
+            shared: element,
+            global,
+            valid,
+            width: width as u32,
+        });
+        match self.scope.bound(&vector, 0, vectors) {
+            None => inner.extend(body),
+            Some(tail) => inner.push(Stmt::If {
+                conds: vec![tail],
+                body,
+            }),
+        }
+        out.extend(wrap_loops(&[round], &[rounds], |_| unroll, inner));
+    }
+
+    /// Middle reduction, outer register, inner reduction and innermost register loops
+    /// around the multiply-accumulate.
+    fn compute(&mut self, thread: &[Expr]) -> Vec<Stmt> {
+        let c = self.c;
+        let state = self.state;
+        let middle_extents: Vec<i64> = state
+            .reduction
+            .iter()
+            .map(|r| i64::from(r.middle))
+            .collect();
+        let inner_extents: Vec<i64> = state.reduction.iter().map(|r| i64::from(r.inner)).collect();
+        let middle: Vec<Option<Var>> = (0..c.reduction.len())
+            .map(|r| self.loop_var(&format!("rm_{}", c.reduction[r].name), middle_extents[r]))
+            .collect();
+        let inner: Vec<Option<Var>> = (0..c.reduction.len())
+            .map(|r| self.loop_var(&format!("ri_{}", c.reduction[r].name), inner_extents[r]))
+            .collect();
+        let reg = self.register_loops("");
+
+        // Local reduction index within the stage: middle * inner_extent + inner.
+        let local_red: Vec<Expr> = (0..c.reduction.len())
+            .map(|r| {
+                let m = self.scope.mul(var_or_zero(middle[r]), inner_extents[r]);
+                self.scope.add(m, var_or_zero(inner[r]))
+            })
+            .collect();
+        let local_sp = self.local_spatial(thread, &reg);
+        let [a, b] = [0, 1].map(|i| self.tile_offset(&c.inputs[i], i, &local_sp, &local_red));
+        let acc = self.acc_index(&reg);
+
+        // Unroll decisions count iterations of the loop and everything inside it.
+        let step = i64::from(state.unroll_max_step);
+        let innermost: i64 = state
+            .spatial
+            .iter()
+            .map(|s| i64::from(s.vthread * s.inner))
+            .product();
+        let inner_total = innermost * inner_extents.iter().product::<i64>();
+        let outer_reg: i64 = state.spatial.iter().map(|s| i64::from(s.outer)).product();
+        let middle_total = inner_total * outer_reg * middle_extents.iter().product::<i64>();
+
+        let stmt = vec![Stmt::Fma { acc, a, b }];
+        let (vthread_ext, outer_ext, inner_ext) = self.register_extents();
+        let innermost_vars: Vec<Option<Var>> = reg
+            .vthread_vars
+            .iter()
+            .chain(&reg.inner_vars)
+            .copied()
+            .collect();
+        let innermost_ext: Vec<i64> = vthread_ext.iter().chain(&inner_ext).copied().collect();
+        let body = wrap_loops(&innermost_vars, &innermost_ext, |_| true, stmt);
+        let body = wrap_loops(&inner, &inner_extents, |_| inner_total <= step, body);
+        let body = wrap_loops(&reg.outer_vars, &outer_ext, |_| true, body);
+        wrap_loops(&middle, &middle_extents, |_| middle_total <= step, body)
+    }
+
+    fn register_extents(&self) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+        let s = &self.state.spatial;
+        (
+            s.iter().map(|x| i64::from(x.vthread)).collect(),
+            s.iter().map(|x| i64::from(x.outer)).collect(),
+            s.iter().map(|x| i64::from(x.inner)).collect(),
+        )
+    }
+
+    /// Fresh loop variables over one thread's register tile.
+    fn register_loops(&mut self, suffix: &str) -> RegisterLoops {
+        let (v, o, i) = self.register_extents();
+        let names: Vec<&'static str> = self.c.spatial.iter().map(|a| a.name).collect();
+        let mut make = |prefix: &str, ext: &[i64]| -> Vec<Option<Var>> {
+            names
+                .iter()
+                .zip(ext)
+                .map(|(n, &e)| self.loop_var(&format!("{prefix}_{n}{suffix}"), e))
+                .collect()
+        };
+        let vthread_vars = make("v", &v);
+        let outer_vars = make("o", &o);
+        let inner_vars = make("i", &i);
+        RegisterLoops {
+            vthread_vars,
+            outer_vars,
+            inner_vars,
+        }
+    }
+
+    /// Position within the block tile, per spatial axis:
+    /// `((vthread * threads + thread) * outer + o) * inner + i`.
+    fn local_spatial(&self, thread: &[Expr], reg: &RegisterLoops) -> Vec<Expr> {
+        let s = &self.scope;
+        self.state
+            .spatial
+            .iter()
+            .enumerate()
+            .map(|(a, split)| {
+                let x = s.add(
+                    s.mul(var_or_zero(reg.vthread_vars[a]), i64::from(split.thread)),
+                    thread[a].clone(),
+                );
+                let x = s.add(
+                    s.mul(x, i64::from(split.outer)),
+                    var_or_zero(reg.outer_vars[a]),
+                );
+                s.add(
+                    s.mul(x, i64::from(split.inner)),
+                    var_or_zero(reg.inner_vars[a]),
+                )
+            })
+            .collect()
+    }
+
+    /// Offset within input `i`'s shared tile of the element at the given local indices.
+    fn tile_offset(
+        &self,
+        access: &Access,
+        i: usize,
+        local_sp: &[Expr],
+        local_red: &[Expr],
+    ) -> Expr {
+        let s = &self.scope;
+        let strides = self.tiling.tiles[i].strides();
+        s.sum(access.index.iter().zip(strides).map(|(index, stride)| {
+            let within = s.sum(index.terms.iter().map(|&(axis, coeff)| {
+                let local = match axis {
+                    AxisRef::Spatial(a) => local_sp[a].clone(),
+                    AxisRef::Reduction(r) => local_red[r].clone(),
+                };
+                s.mul(local, coeff)
+            }));
+            s.mul(within, stride)
+        }))
+    }
+
+    /// Accumulator index: row-major over axes of `(vthread * outer + o) * inner + i`.
+    fn acc_index(&self, reg: &RegisterLoops) -> Expr {
+        let s = &self.scope;
+        let mut acc = Expr::Const(0);
+        for (a, split) in self.state.spatial.iter().enumerate() {
+            let x = s.add(
+                s.mul(var_or_zero(reg.vthread_vars[a]), i64::from(split.outer)),
+                var_or_zero(reg.outer_vars[a]),
+            );
+            let x = s.add(
+                s.mul(x, i64::from(split.inner)),
+                var_or_zero(reg.inner_vars[a]),
+            );
+            acc = s.add(s.mul(acc, i64::from(split.register_tile())), x);
+        }
+        acc
+    }
+
+    /// Writes each thread's register tile through the epilogue.
+    fn store(&mut self, block_base: &[Expr], thread: &[Expr]) -> Vec<Stmt> {
+        let c = self.c;
+        let reg = self.register_loops("_out");
+        let local = self.local_spatial(thread, &reg);
+        let acc = self.acc_index(&reg);
+        let mut body = Vec::new();
+        let mut valid = Vec::new();
+        let mut out = Expr::Const(0);
+        let mut coords = Vec::new();
+        for (a, stride) in c.output_strides().into_iter().enumerate() {
+            let o = self.scope.add(block_base[a].clone(), local[a].clone());
+            let o = self.bind(&mut body, &format!("out_{}", c.spatial[a].name), o);
+            valid.extend(self.scope.bound(&o, 0, i64::from(c.spatial[a].extent)));
+            out = self.scope.add(out, self.scope.mul(o.clone(), stride));
+            coords.push(o);
+        }
+        let bias = c.bias.as_ref().map(|access| {
+            let s = &self.scope;
+            s.sum(
+                access
+                    .index
+                    .iter()
+                    .zip(access.strides())
+                    .map(|(index, stride)| {
+                        let i = s.sum(index.terms.iter().map(|&(axis, coeff)| match axis {
+                            AxisRef::Spatial(a) => s.mul(coords[a].clone(), coeff),
+                            AxisRef::Reduction(_) => {
+                                unreachable!("a bias is indexed by output axes")
+                            }
+                        }));
+                        s.mul(s.add(i, Expr::Const(index.offset)), stride)
+                    }),
+            )
+        });
+        body.push(Stmt::Store {
+            acc,
+            out,
+            bias,
+            valid,
+        });
+        let (v, o, i) = self.register_extents();
+        let vars: Vec<Option<Var>> = reg
+            .vthread_vars
+            .iter()
+            .chain(&reg.outer_vars)
+            .chain(&reg.inner_vars)
+            .copied()
+            .collect();
+        let extents: Vec<i64> = v.iter().chain(&o).chain(&i).copied().collect();
+        wrap_loops(&vars, &extents, |_| true, body)
+    }
+}
+
+/// Loop variables over one thread's register tile, per spatial axis (None: extent 1).
+struct RegisterLoops {
+    vthread_vars: Vec<Option<Var>>,
+    outer_vars: Vec<Option<Var>>,
+    inner_vars: Vec<Option<Var>>,
+}
+
+fn var_or_zero(v: Option<Var>) -> Expr {
+    v.map_or(Expr::Const(0), Expr::Var)
+}
+
+/// Nests `body` in loops over `vars` (first outermost); absent variables add no loop.
+fn wrap_loops(
+    vars: &[Option<Var>],
+    extents: &[i64],
+    unroll: impl Fn(usize) -> bool,
+    body: Vec<Stmt>,
+) -> Vec<Stmt> {
+    let mut body = body;
+    for (i, (var, &extent)) in vars.iter().zip(extents).enumerate().rev() {
+        if let Some(var) = var {
+            body = vec![Stmt::For {
+                var: *var,
+                extent,
+                unroll: unroll(i),
+                body,
+            }];
+        }
+    }
+    body
+}

@@ -1,0 +1,707 @@
+//! Tasks: a tensor operator with its shape, and the generic contraction it lowers to.
+//!
+//! Every operator this tool tunes is a tensor contraction with affine indexing:
+//! `out[s] = epilogue( sum_r A[f(s, r)] * B[g(s, r)] )`, where each tensor dimension is
+//! indexed by an affine expression of the spatial axes `s` and reduction axes `r`.
+//! One tiling engine serves conv2d, matmul and batch matmul through this form; the
+//! operator-specific code is only the constructors below.
+//!
+//! Axes of extent 1 (batch 1, a 1x1 kernel) are dropped when the contraction is built:
+//! they change neither the memory layout nor the result, and keeping them would only add
+//! degenerate splits to the search space.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use thiserror::Error;
+
+/// A malformed operator shape.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum TaskError {
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+    #[error(
+        "the convolution output is empty: (input {input} + 2*pad {pad} - dilation {dilation}*(kernel {kernel} - 1) - 1) / stride {stride} + 1 < 1"
+    )]
+    EmptyOutput {
+        input: u32,
+        pad: u32,
+        dilation: u32,
+        kernel: u32,
+        stride: u32,
+    },
+    #[error(
+        "tensor {tensor} has {elements} elements, over the 2^31 - 1 that 32-bit indexing allows"
+    )]
+    TooLarge { tensor: &'static str, elements: u64 },
+}
+
+/// A 2-D convolution in NCHW layout with OIHW weights (cross-correlation, as cuDNN computes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Conv2d {
+    pub n: u32,
+    pub c: u32,
+    pub h: u32,
+    pub w: u32,
+    pub k: u32,
+    pub r: u32,
+    pub s: u32,
+    pub stride_h: u32,
+    pub stride_w: u32,
+    pub pad_h: u32,
+    pub pad_w: u32,
+    pub dilation_h: u32,
+    pub dilation_w: u32,
+}
+
+impl Conv2d {
+    /// Output height and width, or an error when the output would be empty.
+    pub fn output_size(&self) -> Result<(u32, u32), TaskError> {
+        let dim = |input: u32, pad: u32, dilation: u32, kernel: u32, stride: u32| {
+            let span = i64::from(dilation) * (i64::from(kernel) - 1) + 1;
+            let room = i64::from(input) + 2 * i64::from(pad) - span;
+            if room < 0 {
+                Err(TaskError::EmptyOutput {
+                    input,
+                    pad,
+                    dilation,
+                    kernel,
+                    stride,
+                })
+            } else {
+                Ok((room / i64::from(stride) + 1) as u32)
+            }
+        };
+        Ok((
+            dim(self.h, self.pad_h, self.dilation_h, self.r, self.stride_h)?,
+            dim(self.w, self.pad_w, self.dilation_w, self.s, self.stride_w)?,
+        ))
+    }
+}
+
+/// The operator and its shape: what a user asks to tune.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Operator {
+    Conv2d(Conv2d),
+    /// `C[M,N] = A[M,K] · B[K,N]`, row-major.
+    Matmul {
+        m: u32,
+        n: u32,
+        k: u32,
+    },
+    /// `C[b,M,N] = A[b,M,K] · B[b,K,N]`, row-major.
+    BatchMatmul {
+        b: u32,
+        m: u32,
+        n: u32,
+        k: u32,
+    },
+}
+
+impl Operator {
+    /// The operator family name used on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Operator::Conv2d(_) => "conv2d",
+            Operator::Matmul { .. } => "matmul",
+            Operator::BatchMatmul { .. } => "batch_matmul",
+        }
+    }
+
+    /// The same operator with its batch dimension set (conv2d N, batch matmul B; matmul
+    /// has none and is returned unchanged).
+    pub fn with_batch(self, batch: u32) -> Operator {
+        match self {
+            Operator::Conv2d(c) => Operator::Conv2d(Conv2d { n: batch, ..c }),
+            Operator::BatchMatmul { m, n, k, .. } => Operator::BatchMatmul { b: batch, m, n, k },
+            other => other,
+        }
+    }
+}
+
+/// Elementwise operations fused after the contraction, applied in this order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Epilogue {
+    /// Add a bias per output channel (conv2d K, matmul N).
+    pub bias: bool,
+    /// Clamp negatives to zero.
+    pub relu: bool,
+}
+
+/// A tuning task: one operator shape with its epilogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Task {
+    #[serde(flatten)]
+    pub op: Operator,
+    #[serde(default)]
+    pub epilogue: Epilogue,
+}
+
+/// One loop axis of the contraction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Axis {
+    pub name: &'static str,
+    pub extent: u32,
+}
+
+/// Which axis a term refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AxisRef {
+    Spatial(usize),
+    Reduction(usize),
+}
+
+/// `sum(coeff * axis) + offset`, the index of one tensor dimension. Coefficients are
+/// positive; offsets may be negative (padding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AffineIndex {
+    pub terms: Vec<(AxisRef, i64)>,
+    pub offset: i64,
+}
+
+impl AffineIndex {
+    fn axis(axis: AxisRef) -> Self {
+        AffineIndex {
+            terms: vec![(axis, 1)],
+            offset: 0,
+        }
+    }
+
+    /// The coefficient of `axis` (0 when absent).
+    pub fn coeff(&self, axis: AxisRef) -> i64 {
+        self.terms
+            .iter()
+            .filter(|(a, _)| *a == axis)
+            .map(|(_, c)| c)
+            .sum()
+    }
+
+    /// True when the index is exactly `axis` (coefficient 1, offset 0).
+    pub fn is_axis(&self, axis: AxisRef) -> bool {
+        self.offset == 0 && self.terms.len() == 1 && self.terms[0] == (axis, 1)
+    }
+
+    /// Evaluates the index for the given spatial and reduction axis values.
+    pub fn eval(&self, spatial: &[i64], reduction: &[i64]) -> i64 {
+        self.offset
+            + self
+                .terms
+                .iter()
+                .map(|&(a, c)| match a {
+                    AxisRef::Spatial(i) => c * spatial[i],
+                    AxisRef::Reduction(i) => c * reduction[i],
+                })
+                .sum::<i64>()
+    }
+}
+
+/// A row-major tensor read (or written) through affine indices, one per dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub tensor: &'static str,
+    pub shape: Vec<u32>,
+    pub index: Vec<AffineIndex>,
+}
+
+impl Access {
+    /// Number of elements of the whole tensor.
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().map(|&d| u64::from(d)).product()
+    }
+
+    /// Row-major strides of the tensor's dimensions.
+    pub fn strides(&self) -> Vec<i64> {
+        let mut strides = vec![1i64; self.shape.len()];
+        for d in (0..self.shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * i64::from(self.shape[d + 1]);
+        }
+        strides
+    }
+
+    /// The flat element offset for the given axis values, or None when any dimension
+    /// index falls outside the tensor (padding: the element reads as zero).
+    pub fn flat_offset(&self, spatial: &[i64], reduction: &[i64]) -> Option<usize> {
+        let mut flat = 0i64;
+        for ((index, &dim), stride) in self.index.iter().zip(&self.shape).zip(self.strides()) {
+            let i = index.eval(spatial, reduction);
+            if i < 0 || i >= i64::from(dim) {
+                return None;
+            }
+            flat += i * stride;
+        }
+        Some(flat as usize)
+    }
+}
+
+/// The generic form of a task: axes, the two multiplied inputs, and the output
+/// (whose dimensions are exactly the spatial axes, row-major).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contraction {
+    pub spatial: Vec<Axis>,
+    pub reduction: Vec<Axis>,
+    /// The two factors of every product: `[data, weight]` for conv2d, `[A, B]` for matmul.
+    pub inputs: [Access; 2],
+    /// The bias vector, when the epilogue adds one.
+    pub bias: Option<Access>,
+    pub relu: bool,
+}
+
+impl Contraction {
+    /// Number of output elements.
+    pub fn output_elements(&self) -> u64 {
+        self.spatial.iter().map(|a| u64::from(a.extent)).product()
+    }
+
+    /// Number of multiply-adds.
+    pub fn macs(&self) -> u64 {
+        self.output_elements()
+            * self
+                .reduction
+                .iter()
+                .map(|a| u64::from(a.extent))
+                .product::<u64>()
+    }
+
+    /// Row-major strides of the output over the spatial axes.
+    pub fn output_strides(&self) -> Vec<i64> {
+        let mut strides = vec![1i64; self.spatial.len()];
+        for d in (0..self.spatial.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * i64::from(self.spatial[d + 1].extent);
+        }
+        strides
+    }
+}
+
+/// Builds a contraction from full (unsimplified) axes and accesses, dropping extent-1 axes
+/// and the tensor dimensions that become the constant 0.
+struct Builder {
+    spatial: Vec<Axis>,
+    reduction: Vec<Axis>,
+}
+
+impl Builder {
+    fn new(spatial: &[(&'static str, u32)], reduction: &[(&'static str, u32)]) -> Self {
+        let axes = |list: &[(&'static str, u32)]| {
+            list.iter()
+                .map(|&(name, extent)| Axis { name, extent })
+                .collect()
+        };
+        Builder {
+            spatial: axes(spatial),
+            reduction: axes(reduction),
+        }
+    }
+
+    /// The kept axes, with a map from full axis positions to kept positions.
+    fn kept(&self) -> (Vec<Axis>, Vec<Axis>, Vec<Option<usize>>, Vec<Option<usize>>) {
+        let keep = |axes: &[Axis]| {
+            let mut kept = Vec::new();
+            let map = axes
+                .iter()
+                .map(|a| {
+                    (a.extent > 1).then(|| {
+                        kept.push(a.clone());
+                        kept.len() - 1
+                    })
+                })
+                .collect::<Vec<_>>();
+            (kept, map)
+        };
+        let (spatial, smap) = keep(&self.spatial);
+        let (reduction, rmap) = keep(&self.reduction);
+        (spatial, reduction, smap, rmap)
+    }
+
+    /// `dims` are (tensor extent, index over full axes).
+    fn access(&self, tensor: &'static str, dims: Vec<(u32, AffineIndex)>) -> Access {
+        let (_, _, smap, rmap) = self.kept();
+        let mut shape = Vec::new();
+        let mut index = Vec::new();
+        for (extent, full) in dims {
+            let terms: Vec<_> = full
+                .terms
+                .iter()
+                .filter_map(|&(a, c)| match a {
+                    AxisRef::Spatial(i) => smap[i].map(|j| (AxisRef::Spatial(j), c)),
+                    AxisRef::Reduction(i) => rmap[i].map(|j| (AxisRef::Reduction(j), c)),
+                })
+                .collect();
+            // A dimension of extent 1 indexed by a constant is always 0: drop it.
+            if extent == 1 && terms.is_empty() && full.offset == 0 {
+                continue;
+            }
+            shape.push(extent);
+            index.push(AffineIndex {
+                terms,
+                offset: full.offset,
+            });
+        }
+        if shape.is_empty() {
+            // A scalar tensor keeps one dimension so that every access has an index.
+            shape.push(1);
+            index.push(AffineIndex {
+                terms: vec![],
+                offset: 0,
+            });
+        }
+        Access {
+            tensor,
+            shape,
+            index,
+        }
+    }
+
+    fn finish(self, inputs: [Access; 2], bias: Option<Access>, relu: bool) -> Contraction {
+        let (mut spatial, reduction, _, _) = self.kept();
+        if spatial.is_empty() {
+            // A single output element still needs one (extent-1) spatial axis to tile.
+            spatial.push(Axis {
+                name: "x",
+                extent: 1,
+            });
+        }
+        Contraction {
+            spatial,
+            reduction,
+            inputs,
+            bias,
+            relu,
+        }
+    }
+}
+
+fn check_positive(values: &[(&'static str, u32)]) -> Result<(), TaskError> {
+    match values.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(TaskError::Zero(name)),
+        None => Ok(()),
+    }
+}
+
+fn check_size(tensor: &'static str, elements: u64) -> Result<(), TaskError> {
+    if elements > i32::MAX as u64 {
+        Err(TaskError::TooLarge { tensor, elements })
+    } else {
+        Ok(())
+    }
+}
+
+impl Task {
+    pub fn new(op: Operator, epilogue: Epilogue) -> Result<Task, TaskError> {
+        let task = Task { op, epilogue };
+        task.check()?;
+        Ok(task)
+    }
+
+    fn check(&self) -> Result<(), TaskError> {
+        match self.op {
+            Operator::Conv2d(c) => {
+                check_positive(&[
+                    ("n", c.n),
+                    ("c", c.c),
+                    ("h", c.h),
+                    ("w", c.w),
+                    ("k", c.k),
+                    ("r", c.r),
+                    ("s", c.s),
+                    ("stride_h", c.stride_h),
+                    ("stride_w", c.stride_w),
+                    ("dilation_h", c.dilation_h),
+                    ("dilation_w", c.dilation_w),
+                ])?;
+                let (p, q) = c.output_size()?;
+                let n = u64::from(c.n);
+                check_size(
+                    "input",
+                    n * u64::from(c.c) * u64::from(c.h) * u64::from(c.w),
+                )?;
+                check_size(
+                    "weight",
+                    u64::from(c.k) * u64::from(c.c) * u64::from(c.r) * u64::from(c.s),
+                )?;
+                check_size("output", n * u64::from(c.k) * u64::from(p) * u64::from(q))
+            }
+            Operator::Matmul { m, n, k } => {
+                check_positive(&[("m", m), ("n", n), ("k", k)])?;
+                check_size("A", u64::from(m) * u64::from(k))?;
+                check_size("B", u64::from(k) * u64::from(n))?;
+                check_size("C", u64::from(m) * u64::from(n))
+            }
+            Operator::BatchMatmul { b, m, n, k } => {
+                check_positive(&[("b", b), ("m", m), ("n", n), ("k", k)])?;
+                let b = u64::from(b);
+                check_size("A", b * u64::from(m) * u64::from(k))?;
+                check_size("B", b * u64::from(k) * u64::from(n))?;
+                check_size("C", b * u64::from(m) * u64::from(n))
+            }
+        }
+    }
+
+    /// A stable, human-readable identifier, e.g. `conv2d_n1_c512_h7_w7_k512_r3_s3_st1_p1`.
+    /// Asymmetric strides/paddings read `st2x1`, dilation adds `_d2`, the epilogue
+    /// `_bias` / `_relu`.
+    pub fn key(&self) -> String {
+        let pair = |a: u32, b: u32| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}x{b}")
+            }
+        };
+        let mut key = match self.op {
+            Operator::Conv2d(c) => {
+                let mut key = format!(
+                    "conv2d_n{}_c{}_h{}_w{}_k{}_r{}_s{}_st{}_p{}",
+                    c.n,
+                    c.c,
+                    c.h,
+                    c.w,
+                    c.k,
+                    c.r,
+                    c.s,
+                    pair(c.stride_h, c.stride_w),
+                    pair(c.pad_h, c.pad_w)
+                );
+                if (c.dilation_h, c.dilation_w) != (1, 1) {
+                    key += &format!("_d{}", pair(c.dilation_h, c.dilation_w));
+                }
+                key
+            }
+            Operator::Matmul { m, n, k } => format!("matmul_m{m}_n{n}_k{k}"),
+            Operator::BatchMatmul { b, m, n, k } => format!("batch_matmul_b{b}_m{m}_n{n}_k{k}"),
+        };
+        if self.epilogue.bias {
+            key += "_bias";
+        }
+        if self.epilogue.relu {
+            key += "_relu";
+        }
+        key
+    }
+
+    /// The shape in the command line's positional form (`N,C,H,W,K,R,S,stride,pad`,
+    /// `M,N,K`, `B,M,N,K`); asymmetric conv2d shapes use the key=value form.
+    pub fn shape_spec(&self) -> String {
+        match self.op {
+            Operator::Conv2d(c) => {
+                if c.stride_h == c.stride_w
+                    && c.pad_h == c.pad_w
+                    && c.dilation_h == 1
+                    && c.dilation_w == 1
+                {
+                    format!(
+                        "{},{},{},{},{},{},{},{},{}",
+                        c.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride_h, c.pad_h
+                    )
+                } else {
+                    format!(
+                        "n={},c={},h={},w={},k={},r={},s={},stride_h={},stride_w={},pad_h={},pad_w={},dilation_h={},dilation_w={}",
+                        c.n,
+                        c.c,
+                        c.h,
+                        c.w,
+                        c.k,
+                        c.r,
+                        c.s,
+                        c.stride_h,
+                        c.stride_w,
+                        c.pad_h,
+                        c.pad_w,
+                        c.dilation_h,
+                        c.dilation_w
+                    )
+                }
+            }
+            Operator::Matmul { m, n, k } => format!("{m},{n},{k}"),
+            Operator::BatchMatmul { b, m, n, k } => format!("{b},{m},{n},{k}"),
+        }
+    }
+
+    /// Floating-point operations: two per multiply-add (the epilogue is not counted,
+    /// as in cuDNN and TVM reports).
+    pub fn flops(&self) -> u64 {
+        2 * self.contraction().macs()
+    }
+
+    /// The generic contraction this task computes.
+    pub fn contraction(&self) -> Contraction {
+        use AxisRef::{Reduction as R, Spatial as S};
+        let ep = self.epilogue;
+        match self.op {
+            Operator::Conv2d(c) => {
+                let (p, q) = c.output_size().expect("tasks are checked when built");
+                let b = Builder::new(
+                    &[("n", c.n), ("k", c.k), ("p", p), ("q", q)],
+                    &[("c", c.c), ("r", c.r), ("s", c.s)],
+                );
+                // h = p*stride_h + r*dilation_h - pad_h (and likewise for w).
+                let window =
+                    |out: usize, kern: usize, stride: u32, dil: u32, pad: u32| AffineIndex {
+                        terms: vec![(S(out), i64::from(stride)), (R(kern), i64::from(dil))],
+                        offset: -i64::from(pad),
+                    };
+                let data = b.access(
+                    "data",
+                    vec![
+                        (c.n, AffineIndex::axis(S(0))),
+                        (c.c, AffineIndex::axis(R(0))),
+                        (c.h, window(2, 1, c.stride_h, c.dilation_h, c.pad_h)),
+                        (c.w, window(3, 2, c.stride_w, c.dilation_w, c.pad_w)),
+                    ],
+                );
+                let weight = b.access(
+                    "weight",
+                    vec![
+                        (c.k, AffineIndex::axis(S(1))),
+                        (c.c, AffineIndex::axis(R(0))),
+                        (c.r, AffineIndex::axis(R(1))),
+                        (c.s, AffineIndex::axis(R(2))),
+                    ],
+                );
+                let bias = ep
+                    .bias
+                    .then(|| b.access("bias", vec![(c.k, AffineIndex::axis(S(1)))]));
+                b.finish([data, weight], bias, ep.relu)
+            }
+            Operator::Matmul { m, n, k } => {
+                let b = Builder::new(&[("m", m), ("n", n)], &[("k", k)]);
+                let a = b.access(
+                    "A",
+                    vec![(m, AffineIndex::axis(S(0))), (k, AffineIndex::axis(R(0)))],
+                );
+                let bm = b.access(
+                    "B",
+                    vec![(k, AffineIndex::axis(R(0))), (n, AffineIndex::axis(S(1)))],
+                );
+                let bias = ep
+                    .bias
+                    .then(|| b.access("bias", vec![(n, AffineIndex::axis(S(1)))]));
+                b.finish([a, bm], bias, ep.relu)
+            }
+            Operator::BatchMatmul { b: batch, m, n, k } => {
+                let b = Builder::new(&[("b", batch), ("m", m), ("n", n)], &[("k", k)]);
+                let a = b.access(
+                    "A",
+                    vec![
+                        (batch, AffineIndex::axis(S(0))),
+                        (m, AffineIndex::axis(S(1))),
+                        (k, AffineIndex::axis(R(0))),
+                    ],
+                );
+                let bm = b.access(
+                    "B",
+                    vec![
+                        (batch, AffineIndex::axis(S(0))),
+                        (k, AffineIndex::axis(R(0))),
+                        (n, AffineIndex::axis(S(2))),
+                    ],
+                );
+                let bias = ep
+                    .bias
+                    .then(|| b.access("bias", vec![(n, AffineIndex::axis(S(2)))]));
+                b.finish([a, bm], bias, ep.relu)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn conv(spec: [u32; 9]) -> Task {
+        let [n, c, h, w, k, r, s, st, p] = spec;
+        Task::new(
+            Operator::Conv2d(Conv2d {
+                n,
+                c,
+                h,
+                w,
+                k,
+                r,
+                s,
+                stride_h: st,
+                stride_w: st,
+                pad_h: p,
+                pad_w: p,
+                dilation_h: 1,
+                dilation_w: 1,
+            }),
+            Epilogue::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn key_and_flops_of_a_deep_resnet_layer() {
+        let t = conv([1, 512, 7, 7, 512, 3, 3, 1, 1]);
+        assert_eq!(t.key(), "conv2d_n1_c512_h7_w7_k512_r3_s3_st1_p1");
+        assert_eq!(t.flops(), 2 * 512 * 7 * 7 * 512 * 9);
+    }
+
+    #[test]
+    fn extent_one_axes_are_dropped() {
+        let t = conv([1, 64, 56, 56, 256, 1, 1, 1, 0]);
+        let c = t.contraction();
+        let names: Vec<_> = c.spatial.iter().map(|a| a.name).collect();
+        assert_eq!(names, ["k", "p", "q"]);
+        assert_eq!(c.reduction.len(), 1);
+        assert_eq!(c.inputs[1].shape, vec![256, 64]);
+        assert_eq!(c.inputs[0].shape, vec![64, 56, 56]);
+    }
+
+    #[test]
+    fn strided_conv_output_size() {
+        let t = conv([1, 3, 224, 224, 64, 7, 7, 2, 3]);
+        let Operator::Conv2d(c) = t.op else {
+            unreachable!()
+        };
+        assert_eq!(c.output_size().unwrap(), (112, 112));
+    }
+
+    #[test]
+    fn empty_output_is_an_error() {
+        let op = Operator::Conv2d(Conv2d {
+            n: 1,
+            c: 1,
+            h: 2,
+            w: 2,
+            k: 1,
+            r: 3,
+            s: 3,
+            stride_h: 1,
+            stride_w: 1,
+            pad_h: 0,
+            pad_w: 0,
+            dilation_h: 1,
+            dilation_w: 1,
+        });
+        assert!(matches!(
+            Task::new(op, Epilogue::default()),
+            Err(TaskError::EmptyOutput { .. })
+        ));
+    }
+
+    #[test]
+    fn matmul_key_with_epilogue() {
+        let t = Task::new(
+            Operator::Matmul {
+                m: 333,
+                n: 777,
+                k: 555,
+            },
+            Epilogue {
+                bias: true,
+                relu: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(t.key(), "matmul_m333_n777_k555_bias_relu");
+        assert_eq!(t.shape_spec(), "333,777,555");
+    }
+}

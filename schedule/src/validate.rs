@@ -1,0 +1,171 @@
+//! Validation: rejects states that cannot run (or cannot run well) on a GPU before
+//! anything is compiled — wrong arity, thread counts outside the hardware's range, too
+//! many virtual threads, shared memory over the opt-in limit, an estimated register
+//! count that would spill, infeasible fetch vector widths.
+
+use crate::gpu_spec::GpuSpec;
+use crate::state::{State, UNROLL_STEPS, VECTOR_WIDTHS};
+use crate::task::{AxisRef, Contraction};
+use crate::tiling::Tiling;
+use thiserror::Error;
+
+/// Why a state is rejected.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum InvalidState {
+    #[error("state has {got} {kind} splits, the task has {expected} {kind} axes")]
+    Arity {
+        kind: &'static str,
+        got: usize,
+        expected: usize,
+    },
+    #[error("a split factor is 0")]
+    ZeroFactor,
+    #[error("{threads} threads per block, outside {min}..={max}")]
+    Threads { threads: u64, min: u64, max: u64 },
+    #[error("{vthreads} virtual threads, over the cap of {max}")]
+    VirtualThreads { vthreads: u64, max: u64 },
+    #[error("innermost split factor {factor} over the bound of {max}")]
+    InnermostFactor { factor: u32, max: u32 },
+    #[error("{bytes} bytes of shared memory per block, over the limit of {max}")]
+    SharedMemory { bytes: u64, max: u64 },
+    #[error("about {registers} registers per thread, over the limit of {max}")]
+    Registers { registers: u64, max: u64 },
+    #[error("about {registers} registers x {threads} threads, over {max} registers per block")]
+    RegistersPerBlock {
+        registers: u64,
+        threads: u64,
+        max: u64,
+    },
+    #[error("unroll step {0} is not one of {UNROLL_STEPS:?}")]
+    UnrollStep(u32),
+    #[error("input {input} cannot be fetched {width} floats at a time")]
+    VectorWidth { input: usize, width: u32 },
+    #[error("{blocks} thread blocks, over the grid limit")]
+    Grid { blocks: u64 },
+}
+
+/// Registers besides accumulators and operands: indices, addresses, loop counters.
+/// Calibrated against NVRTC's register counts for sm_90 (see the compile tests).
+const ADDRESSING_REGISTERS: u64 = 28;
+
+/// Estimated registers per thread: the accumulators, the operand values of one inner
+/// step (each input needs one value per register position along the axes that index
+/// it), and the addressing overhead.
+pub fn register_estimate(c: &Contraction, state: &State) -> u64 {
+    let operand = |input: usize| -> u64 {
+        state
+            .spatial
+            .iter()
+            .enumerate()
+            .filter(|(a, _)| {
+                c.inputs[input]
+                    .index
+                    .iter()
+                    .any(|i| i.coeff(AxisRef::Spatial(*a)) != 0)
+            })
+            .map(|(_, s)| u64::from(s.vthread * s.inner))
+            .product()
+    };
+    u64::from(state.accumulators()) + operand(0) + operand(1) + ADDRESSING_REGISTERS
+}
+
+/// Checks that the state has one nonzero split per axis (needed before any geometry
+/// can be computed).
+pub fn check_structure(c: &Contraction, state: &State) -> Result<(), InvalidState> {
+    if state.spatial.len() != c.spatial.len() {
+        return Err(InvalidState::Arity {
+            kind: "spatial",
+            got: state.spatial.len(),
+            expected: c.spatial.len(),
+        });
+    }
+    if state.reduction.len() != c.reduction.len() {
+        return Err(InvalidState::Arity {
+            kind: "reduction",
+            got: state.reduction.len(),
+            expected: c.reduction.len(),
+        });
+    }
+    let spatial_zero = state
+        .spatial
+        .iter()
+        .any(|s| s.vthread == 0 || s.thread == 0 || s.outer == 0 || s.inner == 0);
+    let reduction_zero = state
+        .reduction
+        .iter()
+        .any(|r| r.middle == 0 || r.inner == 0);
+    if spatial_zero || reduction_zero {
+        return Err(InvalidState::ZeroFactor);
+    }
+    Ok(())
+}
+
+/// Validates `state` for contraction `c` on `gpu`.
+pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), InvalidState> {
+    check_structure(c, state)?;
+    let threads: u64 = state.spatial.iter().map(|s| u64::from(s.thread)).product();
+    let min_threads = u64::from(gpu.warp_size).min(c.output_elements());
+    let max_threads = u64::from(gpu.max_threads_per_block);
+    if threads < min_threads || threads > max_threads {
+        return Err(InvalidState::Threads {
+            threads,
+            min: min_threads,
+            max: max_threads,
+        });
+    }
+    let vthreads: u64 = state.spatial.iter().map(|s| u64::from(s.vthread)).product();
+    if vthreads > u64::from(gpu.max_vthread) {
+        return Err(InvalidState::VirtualThreads {
+            vthreads,
+            max: u64::from(gpu.max_vthread),
+        });
+    }
+    let innermost = state
+        .spatial
+        .iter()
+        .map(|s| s.inner)
+        .chain(state.reduction.iter().map(|r| r.inner))
+        .max()
+        .unwrap_or(1);
+    if innermost > gpu.max_innermost_factor {
+        return Err(InvalidState::InnermostFactor {
+            factor: innermost,
+            max: gpu.max_innermost_factor,
+        });
+    }
+    if !UNROLL_STEPS.contains(&state.unroll_max_step) {
+        return Err(InvalidState::UnrollStep(state.unroll_max_step));
+    }
+    let blocks: u64 = state.blocks(c);
+    if blocks > i32::MAX as u64 {
+        return Err(InvalidState::Grid { blocks });
+    }
+    let tiling = Tiling::new(c, state);
+    for (input, &width) in state.vector_width.iter().enumerate() {
+        if !VECTOR_WIDTHS.contains(&width) || !tiling.vector_feasible(c, input, width) {
+            return Err(InvalidState::VectorWidth { input, width });
+        }
+    }
+    let bytes = tiling.shared_bytes();
+    if bytes > u64::from(gpu.shared_bytes_per_block_optin) {
+        return Err(InvalidState::SharedMemory {
+            bytes,
+            max: u64::from(gpu.shared_bytes_per_block_optin),
+        });
+    }
+    let registers = register_estimate(c, state);
+    if registers > u64::from(gpu.max_registers_per_thread) {
+        return Err(InvalidState::Registers {
+            registers,
+            max: u64::from(gpu.max_registers_per_thread),
+        });
+    }
+    if registers * threads > u64::from(gpu.registers_per_block) {
+        return Err(InvalidState::RegistersPerBlock {
+            registers,
+            threads,
+            max: u64::from(gpu.registers_per_block),
+        });
+    }
+    Ok(())
+}

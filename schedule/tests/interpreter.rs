@@ -1,0 +1,207 @@
+//! The CPU interpreter of lowered kernels equals the naive definition, for many random
+//! states of small shapes of every operator: non-divisible extents, stride 2, padding,
+//! dilation, asymmetric kernels and the fused epilogue included.
+
+use proptest::prelude::*;
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use schedule::interp::{self, Inputs};
+use schedule::task::Conv2d;
+use schedule::{Epilogue, GpuSpec, Operator, Sampler, Task, lower::lower};
+
+/// Small integers in -3..=3: float32 sums of their products are exact in any order, so
+/// the comparison can be exact.
+fn small_ints(len: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    (0..len)
+        .map(|_| (rng.next_u32() % 7) as f32 - 3.0)
+        .collect()
+}
+
+/// Runs `states` sampled states of `task` through the interpreter and compares each
+/// output with the reference, exactly.
+fn check_task(task: &Task, states: usize, seed: u64) {
+    let gpu = GpuSpec::h100();
+    let c = task.contraction();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    let a = small_ints(c.inputs[0].elements() as usize, &mut rng);
+    let b = small_ints(c.inputs[1].elements() as usize, &mut rng);
+    let bias = c
+        .bias
+        .as_ref()
+        .map(|x| small_ints(x.elements() as usize, &mut rng));
+    let inputs = Inputs {
+        inputs: [&a, &b],
+        bias: bias.as_deref(),
+    };
+    let expected = interp::reference(&c, &inputs);
+    let sampled = Sampler::new(task, &gpu, seed).sample_distinct(states);
+    assert!(!sampled.is_empty(), "no valid state for {task}");
+    for state in sampled {
+        let kernel = lower(task, &state);
+        let got = interp::run(&kernel, &inputs, expected.len())
+            .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != expected[i]) {
+            panic!(
+                "{task} {}: output {i} is {} but should be {}",
+                state.to_json(),
+                got[i],
+                expected[i]
+            );
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv(
+    n: u32,
+    c: u32,
+    hw: (u32, u32),
+    k: u32,
+    rs: (u32, u32),
+    stride: (u32, u32),
+    pad: (u32, u32),
+    dilation: (u32, u32),
+    epilogue: Epilogue,
+) -> Task {
+    let op = Operator::Conv2d(Conv2d {
+        n,
+        c,
+        h: hw.0,
+        w: hw.1,
+        k,
+        r: rs.0,
+        s: rs.1,
+        stride_h: stride.0,
+        stride_w: stride.1,
+        pad_h: pad.0,
+        pad_w: pad.1,
+        dilation_h: dilation.0,
+        dilation_w: dilation.1,
+    });
+    Task::new(op, epilogue).unwrap()
+}
+
+const BOTH: Epilogue = Epilogue {
+    bias: true,
+    relu: true,
+};
+const NONE: Epilogue = Epilogue {
+    bias: false,
+    relu: false,
+};
+
+#[test]
+fn conv2d_3x3_padded() {
+    check_task(
+        &conv(1, 8, (6, 6), 8, (3, 3), (1, 1), (1, 1), (1, 1), NONE),
+        40,
+        1,
+    );
+}
+
+#[test]
+fn conv2d_stride_two_non_divisible() {
+    check_task(
+        &conv(1, 5, (11, 9), 6, (3, 3), (2, 2), (1, 1), (1, 1), NONE),
+        40,
+        2,
+    );
+}
+
+#[test]
+fn conv2d_asymmetric_dilated_batched_with_epilogue() {
+    check_task(
+        &conv(2, 3, (9, 10), 5, (3, 2), (2, 1), (1, 0), (1, 2), BOTH),
+        40,
+        3,
+    );
+}
+
+#[test]
+fn conv2d_1x1_strided() {
+    check_task(
+        &conv(1, 12, (8, 8), 16, (1, 1), (2, 2), (0, 0), (1, 1), BOTH),
+        40,
+        4,
+    );
+}
+
+#[test]
+fn conv2d_7x7_stem_like() {
+    check_task(
+        &conv(1, 3, (14, 14), 4, (7, 7), (2, 2), (3, 3), (1, 1), NONE),
+        20,
+        5,
+    );
+}
+
+#[test]
+fn matmul_non_divisible() {
+    let t = Task::new(Operator::Matmul { m: 13, n: 19, k: 7 }, NONE).unwrap();
+    check_task(&t, 60, 6);
+}
+
+#[test]
+fn matmul_with_epilogue() {
+    let t = Task::new(
+        Operator::Matmul {
+            m: 32,
+            n: 24,
+            k: 16,
+        },
+        BOTH,
+    )
+    .unwrap();
+    check_task(&t, 60, 7);
+}
+
+#[test]
+fn batch_matmul() {
+    let t = Task::new(
+        Operator::BatchMatmul {
+            b: 3,
+            m: 9,
+            n: 16,
+            k: 12,
+        },
+        BOTH,
+    )
+    .unwrap();
+    check_task(&t, 60, 8);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Any small conv2d, any sampled state: the interpreter equals the definition.
+    #[test]
+    fn any_small_conv2d(
+        n in 1u32..3, c in 1u32..6, h in 3u32..10, w in 3u32..10, k in 1u32..7,
+        r in 1u32..4, s in 1u32..4, sh in 1u32..3, sw in 1u32..3,
+        ph in 0u32..2, pw in 0u32..2, dh in 1u32..3, dw in 1u32..3,
+        bias in any::<bool>(), relu in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let op = Operator::Conv2d(Conv2d {
+            n, c, h, w, k, r, s, stride_h: sh, stride_w: sw, pad_h: ph, pad_w: pw,
+            dilation_h: dh, dilation_w: dw,
+        });
+        // Shapes whose output would be empty are rejected when the task is built.
+        if let Ok(task) = Task::new(op, Epilogue { bias, relu }) {
+            check_task(&task, 3, seed);
+        }
+    }
+
+    /// Any small matmul or batch matmul, any sampled state.
+    #[test]
+    fn any_small_matmul(
+        b in 0u32..4, m in 1u32..20, n in 1u32..20, k in 1u32..20,
+        bias in any::<bool>(), relu in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let op = if b == 0 {
+            Operator::Matmul { m, n, k }
+        } else {
+            Operator::BatchMatmul { b, m, n, k }
+        };
+        check_task(&Task::new(op, Epilogue { bias, relu }).unwrap(), 3, seed);
+    }
+}
