@@ -1,1 +1,59 @@
-fn main() {}
+//! `tilesched`: the command line. One module per subcommand under `cmd/`; everything
+//! else lives in the library crates.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "tilesched",
+    version,
+    about = "Auto-scheduler for GPU tensor kernels"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the tasks of a network (or of every known network).
+    Workloads(cmd::workloads::Args),
+    /// Sample states of one operator shape and write their CUDA sources.
+    Codegen(cmd::codegen::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One clear line: clap's message without the usage block that follows it.
+            let text = e.render().to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+                .collect();
+            eprintln!("{}", message.join(" "));
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Workloads(args) => cmd::workloads::run(args),
+        Command::Codegen(args) => cmd::codegen::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

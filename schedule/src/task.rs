@@ -20,14 +20,15 @@ pub enum TaskError {
     #[error("{0} must be at least 1")]
     Zero(&'static str),
     #[error(
-        "the convolution output is empty: (input {input} + 2*pad {pad} - dilation {dilation}*(kernel {kernel} - 1) - 1) / stride {stride} + 1 < 1"
+        "the convolution output is empty: the kernel spans {span} (size {kernel}, dilation {dilation}) but the padded input is only {padded} ({input} + 2*{pad})"
     )]
     EmptyOutput {
         input: u32,
         pad: u32,
         dilation: u32,
         kernel: u32,
-        stride: u32,
+        span: i64,
+        padded: i64,
     },
     #[error(
         "tensor {tensor} has {elements} elements, over the 2^31 - 1 that 32-bit indexing allows"
@@ -58,17 +59,18 @@ impl Conv2d {
     pub fn output_size(&self) -> Result<(u32, u32), TaskError> {
         let dim = |input: u32, pad: u32, dilation: u32, kernel: u32, stride: u32| {
             let span = i64::from(dilation) * (i64::from(kernel) - 1) + 1;
-            let room = i64::from(input) + 2 * i64::from(pad) - span;
-            if room < 0 {
+            let padded = i64::from(input) + 2 * i64::from(pad);
+            if padded < span {
                 Err(TaskError::EmptyOutput {
                     input,
                     pad,
                     dilation,
                     kernel,
-                    stride,
+                    span,
+                    padded,
                 })
             } else {
-                Ok((room / i64::from(stride) + 1) as u32)
+                Ok(((padded - span) / i64::from(stride) + 1) as u32)
             }
         };
         Ok((

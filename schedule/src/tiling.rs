@@ -150,6 +150,83 @@ impl Tiling {
     }
 }
 
+/// Which reduction loops are unrolled: a loop is unrolled when the multiply-adds it
+/// would replicate (its iterations, the loops inside it, and the whole register tile)
+/// are at most `unroll_max_step`. Shared by lowering and the register estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReductionUnroll {
+    pub inner: bool,
+    pub middle: bool,
+}
+
+impl ReductionUnroll {
+    pub fn of(state: &State) -> Self {
+        let step = u64::from(state.unroll_max_step);
+        let product = |f: fn(&crate::state::ReductionSplit) -> u32| {
+            state
+                .reduction
+                .iter()
+                .map(|r| u64::from(f(r)))
+                .product::<u64>()
+        };
+        let inner_total = u64::from(state.accumulators()) * product(|r| r.inner);
+        let middle_total = inner_total * product(|r| r.middle);
+        ReductionUnroll {
+            inner: inner_total <= step,
+            middle: middle_total <= step,
+        }
+    }
+
+    /// Reduction steps laid out straight-line by the unrolling (at least 1).
+    pub fn unrolled_steps(&self, state: &State) -> u64 {
+        let mut steps = 1;
+        for r in &state.reduction {
+            if self.inner {
+                steps *= u64::from(r.inner);
+            }
+            if self.middle {
+                steps *= u64::from(r.middle);
+            }
+        }
+        steps
+    }
+}
+
+/// Multiply-adds' worth of unroll budget that one fetched float in flight costs: an
+/// unrolled fetch issues all its loads before any store, so every float of every round
+/// holds a register until the stores.
+const FETCH_FLOAT_COST: i64 = 32;
+
+/// Whether a cooperative fetch of `rounds` rounds of `width` floats is unrolled.
+pub fn fetch_unrolled(rounds: i64, width: i64, state: &State) -> bool {
+    rounds * width * FETCH_FLOAT_COST <= i64::from(state.unroll_max_step)
+}
+
+impl Tiling {
+    /// Fetch rounds of input `input` per stage with `threads` threads.
+    pub fn fetch_rounds(&self, input: usize, state: &State) -> i64 {
+        let width = i64::from(state.vector_width[input]);
+        let threads = i64::from(state.threads());
+        let vectors = self.tiles[input].elements() / width;
+        (vectors + threads - 1) / threads
+    }
+
+    /// Floats the unrolled fetches hold in registers at once (0 when none is unrolled).
+    pub fn fetch_floats_in_flight(&self, state: &State) -> i64 {
+        (0..2)
+            .map(|i| {
+                let rounds = self.fetch_rounds(i, state);
+                let width = i64::from(state.vector_width[i]);
+                if fetch_unrolled(rounds, width, state) {
+                    rounds * width
+                } else {
+                    width
+                }
+            })
+            .sum()
+    }
+}
+
 fn round_up(value: i64, multiple: i64) -> i64 {
     (value + multiple - 1) / multiple * multiple
 }

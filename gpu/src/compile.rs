@@ -1,0 +1,104 @@
+//! Compiling CUDA C to a cubin with NVRTC, for a given `sm_XY`.
+
+use crate::cubin::{self, Resources};
+use crate::nvrtc_lib;
+use cudarc::nvrtc::{result, sys};
+use std::ffi::CString;
+use std::time::Instant;
+use thiserror::Error;
+
+/// Why a kernel did not compile.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum CompileError {
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("invalid architecture '{0}' (expected sm_XY, e.g. sm_90)")]
+    Arch(String),
+    #[error("NVRTC rejected the source: {log}")]
+    Source { log: String },
+    #[error("NVRTC failed: {0}")]
+    Nvrtc(String),
+    #[error("the cubin is malformed: {0}")]
+    Cubin(String),
+}
+
+/// A compiled kernel: the cubin and what the compiler says it uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompiledKernel {
+    pub cubin: Vec<u8>,
+    pub resources: Resources,
+    /// The compiler's messages (warnings, ptxas statistics).
+    pub log: String,
+    pub compile_ms: f64,
+}
+
+/// Destroys the NVRTC program when dropped.
+struct Program(sys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: the program was created by `create_program` and is destroyed once.
+        let _ = unsafe { result::destroy_program(self.0) };
+    }
+}
+
+fn nvrtc_err(what: &str, e: impl std::fmt::Debug) -> CompileError {
+    CompileError::Nvrtc(format!("{what}: {e:?}"))
+}
+
+/// Compiles `source`, which defines `extern "C"` kernel `kernel`, to a cubin for `arch`.
+pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel, CompileError> {
+    let valid_arch = arch
+        .strip_prefix("sm_")
+        .is_some_and(|v| v.len() >= 2 && v.chars().all(|c| c.is_ascii_alphanumeric()));
+    if !valid_arch {
+        return Err(CompileError::Arch(arch.to_string()));
+    }
+    nvrtc_lib::ensure_loaded().map_err(CompileError::Unavailable)?;
+    let start = Instant::now();
+    let src = CString::new(source).map_err(|_| CompileError::Source {
+        log: "source contains a NUL byte".to_string(),
+    })?;
+    let name = CString::new(format!("{kernel}.cu")).map_err(|e| nvrtc_err("name", e))?;
+    let program =
+        Program(result::create_program(&src, Some(&name)).map_err(|e| nvrtc_err("create", e))?);
+    let options = [
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        "--ptxas-options=--verbose".to_string(),
+    ];
+    // SAFETY: `program` is a live program created above.
+    let compiled = unsafe { result::compile_program(program.0, &options) };
+    // SAFETY: as above.
+    let log = unsafe { result::get_program_log(program.0) }
+        .map(|raw| {
+            let bytes: Vec<u8> = raw
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            String::from_utf8_lossy(&bytes).trim().to_string()
+        })
+        .unwrap_or_default();
+    if compiled.is_err() {
+        return Err(CompileError::Source { log });
+    }
+    let mut size = 0usize;
+    // SAFETY: `program` compiled successfully; `size` is a valid out-pointer.
+    unsafe { sys::nvrtcGetCUBINSize(program.0, &mut size) }
+        .result()
+        .map_err(|e| nvrtc_err("cubin size", e))?;
+    let mut cubin = vec![0u8; size];
+    // SAFETY: `cubin` has exactly the size NVRTC reported.
+    unsafe { sys::nvrtcGetCUBIN(program.0, cubin.as_mut_ptr().cast()) }
+        .result()
+        .map_err(|e| nvrtc_err("cubin", e))?;
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    let resources = cubin::resources(&cubin, kernel, &log).map_err(CompileError::Cubin)?;
+    Ok(CompiledKernel {
+        cubin,
+        resources,
+        log,
+        compile_ms,
+    })
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what building and testing tilesched needs on a fresh machine, idempotently:
+#  - NVRTC of CUDA 13.0 (PyPI wheel nvidia-cuda-nvrtc==13.0.88) and nvdisasm (wheel
+#    nvidia-cuda-nvdisasm) into the cache directory, so that sm_90 kernels compile and
+#    disassemble without a GPU or a CUDA toolkit. Skipped where a CUDA 13 toolkit's
+#    libnvrtc.so.13 is already present (the GPU machine).
+# The cache is $TILESCHED_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/tilesched.
+set -euo pipefail
+
+cache="${TILESCHED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tilesched}"
+wheels="$cache/wheels"
+nvrtc_version="13.0.88"
+stamp="$wheels/.installed-nvrtc-$nvrtc_version"
+
+have_toolkit_nvrtc() {
+  [ -n "${TILESCHED_NVRTC:-}" ] && [ -f "$TILESCHED_NVRTC" ] && return 0
+  [ -f "${CUDA_HOME:-/usr/local/cuda}/lib64/libnvrtc.so.13" ]
+}
+
+if [ -f "$stamp" ]; then
+  echo "setup: NVRTC $nvrtc_version and nvdisasm already in $wheels"
+elif have_toolkit_nvrtc; then
+  echo "setup: using the CUDA toolkit's NVRTC"
+else
+  echo "setup: installing NVRTC $nvrtc_version and nvdisasm into $wheels"
+  mkdir -p "$wheels"
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --upgrade \
+    --target "$wheels" "nvidia-cuda-nvrtc==$nvrtc_version" nvidia-cuda-nvdisasm
+  test -f "$wheels/nvidia/cu13/lib/libnvrtc.so.13"
+  touch "$stamp"
+fi

@@ -1,0 +1,4 @@
+//! Subcommands, one per file.
+
+pub mod codegen;
+pub mod workloads;
