@@ -46,14 +46,23 @@ fn nvrtc_err(what: &str, e: impl std::fmt::Debug) -> CompileError {
     CompileError::Nvrtc(format!("{what}: {e:?}"))
 }
 
+/// Checks that `arch` names a real architecture (`sm_` and digits, optionally a
+/// suffix letter as in `sm_90a`).
+pub fn check_arch(arch: &str) -> Result<(), CompileError> {
+    let valid = arch.strip_prefix("sm_").is_some_and(|v| {
+        let digits = v.trim_end_matches(|c: char| c.is_ascii_lowercase());
+        digits.len() >= 2 && digits.chars().all(|c| c.is_ascii_digit())
+    });
+    if valid {
+        Ok(())
+    } else {
+        Err(CompileError::Arch(arch.to_string()))
+    }
+}
+
 /// Compiles `source`, which defines `extern "C"` kernel `kernel`, to a cubin for `arch`.
 pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel, CompileError> {
-    let valid_arch = arch
-        .strip_prefix("sm_")
-        .is_some_and(|v| v.len() >= 2 && v.chars().all(|c| c.is_ascii_alphanumeric()));
-    if !valid_arch {
-        return Err(CompileError::Arch(arch.to_string()));
-    }
+    check_arch(arch)?;
     nvrtc_lib::ensure_loaded().map_err(CompileError::Unavailable)?;
     let start = Instant::now();
     let src = CString::new(source).map_err(|_| CompileError::Source {

@@ -63,10 +63,8 @@ fn load() -> Result<(), String> {
         }
         // The builtins live beside the library; load them first so NVRTC finds them
         // however it looks them up.
-        if let Some(dir) = path.parent() {
-            if let Some(lib) = open(&dir.join(BUILTINS)) {
-                std::mem::forget(lib);
-            }
+        if let Some(lib) = path.parent().and_then(|dir| open(&dir.join(BUILTINS))) {
+            std::mem::forget(lib);
         }
         if let Some(lib) = open(path) {
             // Kept loaded for the life of the process: cudarc holds symbols from it.

@@ -158,7 +158,7 @@ pub fn factorizations(n: u32, parts: usize, max_last: u32) -> Vec<Vec<u32>> {
             return;
         }
         for &d in divisors.iter().take_while(|&&d| d <= rest) {
-            if rest % d != 0 || (parts == 1 && d > max_last) {
+            if !rest.is_multiple_of(d) || (parts == 1 && d > max_last) {
                 continue;
             }
             prefix.push(d);
@@ -166,7 +166,7 @@ pub fn factorizations(n: u32, parts: usize, max_last: u32) -> Vec<Vec<u32>> {
             prefix.pop();
         }
     }
-    let divisors: Vec<u32> = (1..=n).filter(|d| n % d == 0).collect();
+    let divisors: Vec<u32> = (1..=n).filter(|d| n.is_multiple_of(*d)).collect();
     let mut out = Vec::new();
     go(&divisors, n, parts, max_last, &mut Vec::new(), &mut out);
     out

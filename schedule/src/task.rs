@@ -279,44 +279,41 @@ impl Contraction {
 struct Builder {
     spatial: Vec<Axis>,
     reduction: Vec<Axis>,
+    /// Position of each full spatial / reduction axis among the kept ones.
+    spatial_map: Vec<Option<usize>>,
+    reduction_map: Vec<Option<usize>>,
+}
+
+/// Keeps the axes of extent > 1; returns them and each full axis's kept position.
+fn keep(list: &[(&'static str, u32)]) -> (Vec<Axis>, Vec<Option<usize>>) {
+    let mut kept = Vec::new();
+    let map = list
+        .iter()
+        .map(|&(name, extent)| {
+            (extent > 1).then(|| {
+                kept.push(Axis { name, extent });
+                kept.len() - 1
+            })
+        })
+        .collect();
+    (kept, map)
 }
 
 impl Builder {
     fn new(spatial: &[(&'static str, u32)], reduction: &[(&'static str, u32)]) -> Self {
-        let axes = |list: &[(&'static str, u32)]| {
-            list.iter()
-                .map(|&(name, extent)| Axis { name, extent })
-                .collect()
-        };
+        let (spatial, spatial_map) = keep(spatial);
+        let (reduction, reduction_map) = keep(reduction);
         Builder {
-            spatial: axes(spatial),
-            reduction: axes(reduction),
+            spatial,
+            reduction,
+            spatial_map,
+            reduction_map,
         }
-    }
-
-    /// The kept axes, with a map from full axis positions to kept positions.
-    fn kept(&self) -> (Vec<Axis>, Vec<Axis>, Vec<Option<usize>>, Vec<Option<usize>>) {
-        let keep = |axes: &[Axis]| {
-            let mut kept = Vec::new();
-            let map = axes
-                .iter()
-                .map(|a| {
-                    (a.extent > 1).then(|| {
-                        kept.push(a.clone());
-                        kept.len() - 1
-                    })
-                })
-                .collect::<Vec<_>>();
-            (kept, map)
-        };
-        let (spatial, smap) = keep(&self.spatial);
-        let (reduction, rmap) = keep(&self.reduction);
-        (spatial, reduction, smap, rmap)
     }
 
     /// `dims` are (tensor extent, index over full axes).
     fn access(&self, tensor: &'static str, dims: Vec<(u32, AffineIndex)>) -> Access {
-        let (_, _, smap, rmap) = self.kept();
+        let (smap, rmap) = (&self.spatial_map, &self.reduction_map);
         let mut shape = Vec::new();
         let mut index = Vec::new();
         for (extent, full) in dims {
@@ -354,7 +351,11 @@ impl Builder {
     }
 
     fn finish(self, inputs: [Access; 2], bias: Option<Access>, relu: bool) -> Contraction {
-        let (mut spatial, reduction, _, _) = self.kept();
+        let Builder {
+            mut spatial,
+            reduction,
+            ..
+        } = self;
         if spatial.is_empty() {
             // A single output element still needs one (extent-1) spatial axis to tile.
             spatial.push(Axis {

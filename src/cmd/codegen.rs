@@ -92,6 +92,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.sample == 0 {
         bail!("--sample must be at least 1");
     }
+    if let Some(arch) = &args.compile {
+        gpu::compile::check_arch(arch)?;
+    }
     let gpu = GpuSpec::builtin(&args.gpu)
         .with_context(|| format!("unknown GPU '{}' (expected h100 or h200)", args.gpu))?;
     let op = parse_shape(&args.op, &args.shape)?;
@@ -138,18 +141,17 @@ pub fn run(args: Args) -> Result<()> {
             .collect()
     });
     if let Some(records) = &compiled {
-        // Without NVRTC nothing can compile: say so once instead of N times.
+        // When nothing compiles (no NVRTC, an architecture NVRTC does not know), say so
+        // once and fail, rather than N times in the manifest.
         if let Some(CompileRecord::Failed { error, .. }) = records.first() {
             if records
                 .iter()
                 .all(|r| matches!(r, CompileRecord::Failed { .. }))
-                && error.contains("not found")
             {
-                bail!("{error}");
+                bail!("no kernel compiled: {}", error.lines().next().unwrap_or(""));
             }
         }
     }
-
     let mut entries = Vec::new();
     let mut compile_iter = compiled.into_iter().flatten();
     for (i, (state, kernel)) in states.iter().zip(&kernels).enumerate() {

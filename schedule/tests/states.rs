@@ -1,0 +1,259 @@
+//! States: seeded sampling is reproducible, JSON round-trips replay into byte-identical
+//! CUDA, fixed states generate reviewed source (insta snapshots), and sampled states
+//! satisfy validation's invariants (proptest).
+
+use proptest::prelude::*;
+use schedule::state::{ReductionSplit, SpatialSplit};
+use schedule::task::Conv2d;
+use schedule::tiling::Tiling;
+use schedule::validate::{InvalidState, validate};
+use schedule::{Epilogue, GpuSpec, Operator, Sampler, State, Task, generate, network, parse_shape};
+
+fn task(op: &str, shape: &str, epilogue: Epilogue) -> Task {
+    Task::new(parse_shape(op, shape).unwrap(), epilogue).unwrap()
+}
+
+fn sp(vthread: u32, thread: u32, outer: u32, inner: u32) -> SpatialSplit {
+    SpatialSplit {
+        vthread,
+        thread,
+        outer,
+        inner,
+    }
+}
+
+fn rd(middle: u32, inner: u32) -> ReductionSplit {
+    ReductionSplit { middle, inner }
+}
+
+#[test]
+fn same_seed_same_states_other_seed_other_states() {
+    let gpu = GpuSpec::h100();
+    let t = task("conv2d", "1,256,14,14,256,3,3,1,1", Epilogue::default());
+    let a = Sampler::new(&t, &gpu, 7).sample_distinct(20);
+    let b = Sampler::new(&t, &gpu, 7).sample_distinct(20);
+    let c = Sampler::new(&t, &gpu, 8).sample_distinct(20);
+    assert_eq!(a.len(), 20);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
+
+#[test]
+fn json_round_trip_replays_byte_identical_source() {
+    let gpu = GpuSpec::h100();
+    let mut tasks: Vec<Task> = network("resnet", 1)
+        .unwrap()
+        .into_iter()
+        .map(|w| w.task)
+        .collect();
+    tasks.push(task(
+        "matmul",
+        "333,777,555",
+        Epilogue {
+            bias: true,
+            relu: true,
+        },
+    ));
+    tasks.push(task("batch_matmul", "12,128,128,64", Epilogue::default()));
+    for t in tasks {
+        for state in Sampler::new(&t, &gpu, 3).sample_distinct(10) {
+            let original = generate(&t, &state, &gpu).unwrap();
+            let json = state.to_json();
+            let replayed: State = serde_json::from_str(&json).unwrap();
+            assert_eq!(replayed, state);
+            let task_json = serde_json::to_string(&t).unwrap();
+            let task_back: Task = serde_json::from_str(&task_json).unwrap();
+            assert_eq!(task_back, t);
+            assert_eq!(generate(&task_back, &replayed, &gpu).unwrap(), original);
+        }
+    }
+}
+
+/// A deep ResNet layer: 3x3 padding, tails in p and q, vthreads, unrolled reduction.
+#[test]
+fn snapshot_conv2d_deep_layer() {
+    let t = task("conv2d", "1,512,7,7,512,3,3,1,1", Epilogue::default());
+    let state = State {
+        spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
+        reduction: vec![rd(4, 2), rd(1, 3), rd(1, 3)],
+        unroll_max_step: 512,
+        vector_width: [1, 1],
+    };
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    insta::assert_snapshot!("conv2d_deep_layer", k.source);
+}
+
+/// A strided 1x1 convolution with bias and ReLU and a vectorized weight fetch.
+#[test]
+fn snapshot_conv2d_strided_1x1_epilogue() {
+    let t = task(
+        "conv2d",
+        "1,256,56,56,128,1,1,2,0",
+        Epilogue {
+            bias: true,
+            relu: true,
+        },
+    );
+    let state = State {
+        spatial: vec![sp(1, 16, 2, 2), sp(1, 2, 1, 2), sp(1, 4, 1, 7)],
+        reduction: vec![rd(4, 4)],
+        unroll_max_step: 64,
+        vector_width: [1, 4],
+    };
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    insta::assert_snapshot!("conv2d_strided_1x1_epilogue", k.source);
+}
+
+/// A matmul with non-divisible extents (tails in M, N and K; 555 and 777 admit only
+/// scalar fetches).
+#[test]
+fn snapshot_matmul_tails() {
+    let t = task("matmul", "333,777,555", Epilogue::default());
+    let state = State {
+        spatial: vec![sp(1, 16, 2, 2), sp(2, 16, 1, 4)],
+        reduction: vec![rd(2, 8)],
+        unroll_max_step: 1024,
+        vector_width: [1, 1],
+    };
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    insta::assert_snapshot!("matmul_tails", k.source);
+}
+
+#[test]
+fn snapshot_batch_matmul() {
+    let t = task("batch_matmul", "12,128,128,64", Epilogue::default());
+    let state = State {
+        spatial: vec![sp(1, 1, 1, 1), sp(1, 16, 2, 2), sp(2, 8, 1, 4)],
+        reduction: vec![rd(4, 4)],
+        unroll_max_step: 16,
+        vector_width: [4, 2],
+    };
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    insta::assert_snapshot!("batch_matmul", k.source);
+}
+
+#[test]
+fn validation_rejects_what_the_gpu_cannot_run() {
+    let gpu = GpuSpec::h100();
+    let t = task("matmul", "1024,1024,1024", Epilogue::default());
+    let c = t.contraction();
+    let base = State {
+        spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
+        reduction: vec![rd(2, 8)],
+        unroll_max_step: 64,
+        vector_width: [4, 4],
+    };
+    assert_eq!(validate(&c, &base, &gpu), Ok(()));
+    let with = |f: &dyn Fn(&mut State)| {
+        let mut s = base.clone();
+        f(&mut s);
+        validate(&c, &s, &gpu)
+    };
+    assert!(matches!(
+        with(&|s| s.spatial[0].thread = 128),
+        Err(InvalidState::Threads { .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.spatial[0].thread = 1),
+        Err(InvalidState::Threads { .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.spatial[0].vthread = 16),
+        Err(InvalidState::VirtualThreads { .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.reduction[0].inner = 128),
+        Err(InvalidState::InnermostFactor { .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.reduction[0].middle = 64),
+        Err(InvalidState::SharedMemory { .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.spatial[1].outer = 16),
+        Err(InvalidState::Registers { .. } | InvalidState::RegistersPerBlock { .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.unroll_max_step = 7),
+        Err(InvalidState::UnrollStep(7))
+    ));
+    assert!(matches!(
+        with(&|s| s.reduction[0].inner = 3),
+        Err(InvalidState::VectorWidth { .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.spatial.pop().map(drop).unwrap()),
+        Err(InvalidState::Arity { .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.spatial[0].inner = 0),
+        Err(InvalidState::ZeroFactor)
+    ));
+}
+
+fn any_task() -> impl Strategy<Value = Task> {
+    prop_oneof![
+        (
+            1u32..3,
+            1u32..600,
+            5u32..60,
+            1u32..600,
+            1u32..4,
+            1u32..3,
+            0u32..3
+        )
+            .prop_map(|(n, c, hw, k, r, stride, pad)| {
+                let op = Operator::Conv2d(Conv2d {
+                    n,
+                    c,
+                    h: hw,
+                    w: hw,
+                    k,
+                    r: 2 * r - 1,
+                    s: 2 * r - 1,
+                    stride_h: stride,
+                    stride_w: stride,
+                    pad_h: pad,
+                    pad_w: pad,
+                    dilation_h: 1,
+                    dilation_w: 1,
+                });
+                Task::new(op, Epilogue::default()).unwrap()
+            }),
+        (1u32..2000, 1u32..2000, 1u32..2000).prop_map(|(m, n, k)| {
+            Task::new(Operator::Matmul { m, n, k }, Epilogue::default()).unwrap()
+        }),
+        (1u32..16, 1u32..300, 1u32..300, 1u32..300).prop_map(|(b, m, n, k)| {
+            Task::new(Operator::BatchMatmul { b, m, n, k }, Epilogue::default()).unwrap()
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Every sampled state validates, covers every axis with its tiles, and respects
+    /// the hardware's limits; sampling is a function of the seed.
+    #[test]
+    fn sampled_states_are_valid_and_cover_the_task(t in any_task(), seed in any::<u64>()) {
+        let gpu = GpuSpec::h100();
+        let c = t.contraction();
+        let states = Sampler::new(&t, &gpu, seed).sample_distinct(4);
+        prop_assert!(!states.is_empty(), "no state for {}", t);
+        prop_assert_eq!(&states, &Sampler::new(&t, &gpu, seed).sample_distinct(4));
+        for s in &states {
+            prop_assert_eq!(validate(&c, s, &gpu), Ok(()));
+            let tiling = Tiling::new(&c, s);
+            for (a, axis) in c.spatial.iter().enumerate() {
+                prop_assert!(tiling.blocks[a] * tiling.block_tile[a] >= i64::from(axis.extent));
+                prop_assert!(s.spatial[a].inner <= gpu.max_innermost_factor);
+            }
+            for (r, axis) in c.reduction.iter().enumerate() {
+                prop_assert!(tiling.stages[r] * tiling.stage_tile[r] >= i64::from(axis.extent));
+            }
+            prop_assert!(s.threads() <= gpu.max_threads_per_block);
+            prop_assert!(s.vthreads() <= gpu.max_vthread);
+            prop_assert!(tiling.shared_bytes() <= u64::from(gpu.shared_bytes_per_block_optin));
+        }
+    }
+}

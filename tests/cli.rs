@@ -1,0 +1,232 @@
+//! The command line: the "done when" commands, and bad input getting one clear
+//! error line and a non-zero exit, never a panic.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tilesched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs a command that must fail: exactly one line on stderr, no panic.
+fn fails(args: &[&str]) -> String {
+    let o = tilesched(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert_eq!(err.lines().count(), 1, "{args:?} printed:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn workloads_lists_the_13_resnet_layers() {
+    let o = tilesched(&["workloads", "--network", "resnet"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    let tasks: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(tasks.len(), 13);
+    assert!(tasks[0].starts_with("conv2d_n1_c3_h224_w224_k64_r7_s7_st2_p3 "));
+    assert!(tasks[11].contains("1,512,7,7,512,3,3,1,1"));
+    // key, shape, GFLOP, count
+    assert_eq!(tasks[11].split_whitespace().count(), 4);
+}
+
+#[test]
+fn workloads_of_every_network_and_batch() {
+    let o = tilesched(&["workloads", "--batch", "4"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    for name in ["resnet,", "resnet50,", "resnet18,", "yolo,", "bert-base,"] {
+        assert!(out.contains(&format!("# {name} batch 4")), "{out}");
+    }
+    assert!(out.contains("batch_matmul_b48_m128_n128_k64"));
+}
+
+fn codegen_compiles(op: &str, shape: &str, dir: &Path) -> serde_json::Value {
+    let dir_s = dir.to_str().unwrap();
+    let o = tilesched(&[
+        "codegen",
+        op,
+        "--shape",
+        shape,
+        "--sample",
+        "20",
+        "--seed",
+        "1",
+        "--out",
+        dir_s,
+        "--compile",
+        "sm_90",
+    ]);
+    let out = stdout(&o);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(out.lines().last(), Some("compiled 20/20"), "{out}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let kernels = manifest["kernels"].as_array().unwrap();
+    assert_eq!(kernels.len(), 20);
+    for k in kernels {
+        let source = std::fs::read_to_string(dir.join(k["file"].as_str().unwrap())).unwrap();
+        // The source carries the state that produced it.
+        let state_line = source
+            .lines()
+            .find_map(|l| l.strip_prefix("// state: "))
+            .unwrap();
+        let state: serde_json::Value = serde_json::from_str(state_line).unwrap();
+        assert_eq!(state, k["state"]);
+        assert_eq!(k["compile"]["ok"], true);
+        assert!(k["compile"]["registers"].as_u64().unwrap() > 0);
+        assert!(k["launch"]["block"].as_u64().unwrap() >= 32);
+    }
+    manifest
+}
+
+#[test]
+fn codegen_compiles_the_done_when_shapes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = codegen_compiles("conv2d", "1,512,7,7,512,3,3,1,1", &tmp.path().join("deep"));
+    assert_eq!(m["task_key"], "conv2d_n1_c512_h7_w7_k512_r3_s3_st1_p1");
+    codegen_compiles("conv2d", "1,3,224,224,64,7,7,2,3", &tmp.path().join("stem"));
+    codegen_compiles("matmul", "333,777,555", &tmp.path().join("mm"));
+    codegen_compiles("batch_matmul", "12,128,128,64", &tmp.path().join("bmm"));
+}
+
+#[test]
+fn codegen_without_compile_and_same_seed_same_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |sub: &str| {
+        let dir = tmp.path().join(sub);
+        let o = tilesched(&[
+            "codegen",
+            "conv2d",
+            "--shape",
+            "c=16,h=9,w=12,k=8,r=3,s=1,stride_h=2,pad_w=1,dilation_h=2",
+            "--sample",
+            "5",
+            "--seed",
+            "9",
+            "--out",
+            dir.to_str().unwrap(),
+            "--bias",
+            "--relu",
+        ]);
+        assert!(o.status.success());
+        assert_eq!(stdout(&o).lines().last(), Some("generated 5/5"));
+        let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read_to_string(&p).unwrap())
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let a = run("a");
+    assert_eq!(a.len(), 6);
+    assert_eq!(a, run("b"));
+}
+
+#[test]
+fn bad_input_gets_one_line_and_a_nonzero_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().to_str().unwrap();
+    assert!(fails(&["workloads", "--network", "vgg"]).contains("unknown network 'vgg'"));
+    assert!(fails(&["workloads", "--batch", "0"]).contains("batch"));
+    assert!(
+        fails(&["codegen", "conv3d", "--shape", "1", "--out", out]).contains("unknown operator")
+    );
+    assert!(fails(&["codegen", "conv2d", "--shape", "1,2,3", "--out", out]).contains("N,C,H,W"));
+    assert!(
+        fails(&[
+            "codegen",
+            "conv2d",
+            "--shape",
+            "1,3,0,8,4,3,3,1,1",
+            "--out",
+            out
+        ])
+        .contains("h must be at least 1")
+    );
+    assert!(fails(&["codegen", "matmul", "--shape", "4,-5,6", "--out", out]).contains("'-5'"));
+    assert!(
+        fails(&[
+            "codegen",
+            "conv2d",
+            "--shape",
+            "1,3,2,2,4,3,3,4,0",
+            "--out",
+            out
+        ])
+        .contains("output is empty")
+    );
+    assert!(fails(&["codegen", "matmul", "--out", out]).contains("--shape"));
+    assert!(
+        fails(&[
+            "codegen",
+            "matmul",
+            "--shape",
+            "8,8,8",
+            "--out",
+            "/proc/tilesched"
+        ])
+        .contains("cannot")
+    );
+    assert!(
+        fails(&[
+            "codegen",
+            "matmul",
+            "--shape",
+            "8,8,8",
+            "--out",
+            out,
+            "--compile",
+            "compute_90"
+        ])
+        .contains("sm_XY")
+    );
+    assert!(
+        fails(&[
+            "codegen", "matmul", "--shape", "8,8,8", "--out", out, "--gpu", "a100"
+        ])
+        .contains("unknown GPU")
+    );
+    assert!(fails(&["frobnicate"]).contains("frobnicate"));
+}
+
+#[test]
+fn compiling_without_nvrtc_is_one_clear_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["codegen", "matmul", "--shape", "64,64,64", "--out"])
+        .arg(tmp.path())
+        .args(["--compile", "sm_90"])
+        .env("TILESCHED_NVRTC", "/nonexistent/libnvrtc.so.13")
+        .env("TILESCHED_CACHE", "/nonexistent")
+        .env("CUDA_HOME", "/nonexistent")
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    // Where a CUDA toolkit is installed system-wide NVRTC is still found; elsewhere the
+    // run must fail with one line that says what is missing and how to get it.
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("libnvrtc.so.13") && err.contains("scripts/setup.sh"),
+            "{err}"
+        );
+    }
+}
