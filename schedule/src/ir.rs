@@ -196,6 +196,8 @@ impl Scope {
             (Expr::Const(x), c) => Expr::Const(x.div_euclid(c)),
             (_, c) if lo >= 0 && hi < c => Expr::Const(0),
             (Expr::Mul(e, x), c) if x % c == 0 => self.mul(*e, x / c),
+            // (e*x)/c = e/(c/x) when x divides c (operands are non-negative).
+            (Expr::Mul(e, x), c) if x > 0 && c % x == 0 => self.div(*e, c / x),
             (Expr::Div(e, x), c) => self.div(*e, x * c),
             (a, c) => Expr::Div(Box::new(a), c),
         }
@@ -208,6 +210,8 @@ impl Scope {
             (Expr::Const(x), c) => Expr::Const(x.rem_euclid(c)),
             (a, c) if lo >= 0 && hi < c => a,
             (Expr::Mul(_, x), c) if x % c == 0 => Expr::Const(0),
+            // (e*x)%c = (e%(c/x))*x when x divides c.
+            (Expr::Mul(e, x), c) if x > 0 && c % x == 0 => self.mul(self.rem(*e, c / x), x),
             (a, c) => Expr::Rem(Box::new(a), c),
         }
     }
