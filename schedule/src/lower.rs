@@ -21,7 +21,7 @@
 
 use crate::ir::{Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
 use crate::state::State;
-use crate::task::{Access, AxisRef, Contraction, Task};
+use crate::task::{Access, AffineIndex, AxisRef, Contraction, Task};
 use crate::tiling::{ReductionUnroll, Tiling, fetch_unrolled};
 
 /// Lowers a validated state of `task`.
@@ -186,13 +186,7 @@ impl<'a> Lowering<'a> {
         for (d, (index, stride)) in access.index.iter().zip(access.strides()).enumerate() {
             // Global index of this dimension: the affine index at the tile's base,
             // plus the coordinate within the box.
-            let base = self.scope.sum(index.terms.iter().map(|&(axis, coeff)| {
-                let b = match axis {
-                    AxisRef::Spatial(i) => block_base[i].clone(),
-                    AxisRef::Reduction(i) => stage_base[i].clone(),
-                };
-                self.scope.mul(b, coeff)
-            }));
+            let base = affine_terms(&self.scope, index, block_base, stage_base);
             let g = self.scope.add(
                 self.scope.add(base, Expr::Const(index.offset)),
                 coords[d].clone(),
@@ -337,13 +331,7 @@ impl<'a> Lowering<'a> {
         let s = &self.scope;
         let strides = self.tiling.tiles[i].strides();
         s.sum(access.index.iter().zip(strides).map(|(index, stride)| {
-            let within = s.sum(index.terms.iter().map(|&(axis, coeff)| {
-                let local = match axis {
-                    AxisRef::Spatial(a) => local_sp[a].clone(),
-                    AxisRef::Reduction(r) => local_red[r].clone(),
-                };
-                s.mul(local, coeff)
-            }));
+            let within = affine_terms(s, index, local_sp, local_red);
             s.mul(within, stride)
         }))
     }
@@ -391,12 +379,8 @@ impl<'a> Lowering<'a> {
                     .iter()
                     .zip(access.strides())
                     .map(|(index, stride)| {
-                        let i = s.sum(index.terms.iter().map(|&(axis, coeff)| match axis {
-                            AxisRef::Spatial(a) => s.mul(coords[a].clone(), coeff),
-                            AxisRef::Reduction(_) => {
-                                unreachable!("a bias is indexed by output axes")
-                            }
-                        }));
+                        // A bias is indexed by output axes only.
+                        let i = affine_terms(s, index, &coords, &[]);
                         s.mul(s.add(i, Expr::Const(index.offset)), stride)
                     }),
             )
@@ -425,6 +409,18 @@ struct RegisterLoops {
     vthread_vars: Vec<Option<Var>>,
     outer_vars: Vec<Option<Var>>,
     inner_vars: Vec<Option<Var>>,
+}
+
+/// `sum(coeff * value)` over an affine index's terms (its offset excluded), with the
+/// value of each spatial and reduction axis given.
+fn affine_terms(scope: &Scope, index: &AffineIndex, spatial: &[Expr], reduction: &[Expr]) -> Expr {
+    scope.sum(index.terms.iter().map(|&(axis, coeff)| {
+        let value = match axis {
+            AxisRef::Spatial(a) => spatial[a].clone(),
+            AxisRef::Reduction(r) => reduction[r].clone(),
+        };
+        scope.mul(value, coeff)
+    }))
 }
 
 fn var_or_zero(v: Option<Var>) -> Expr {
