@@ -143,67 +143,45 @@ fn codegen_without_compile_and_same_seed_same_files() {
 fn bad_input_gets_one_line_and_a_nonzero_exit() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().to_str().unwrap();
-    assert!(fails(&["workloads", "--network", "vgg"]).contains("unknown network 'vgg'"));
-    assert!(fails(&["workloads", "--batch", "0"]).contains("batch"));
-    assert!(
-        fails(&["codegen", "conv3d", "--shape", "1", "--out", out]).contains("unknown operator")
-    );
-    assert!(fails(&["codegen", "conv2d", "--shape", "1,2,3", "--out", out]).contains("N,C,H,W"));
-    assert!(
-        fails(&[
-            "codegen",
-            "conv2d",
-            "--shape",
-            "1,3,0,8,4,3,3,1,1",
-            "--out",
-            out
-        ])
-        .contains("h must be at least 1")
-    );
-    assert!(fails(&["codegen", "matmul", "--shape", "4,-5,6", "--out", out]).contains("'-5'"));
-    assert!(
-        fails(&[
-            "codegen",
-            "conv2d",
-            "--shape",
-            "1,3,2,2,4,3,3,4,0",
-            "--out",
-            out
-        ])
-        .contains("output is empty")
-    );
-    assert!(fails(&["codegen", "matmul", "--out", out]).contains("--shape"));
-    assert!(
-        fails(&[
-            "codegen",
-            "matmul",
-            "--shape",
-            "8,8,8",
-            "--out",
-            "/proc/tilesched"
-        ])
-        .contains("cannot")
-    );
-    assert!(
-        fails(&[
-            "codegen",
-            "matmul",
-            "--shape",
-            "8,8,8",
-            "--out",
-            out,
-            "--compile",
-            "compute_90"
-        ])
-        .contains("sm_XY")
-    );
-    assert!(
-        fails(&[
-            "codegen", "matmul", "--shape", "8,8,8", "--out", out, "--gpu", "a100"
-        ])
-        .contains("unknown GPU")
-    );
-    assert!(fails(&["frobnicate"]).contains("frobnicate"));
+    // Each case: the command line (whitespace-separated, OUT = a writable directory)
+    // and a fragment its one error line must contain.
+    let cases = [
+        ("workloads --network vgg", "unknown network 'vgg'"),
+        ("workloads --batch 0", "batch"),
+        ("codegen conv3d --shape 1 --out OUT", "unknown operator"),
+        ("codegen conv2d --shape 1,2,3 --out OUT", "N,C,H,W"),
+        (
+            "codegen conv2d --shape 1,3,0,8,4,3,3,1,1 --out OUT",
+            "h must be at least 1",
+        ),
+        ("codegen matmul --shape 4,-5,6 --out OUT", "'-5'"),
+        (
+            "codegen conv2d --shape 1,3,2,2,4,3,3,4,0 --out OUT",
+            "output is empty",
+        ),
+        ("codegen matmul --out OUT", "--shape"),
+        (
+            "codegen matmul --shape 8,8,8 --out /proc/tilesched",
+            "cannot",
+        ),
+        (
+            "codegen matmul --shape 8,8,8 --out OUT --compile compute_90",
+            "sm_XY",
+        ),
+        (
+            "codegen matmul --shape 8,8,8 --out OUT --gpu a100",
+            "unknown GPU",
+        ),
+        ("frobnicate", "frobnicate"),
+    ];
+    for (command, expected) in cases {
+        let args: Vec<&str> = command
+            .split_whitespace()
+            .map(|a| if a == "OUT" { out } else { a })
+            .collect();
+        let err = fails(&args);
+        assert!(err.contains(expected), "{command}: {err}");
+    }
 }
 
 #[test]
