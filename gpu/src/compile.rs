@@ -60,24 +60,22 @@ pub fn check_arch(arch: &str) -> Result<(), CompileError> {
     }
 }
 
-/// Compiles `source`, which defines `extern "C"` kernel `kernel`, to a cubin for `arch`.
-pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel, CompileError> {
-    check_arch(arch)?;
+/// Runs NVRTC on `source` with `options`; the program (for fetching the output) and the
+/// compiler's log.
+fn run_nvrtc(
+    source: &str,
+    kernel: &str,
+    options: &[String],
+) -> Result<(Program, String), CompileError> {
     nvrtc_lib::ensure_loaded().map_err(CompileError::Unavailable)?;
-    let start = Instant::now();
     let src = CString::new(source).map_err(|_| CompileError::Source {
         log: "source contains a NUL byte".to_string(),
     })?;
     let name = CString::new(format!("{kernel}.cu")).map_err(|e| nvrtc_err("name", e))?;
     let program =
         Program(result::create_program(&src, Some(&name)).map_err(|e| nvrtc_err("create", e))?);
-    let options = [
-        format!("--gpu-architecture={arch}"),
-        "--std=c++17".to_string(),
-        "--ptxas-options=--verbose".to_string(),
-    ];
     // SAFETY: `program` is a live program created above.
-    let compiled = unsafe { result::compile_program(program.0, &options) };
+    let compiled = unsafe { result::compile_program(program.0, options) };
     // SAFETY: as above.
     let log = unsafe { result::get_program_log(program.0) }
         .map(|raw| {
@@ -92,6 +90,19 @@ pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel,
     if compiled.is_err() {
         return Err(CompileError::Source { log });
     }
+    Ok((program, log))
+}
+
+/// Compiles `source`, which defines `extern "C"` kernel `kernel`, to a cubin for `arch`.
+pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel, CompileError> {
+    check_arch(arch)?;
+    let start = Instant::now();
+    let options = [
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        "--ptxas-options=--verbose".to_string(),
+    ];
+    let (program, log) = run_nvrtc(source, kernel, &options)?;
     let mut size = 0usize;
     // SAFETY: `program` compiled successfully; `size` is a valid out-pointer.
     unsafe { sys::nvrtcGetCUBINSize(program.0, &mut size) }
@@ -110,4 +121,27 @@ pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel,
         log,
         compile_ms,
     })
+}
+
+/// Compiles `source` to PTX for the virtual architecture of `arch` (`compute_XY`).
+pub fn compile_ptx(source: &str, kernel: &str, arch: &str) -> Result<String, CompileError> {
+    check_arch(arch)?;
+    let virtual_arch = arch.replacen("sm_", "compute_", 1);
+    let options = [
+        format!("--gpu-architecture={virtual_arch}"),
+        "--std=c++17".to_string(),
+    ];
+    let (program, _log) = run_nvrtc(source, kernel, &options)?;
+    let mut size = 0usize;
+    // SAFETY: `program` compiled successfully; `size` is a valid out-pointer.
+    unsafe { sys::nvrtcGetPTXSize(program.0, &mut size) }
+        .result()
+        .map_err(|e| nvrtc_err("ptx size", e))?;
+    let mut ptx = vec![0u8; size];
+    // SAFETY: `ptx` has exactly the size NVRTC reported.
+    unsafe { sys::nvrtcGetPTX(program.0, ptx.as_mut_ptr().cast()) }
+        .result()
+        .map_err(|e| nvrtc_err("ptx", e))?;
+    let text: Vec<u8> = ptx.into_iter().take_while(|&c| c != 0).collect();
+    String::from_utf8(text).map_err(|e| nvrtc_err("ptx text", e))
 }

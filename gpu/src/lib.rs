@@ -1,10 +1,23 @@
-//! Everything that touches CUDA. For now: compiling generated CUDA C to a cubin with
-//! NVRTC (loaded at run time, no GPU or driver needed) and reading the compiled
-//! kernel's resource usage (registers, stack, spills, shared memory) out of the cubin.
+//! Everything that touches CUDA: compiling generated CUDA C to a cubin with NVRTC (no
+//! GPU needed), reading the compiled kernel's resource usage, and measuring kernels on a
+//! GPU in isolated worker processes (exact correctness check against a reference kernel,
+//! then timing), with the client side that starts, feeds, times out and restarts them.
 
+pub mod check;
 pub mod compile;
 pub mod cubin;
+pub mod cuda;
+pub mod device;
 pub mod nvrtc_lib;
+pub mod pool;
+pub mod protocol;
+pub mod timing;
+pub mod worker;
 
+pub use check::Problem;
 pub use compile::{CompileError, CompiledKernel, compile};
 pub use cubin::Resources;
+pub use device::DeviceInfo;
+pub use pool::{Pool, PoolError, WorkerCommand};
+pub use protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Timing};
+pub use timing::TimingConfig;

@@ -12,6 +12,7 @@ pub mod interp;
 pub mod ir;
 pub mod lower;
 pub mod network;
+pub mod reference;
 pub mod sample;
 pub mod shape;
 pub mod state;

@@ -1,0 +1,272 @@
+//! A thin owned layer over the CUDA driver API (cudarc's `result` functions): one
+//! context, device buffers, modules, events and launches on one stream. The worker needs
+//! exact control of what is enqueued between two timing events, which cudarc's safe
+//! layer (with per-buffer event tracking and synchronizing drops) does not give.
+//!
+//! Only the measurement worker process uses this module: a faulting kernel poisons the
+//! context, and the process is then ended rather than recovered.
+
+use cudarc::driver::result::{self, DriverError};
+use cudarc::driver::sys;
+use schedule::LaunchConfig;
+use std::ffi::{CString, c_void};
+use thiserror::Error;
+
+/// A failed driver call, with what was being done.
+#[derive(Debug, Clone, Error)]
+#[error("{what}: {name}")]
+pub struct CudaError {
+    pub what: String,
+    /// The driver's error name, e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`.
+    pub name: String,
+}
+
+fn err(what: impl Into<String>) -> impl FnOnce(DriverError) -> CudaError {
+    let what = what.into();
+    move |e| CudaError {
+        what,
+        name: e
+            .error_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("CUresult {}", e.0 as i32)),
+    }
+}
+
+/// True when the driver library can be opened (cudarc would panic on first use if not).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the driver library by its usual names.
+    unsafe { sys::is_culib_present() }
+}
+
+/// The current context of device `ordinal` (its primary context) and a stream on it.
+pub struct Context {
+    pub device: sys::CUdevice,
+    pub ordinal: u32,
+    stream: sys::CUstream,
+}
+
+impl Context {
+    /// Initializes the driver and makes device `ordinal`'s primary context current.
+    pub fn new(ordinal: u32) -> Result<Context, CudaError> {
+        result::init().map_err(err("cuInit"))?;
+        let count = result::device::get_count().map_err(err("cuDeviceGetCount"))?;
+        if ordinal as i32 >= count {
+            return Err(CudaError {
+                what: format!("device {ordinal}"),
+                name: format!("only {count} device(s) present"),
+            });
+        }
+        let device = result::device::get(ordinal as i32).map_err(err("cuDeviceGet"))?;
+        // SAFETY: `device` is a valid device handle; the retained context is released
+        // by the driver when the process ends.
+        let ctx = unsafe { result::primary_ctx::retain(device) }
+            .map_err(err("cuDevicePrimaryCtxRetain"))?;
+        // SAFETY: `ctx` was just retained and stays alive for the process.
+        unsafe { result::ctx::set_current(ctx) }.map_err(err("cuCtxSetCurrent"))?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(err("cuStreamCreate"))?;
+        Ok(Context {
+            device,
+            ordinal,
+            stream,
+        })
+    }
+
+    pub fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32, CudaError> {
+        // SAFETY: `self.device` is a valid device handle.
+        unsafe { result::device::get_attribute(self.device, attribute) }
+            .map_err(err(format!("cuDeviceGetAttribute({attribute:?})")))
+    }
+
+    pub fn name(&self) -> Result<String, CudaError> {
+        result::device::get_name(self.device).map_err(err("cuDeviceGetName"))
+    }
+
+    pub fn total_memory(&self) -> Result<usize, CudaError> {
+        // SAFETY: `self.device` is a valid device handle.
+        unsafe { result::device::total_mem(self.device) }.map_err(err("cuDeviceTotalMem"))
+    }
+
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        // SAFETY: the stream belongs to the current context.
+        unsafe { result::stream::synchronize(self.stream) }.map_err(err("cuStreamSynchronize"))
+    }
+
+    /// A device buffer of `len` floats (uninitialized).
+    pub fn alloc(&self, len: usize) -> Result<Buffer, CudaError> {
+        let bytes = len.max(1) * 4;
+        // SAFETY: a plain allocation in the current context.
+        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(err("cuMemAlloc"))?;
+        Ok(Buffer { ptr, len })
+    }
+
+    pub fn upload(&self, dst: &Buffer, src: &[f32]) -> Result<(), CudaError> {
+        assert_eq!(dst.len, src.len(), "upload size");
+        // SAFETY: `dst` holds exactly `src.len()` floats.
+        unsafe { result::memcpy_htod_sync(dst.ptr, src) }.map_err(err("cuMemcpyHtoD"))
+    }
+
+    pub fn download(&self, src: &Buffer) -> Result<Vec<f32>, CudaError> {
+        self.synchronize()?;
+        let mut out = vec![0.0f32; src.len];
+        // SAFETY: `src` holds exactly `out.len()` floats.
+        unsafe { result::memcpy_dtoh_sync(&mut out, src.ptr) }.map_err(err("cuMemcpyDtoH"))?;
+        Ok(out)
+    }
+
+    pub fn copy(&self, dst: &Buffer, src: &Buffer) -> Result<(), CudaError> {
+        assert_eq!(dst.len, src.len, "copy size");
+        // SAFETY: both buffers are live and of the same size.
+        unsafe { result::memcpy_dtod_sync(dst.ptr, src.ptr, src.len * 4) }
+            .map_err(err("cuMemcpyDtoD"))
+    }
+
+    /// Fills `buffer` with the bytes 0xFF: every float reads as NaN.
+    pub fn poison(&self, buffer: &Buffer) -> Result<(), CudaError> {
+        // SAFETY: the buffer is live; any byte pattern is a valid float.
+        unsafe { result::memset_d8_async(buffer.ptr, 0xFF, buffer.len * 4, self.stream) }
+            .map_err(err("cuMemsetD8"))
+    }
+
+    /// Loads a cubin (or NUL-terminated PTX) image.
+    pub fn load(&self, image: &[u8]) -> Result<Module, CudaError> {
+        let mut owned = image.to_vec();
+        owned.push(0); // PTX text must be NUL-terminated; a cubin ignores the extra byte.
+        // SAFETY: `owned` is a complete image that outlives the call.
+        let module = unsafe { result::module::load_data(owned.as_ptr().cast()) }
+            .map_err(err("cuModuleLoadData"))?;
+        Ok(Module { module })
+    }
+
+    /// Enqueues `function` with the given buffers (and trailing 64-bit scalars) as its
+    /// parameters.
+    pub fn launch(
+        &self,
+        function: &Function,
+        launch: LaunchConfig,
+        buffers: &[&Buffer],
+        scalars: &[u64],
+    ) -> Result<(), CudaError> {
+        let mut values: Vec<u64> = buffers.iter().map(|b| b.ptr).collect();
+        values.extend_from_slice(scalars);
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| (v as *mut u64).cast::<c_void>())
+            .collect();
+        // SAFETY: the function comes from a live module; each parameter points at a
+        // 64-bit value (a device pointer or scalar) that lives until the call returns,
+        // which is when the driver has copied the parameters.
+        unsafe {
+            result::launch_kernel(
+                function.function,
+                (launch.grid, 1, 1),
+                (launch.block, 1, 1),
+                launch.dynamic_shared_bytes,
+                self.stream,
+                &mut params,
+            )
+        }
+        .map_err(err("cuLaunchKernel"))
+    }
+
+    pub fn event(&self) -> Result<Event, CudaError> {
+        let event =
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(err("cuEventCreate"))?;
+        Ok(Event { event })
+    }
+
+    pub fn record(&self, event: &Event) -> Result<(), CudaError> {
+        // SAFETY: the event and stream are live and belong to this context.
+        unsafe { result::event::record(event.event, self.stream) }.map_err(err("cuEventRecord"))
+    }
+}
+
+/// Device memory holding `len` floats, freed on drop.
+pub struct Buffer {
+    ptr: sys::CUdeviceptr,
+    pub len: usize,
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `Context::alloc` and freed once.
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+/// A loaded module, unloaded on drop.
+pub struct Module {
+    module: sys::CUmodule,
+}
+
+impl Module {
+    /// The kernel `name`, allowed `shared_bytes` of dynamic shared memory (opting in
+    /// above the 48 KB default).
+    pub fn function(&self, name: &str, shared_bytes: u32) -> Result<Function<'_>, CudaError> {
+        let cname = CString::new(name).map_err(|_| CudaError {
+            what: format!("kernel name {name:?}"),
+            name: "contains a NUL byte".to_string(),
+        })?;
+        // SAFETY: the module is live.
+        let function = unsafe { result::module::get_function(self.module, cname) }
+            .map_err(err(format!("cuModuleGetFunction({name})")))?;
+        if shared_bytes > 48 * 1024 {
+            // SAFETY: `function` is valid while the module lives.
+            unsafe {
+                result::function::set_function_attribute(
+                    function,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+            }
+            .map_err(err("cuFuncSetAttribute(max dynamic shared memory)"))?;
+        }
+        Ok(Function {
+            function,
+            _module: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: loaded by `Context::load` and unloaded once.
+        let _ = unsafe { result::module::unload(self.module) };
+    }
+}
+
+/// A kernel of a module; borrows the module so it cannot outlive it.
+pub struct Function<'m> {
+    function: sys::CUfunction,
+    _module: std::marker::PhantomData<&'m Module>,
+}
+
+/// A timing event, destroyed on drop.
+pub struct Event {
+    event: sys::CUevent,
+}
+
+impl Event {
+    /// Milliseconds from `self` to `end` (both recorded and complete).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32, CudaError> {
+        // SAFETY: both events were created in this context and recorded on one stream.
+        unsafe { result::event::elapsed(self.event, end.event) }.map_err(err("cuEventElapsedTime"))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by `Context::event` and destroyed once.
+        let _ = unsafe { result::event::destroy(self.event) };
+    }
+}
+
+/// The CUDA version the driver supports, e.g. "13.0".
+pub fn driver_cuda_version() -> Result<String, CudaError> {
+    let mut version = 0;
+    // SAFETY: `version` is a valid out-pointer.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(err("cuDriverGetVersion"))?;
+    Ok(format!("{}.{}", version / 1000, (version % 1000) / 10))
+}

@@ -1,0 +1,296 @@
+//! The tuner's side of the measurement workers: one child process per GPU, fed requests
+//! over stdin and read over stdout on a thread, so that every answer can be waited for
+//! with a deadline. A worker that dies (a faulting kernel) or misses its deadline (a
+//! hung kernel, then killed) is restarted, and the candidate gets `launch` or `timeout`;
+//! the tuner itself never sees a CUDA error.
+
+use crate::device::DeviceInfo;
+use crate::protocol::{ErrorKind, MeasureRequest, Outcome, Request, Response};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use thiserror::Error;
+
+/// Lines of a worker's stderr kept for error messages.
+const STDERR_LINES: usize = 20;
+/// How long a worker may take to create its context and say it is ready.
+const STARTUP: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Error)]
+pub enum PoolError {
+    /// No usable GPU (the worker's own one-line reason).
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("cannot start the measurement worker {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("measurement worker for device {device}: {message}")]
+    Protocol { device: u32, message: String },
+    #[error("the devices differ ({0}): measure on devices of one kind")]
+    Mixed(String),
+}
+
+/// How to start a worker: the program and its arguments; `--device N` is appended.
+#[derive(Debug, Clone)]
+pub struct WorkerCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// One running worker process.
+struct Worker {
+    command: WorkerCommand,
+    ordinal: u32,
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    device: DeviceInfo,
+}
+
+impl Worker {
+    fn start(command: &WorkerCommand, ordinal: u32) -> Result<Worker, PoolError> {
+        let mut child = Command::new(&command.program)
+            .args(&command.args)
+            .arg("--device")
+            .arg(ordinal.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| PoolError::Spawn {
+                program: command.program.display().to_string(),
+                source,
+            })?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr_pipe = child.stderr.take().expect("stderr is piped");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let tail = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
+                let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+                if tail.len() == STDERR_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        });
+        let protocol = |message: String| PoolError::Protocol {
+            device: ordinal,
+            message,
+        };
+        let first = match lines.recv_timeout(STARTUP) {
+            Ok(line) => line,
+            Err(e) => {
+                let _ = child.kill();
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                std::thread::sleep(Duration::from_millis(50)); // let stderr drain
+                let why = match e {
+                    RecvTimeoutError::Timeout => "not ready within 60 s".to_string(),
+                    RecvTimeoutError::Disconnected => format!("exited ({status})"),
+                };
+                return Err(protocol(format!("{why}{}", tail_text(&stderr))));
+            }
+        };
+        let device = match serde_json::from_str::<Response>(&first) {
+            Ok(Response::Ready { device }) => device,
+            Ok(Response::Unavailable { message }) => {
+                let _ = child.wait();
+                return Err(PoolError::Unavailable(message));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(protocol(format!("unexpected first line {first:?}")));
+            }
+        };
+        Ok(Worker {
+            command: command.clone(),
+            ordinal,
+            child,
+            stdin,
+            lines,
+            stderr,
+            device,
+        })
+    }
+
+    fn stop(&mut self) -> String {
+        let _ = self.child.kill();
+        self.child
+            .wait()
+            .map(|s| s.to_string())
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    fn restart(&mut self) -> Result<(), PoolError> {
+        self.stop();
+        *self = Worker::start(&self.command, self.ordinal)?;
+        Ok(())
+    }
+
+    /// Measures one request; `Err` only when the worker cannot be restarted.
+    fn measure(
+        &mut self,
+        request: &MeasureRequest,
+        timeout: Duration,
+    ) -> Result<Outcome, PoolError> {
+        let line = serde_json::to_string(&Request::Measure(request.clone()))
+            .expect("requests always serialize");
+        if writeln!(self.stdin, "{line}")
+            .and_then(|()| self.stdin.flush())
+            .is_err()
+        {
+            // The worker is gone (it should have been restarted already): once more.
+            self.restart()?;
+            writeln!(self.stdin, "{line}")
+                .and_then(|()| self.stdin.flush())
+                .map_err(|e| PoolError::Protocol {
+                    device: self.ordinal,
+                    message: format!("cannot send a request: {e}"),
+                })?;
+        }
+        match self.lines.recv_timeout(timeout) {
+            Ok(answer) => match serde_json::from_str::<Response>(&answer) {
+                Ok(Response::Result { id, outcome, fatal }) if id == request.id => {
+                    if fatal {
+                        self.restart()?;
+                    }
+                    Ok(outcome)
+                }
+                _ => {
+                    self.restart()?;
+                    Err(PoolError::Protocol {
+                        device: self.ordinal,
+                        message: format!("unexpected answer {answer:?}"),
+                    })
+                }
+            },
+            Err(RecvTimeoutError::Timeout) => {
+                self.restart()?;
+                Ok(Outcome::error(
+                    ErrorKind::Timeout,
+                    format!(
+                        "no answer within {:.1} s: worker killed and restarted",
+                        timeout.as_secs_f64()
+                    ),
+                ))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self.stop();
+                std::thread::sleep(Duration::from_millis(50)); // let stderr drain
+                let message = format!(
+                    "the worker died while measuring ({status}){}",
+                    tail_text(&self.stderr)
+                );
+                self.restart()?;
+                Ok(Outcome::error(ErrorKind::Launch, message))
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn tail_text(stderr: &Mutex<VecDeque<String>>) -> String {
+    let tail = stderr.lock().unwrap_or_else(|p| p.into_inner());
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", tail.iter().cloned().collect::<Vec<_>>().join(" | "))
+    }
+}
+
+/// One worker per device; a batch is shared out among them.
+pub struct Pool {
+    workers: Vec<Worker>,
+}
+
+impl Pool {
+    /// Starts a worker on each of `devices`. All must be the same kind of GPU, so that
+    /// their times are comparable.
+    pub fn start(command: &WorkerCommand, devices: &[u32]) -> Result<Pool, PoolError> {
+        let workers = devices
+            .iter()
+            .map(|&d| Worker::start(command, d))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<&str> = workers.iter().map(|w| w.device.name.as_str()).collect();
+        if names.iter().any(|n| *n != names[0]) {
+            return Err(PoolError::Mixed(names.join(", ")));
+        }
+        Ok(Pool { workers })
+    }
+
+    /// The devices, in the order given to `start`.
+    pub fn devices(&self) -> Vec<&DeviceInfo> {
+        self.workers.iter().map(|w| &w.device).collect()
+    }
+
+    /// Measures every request (each device takes the next one left); `done` is called
+    /// as each finishes, with its index, the device's position and the outcome.
+    pub fn measure_all(
+        &mut self,
+        requests: &[MeasureRequest],
+        timeout: Duration,
+        done: &(dyn Fn(usize, usize, &Outcome) + Sync),
+    ) -> Result<Vec<(Outcome, usize)>, PoolError> {
+        let next = AtomicUsize::new(0);
+        let results: Mutex<Vec<Option<(Outcome, usize)>>> = Mutex::new(vec![None; requests.len()]);
+        let errors: Mutex<Vec<PoolError>> = Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for (w, worker) in self.workers.iter_mut().enumerate() {
+                let (next, results, errors) = (&next, &results, &errors);
+                scope.spawn(move || {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= requests.len() {
+                            break;
+                        }
+                        match worker.measure(&requests[i], timeout) {
+                            Ok(outcome) => {
+                                done(i, w, &outcome);
+                                let mut r = results.lock().unwrap_or_else(|p| p.into_inner());
+                                r[i] = Some((outcome, w));
+                            }
+                            Err(e) => {
+                                errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+                                // Stop handing out work: the batch fails as a whole.
+                                next.store(requests.len(), Ordering::Relaxed);
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(e) = errors.into_inner().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Err(e);
+        }
+        Ok(results
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .into_iter()
+            .map(|r| r.expect("every request was measured"))
+            .collect())
+    }
+}

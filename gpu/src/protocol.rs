@@ -1,0 +1,161 @@
+//! The measurement worker's wire protocol: one JSON object per line. The worker sends
+//! `Ready` (or `Unavailable`) once at start, then one `Result` per `Measure` request, in
+//! order. Anything the worker prints for people goes to stderr.
+
+use crate::check::Problem;
+use crate::device::DeviceInfo;
+use crate::timing::TimingConfig;
+use schedule::LaunchConfig;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::PathBuf;
+
+/// A compiled kernel to run: the cubin file, the kernel's name and its launch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelImage {
+    pub cubin: PathBuf,
+    pub name: String,
+    pub launch: LaunchConfig,
+}
+
+/// How a candidate failed. The names are what tuning records store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The generated source did not compile (or the state was invalid).
+    Compile,
+    /// Loading or launching failed, or the kernel faulted (the worker is restarted).
+    Launch,
+    /// The kernel did not finish in time (the worker is killed and restarted).
+    Timeout,
+    /// The output differs from the reference kernel's.
+    WrongAnswer,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 4] = [
+        ErrorKind::Compile,
+        ErrorKind::Launch,
+        ErrorKind::Timeout,
+        ErrorKind::WrongAnswer,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Compile => "compile",
+            ErrorKind::Launch => "launch",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::WrongAnswer => "wrong_answer",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ErrorKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The timed runs of a correct kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub median_us: f64,
+    /// Every timed run, in order, in microseconds.
+    pub samples_us: Vec<f32>,
+}
+
+/// What measuring one candidate gave.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok(Timing),
+    Error { kind: ErrorKind, message: String },
+}
+
+impl Outcome {
+    pub fn error(kind: ErrorKind, message: impl Into<String>) -> Outcome {
+        Outcome::Error {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Measure one candidate: check it against the reference on `problem`, then time it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasureRequest {
+    pub id: u64,
+    pub problem: Problem,
+    pub reference: KernelImage,
+    pub candidate: KernelImage,
+    pub timing: TimingConfig,
+    /// Test hook: the fault deliberately built into this candidate. The CUDA worker runs
+    /// the (already broken) kernel as it is; the simulated worker acts the fault out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected: Option<ErrorKind>,
+}
+
+/// Tuner to worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    Measure(MeasureRequest),
+}
+
+/// Worker to tuner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    /// The worker holds a context on this device and waits for requests.
+    Ready { device: DeviceInfo },
+    /// There is no usable GPU; the worker exits.
+    Unavailable { message: String },
+    /// The answer to request `id`. `fatal`: the context is lost and the worker exits.
+    Result {
+        id: u64,
+        outcome: Outcome,
+        #[serde(default)]
+        fatal: bool,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_single_json_lines_that_round_trip() {
+        let responses = [
+            Response::Unavailable {
+                message: "no CUDA driver".into(),
+            },
+            Response::Result {
+                id: 3,
+                outcome: Outcome::Ok(Timing {
+                    median_us: 12.5,
+                    samples_us: vec![12.0, 12.5, 13.0],
+                }),
+                fatal: false,
+            },
+            Response::Result {
+                id: 4,
+                outcome: Outcome::error(ErrorKind::WrongAnswer, "output[1] = NaN\nexpected 2"),
+                fatal: true,
+            },
+        ];
+        for r in responses {
+            let line = serde_json::to_string(&r).unwrap();
+            assert!(!line.contains('\n'));
+            assert_eq!(serde_json::from_str::<Response>(&line).unwrap(), r);
+        }
+        let line = serde_json::to_string(&ErrorKind::WrongAnswer).unwrap();
+        assert_eq!(line, "\"wrong_answer\"");
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::parse(k.name()), Some(k));
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The timing protocol, shared by candidates and (later) vendor baselines.
+//!
+//! Warm-up launches first, then timed repeats, each launch between its own pair of CUDA
+//! events, until the timed runs add up to a minimum time and a minimum count; the median
+//! is reported and every sample kept. The caller rotates buffer copies between launches
+//! so that L2 never serves a working set it would not hold in a real network.
+//!
+//! Before each batch of timed launches a one-thread "spin" kernel busy-waits on the GPU
+//! long enough for the CPU to enqueue the whole batch (the blocking-kernel idea of
+//! NVIDIA's nvbench): the GPU then runs the events and kernels back to back, so the
+//! launch latency of the CPU never lands inside a sample.
+
+use crate::cuda::{Context, CudaError, Function};
+use crate::protocol::Timing;
+use schedule::LaunchConfig;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// How long and how often to time a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimingConfig {
+    /// Untimed launches before the first sample.
+    pub warmup: u32,
+    /// Timed runs continue until their sum reaches this many milliseconds...
+    pub min_time_ms: f64,
+    /// ...and at least this many were taken.
+    pub min_repeats: u32,
+    /// Never more than this many (bounds the time spent on very fast kernels).
+    pub max_repeats: u32,
+}
+
+impl Default for TimingConfig {
+    fn default() -> Self {
+        TimingConfig {
+            warmup: 3,
+            min_time_ms: 100.0,
+            min_repeats: 10,
+            max_repeats: 10_000,
+        }
+    }
+}
+
+/// Launches enqueued per batch at most (bounded by the driver's launch queue).
+const MAX_BATCH: usize = 256;
+/// Longest spin before a batch.
+const MAX_SPIN_US: f64 = 20_000.0;
+
+/// The busy-wait kernel, as PTX that the driver compiles for any GPU since Volta.
+pub const SPIN_PTX: &str = r#".version 7.0
+.target sm_70
+.address_size 64
+.visible .entry tilesched_spin(.param .u64 cycles)
+{
+  .reg .pred %p<2>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [cycles];
+  mov.u64 %rd2, %clock64;
+$L_spin:
+  mov.u64 %rd3, %clock64;
+  sub.s64 %rd4, %rd3, %rd2;
+  setp.lt.u64 %p1, %rd4, %rd1;
+  @%p1 bra $L_spin;
+  ret;
+}
+"#;
+
+/// The median of `samples` (the mean of the middle two for an even count).
+pub fn median(samples: &[f32]) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted: Vec<f64> = samples.iter().map(|&s| f64::from(s)).collect();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    }
+}
+
+/// True when the samples taken so far satisfy `cfg`.
+pub fn enough(cfg: &TimingConfig, samples: &[f32]) -> bool {
+    let total_ms: f64 = samples.iter().map(|&s| f64::from(s)).sum::<f64>() / 1e3;
+    samples.len() >= cfg.max_repeats as usize
+        || (samples.len() >= cfg.min_repeats as usize && total_ms >= cfg.min_time_ms)
+}
+
+/// How many launches the next batch should time, given the samples so far.
+pub fn next_batch(cfg: &TimingConfig, samples: &[f32]) -> usize {
+    let taken = samples.len();
+    let left = (cfg.max_repeats as usize).saturating_sub(taken);
+    let wanted = if taken == 0 {
+        cfg.min_repeats.max(1) as usize
+    } else {
+        let total_us: f64 = samples.iter().map(|&s| f64::from(s)).sum();
+        let estimate = median(samples).max(0.5);
+        let time_left_us = (cfg.min_time_ms * 1e3 - total_us).max(0.0);
+        ((time_left_us / estimate).ceil() as usize)
+            .max((cfg.min_repeats as usize).saturating_sub(taken))
+    };
+    wanted.clamp(1, MAX_BATCH).min(left.max(1))
+}
+
+/// Microseconds the GPU must spin so that a batch of `batch` launches, each taking the
+/// CPU `enqueue_us` to issue, is queued before the first one runs.
+pub fn spin_us(batch: usize, enqueue_us: f64, kernel_us: Option<f64>) -> f64 {
+    let deficit = enqueue_us - kernel_us.unwrap_or(0.0);
+    (batch as f64 * deficit.max(0.0) + 20.0).min(MAX_SPIN_US)
+}
+
+/// Times `launch` (which enqueues one run of the kernel; its argument counts launches,
+/// for buffer rotation) by the protocol above.
+pub fn time_kernel(
+    ctx: &Context,
+    spin: &Function,
+    sm_clock_mhz: u32,
+    cfg: &TimingConfig,
+    mut launch: impl FnMut(usize) -> Result<(), CudaError>,
+) -> Result<Timing, CudaError> {
+    let mut count = 0usize;
+    for _ in 0..cfg.warmup {
+        launch(count)?;
+        count += 1;
+    }
+    ctx.synchronize()?;
+    let starts: Vec<_> = (0..MAX_BATCH).map(|_| ctx.event()).collect::<Result<_, _>>()?;
+    let ends: Vec<_> = (0..MAX_BATCH).map(|_| ctx.event()).collect::<Result<_, _>>()?;
+    let mut samples: Vec<f32> = Vec::new();
+    let mut enqueue_us = 10.0;
+    let mut estimate: Option<f64> = None;
+    while !enough(cfg, &samples) {
+        let batch = next_batch(cfg, &samples);
+        let cycles = (spin_us(batch, enqueue_us, estimate) * f64::from(sm_clock_mhz)) as u64;
+        let one_thread = LaunchConfig {
+            grid: 1,
+            block: 1,
+            dynamic_shared_bytes: 0,
+        };
+        ctx.launch(spin, one_thread, &[], &[cycles])?;
+        let issued = Instant::now();
+        for j in 0..batch {
+            ctx.record(&starts[j])?;
+            launch(count)?;
+            count += 1;
+            ctx.record(&ends[j])?;
+        }
+        enqueue_us = issued.elapsed().as_secs_f64() * 1e6 / batch as f64;
+        ctx.synchronize()?;
+        let first = samples.len();
+        for j in 0..batch {
+            let us = f64::from(starts[j].elapsed_ms(&ends[j])?) * 1e3;
+            // Two decimals: finer than the events' resolution, and the log stays small.
+            samples.push(((us * 100.0).round() / 100.0) as f32);
+        }
+        estimate = Some(median(&samples[first..]));
+    }
+    Ok(Timing {
+        median_us: median(&samples),
+        samples_us: samples,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn repeats_run_until_both_the_time_and_the_count_are_reached() {
+        let cfg = TimingConfig::default();
+        assert!(!enough(&cfg, &[]));
+        // 10 runs of 1 ms: count reached, time not.
+        assert!(!enough(&cfg, &[1000.0; 10]));
+        // 2 runs of 60 ms: time reached, count not.
+        assert!(!enough(&cfg, &[60_000.0; 2]));
+        assert!(enough(&cfg, &[10_000.0; 10]));
+        // A 5 µs kernel stops at the cap.
+        assert!(enough(&cfg, &vec![5.0; 10_000]));
+    }
+
+    #[test]
+    fn batches_aim_at_the_remaining_time_within_bounds() {
+        let cfg = TimingConfig::default();
+        assert_eq!(next_batch(&cfg, &[]), 10);
+        // 1 ms kernels, 10 ms taken: 90 more.
+        assert_eq!(next_batch(&cfg, &[1000.0; 10]), 90);
+        // Fast kernels: capped at a batch's size, then at max_repeats.
+        assert_eq!(next_batch(&cfg, &[5.0; 10]), MAX_BATCH);
+        assert_eq!(next_batch(&cfg, &vec![5.0; 9_990]), 10);
+        // Slow kernels still reach the minimum count.
+        assert_eq!(next_batch(&cfg, &[50_000.0; 3]), 7);
+    }
+
+    #[test]
+    fn spin_covers_the_enqueue_deficit_only() {
+        assert_eq!(spin_us(100, 5.0, None), 520.0);
+        assert_eq!(spin_us(100, 5.0, Some(50.0)), 20.0);
+        assert_eq!(spin_us(256, 1e6, None), MAX_SPIN_US);
+    }
+}

@@ -1,0 +1,315 @@
+//! The measurement worker: the process that owns a CUDA context on one GPU and answers
+//! `Measure` requests on stdin with `Result`s on stdout (see `protocol`). A kernel that
+//! faults takes the context with it, so after any CUDA error the worker answers and
+//! exits; the tuner starts a fresh one. A hung kernel is the tuner's to notice: it kills
+//! the worker when an answer is late.
+//!
+//! Per task the worker keeps the inputs (small integers), the reference kernel's output,
+//! and enough copies of the buffers to exceed twice the L2 cache, rotated between timed
+//! launches. A simulated backend speaks the same protocol without a GPU, for tests of
+//! the tuner's side.
+
+use crate::check::{Problem, first_mismatch};
+use crate::cuda::{self, Buffer, Context, CudaError, Module};
+use crate::device::DeviceInfo;
+use crate::protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Request, Response, Timing};
+use crate::timing::{self, SPIN_PTX};
+use std::io::{BufRead, Write};
+
+/// Exit status of a worker that lost its context after answering.
+pub const EXIT_FATAL: i32 = 3;
+/// Exit status of a worker that found no GPU.
+pub const EXIT_UNAVAILABLE: i32 = 4;
+/// Most buffer copies kept for rotation.
+const MAX_COPIES: u64 = 256;
+
+/// Measures requests; returns the outcome and whether the context is lost.
+pub trait Backend {
+    fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool);
+}
+
+/// Runs the worker on stdin/stdout; returns the process exit status.
+pub fn run(device: u32, simulate: bool) -> i32 {
+    let stdin = std::io::stdin().lock();
+    let stdout = std::io::stdout().lock();
+    if simulate {
+        let backend = Simulated;
+        return serve(Ok((backend, Simulated::device())), stdin, stdout);
+    }
+    serve(CudaBackend::new(device), stdin, stdout)
+}
+
+fn send(out: &mut impl Write, response: &Response) -> bool {
+    let line = serde_json::to_string(response).expect("responses always serialize");
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
+}
+
+/// The request loop, generic over the backend (and its start-up failure).
+pub fn serve<B: Backend>(
+    backend: Result<(B, DeviceInfo), String>,
+    input: impl BufRead,
+    mut output: impl Write,
+) -> i32 {
+    let mut backend = match backend {
+        Ok((backend, device)) => {
+            if !send(&mut output, &Response::Ready { device }) {
+                return 1;
+            }
+            backend
+        }
+        Err(message) => {
+            send(&mut output, &Response::Unavailable { message });
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    for line in input.lines() {
+        let Ok(line) = line else { return 1 };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let request: Request = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("worker: malformed request ({e}): {line}");
+                return 2;
+            }
+        };
+        let Request::Measure(request) = request;
+        let (outcome, fatal) = backend.measure(&request);
+        let response = Response::Result {
+            id: request.id,
+            outcome,
+            fatal,
+        };
+        if !send(&mut output, &response) {
+            return 1;
+        }
+        if fatal {
+            return EXIT_FATAL;
+        }
+    }
+    0
+}
+
+/// The buffers and expected output of the current problem.
+struct Buffers {
+    problem: Problem,
+    reference: KernelImage,
+    /// Copies of (inputs..., output); copy 0 is the one checked.
+    sets: Vec<Vec<Buffer>>,
+    expected: Vec<f32>,
+}
+
+/// Measures on a real GPU.
+pub struct CudaBackend {
+    ctx: Context,
+    device: DeviceInfo,
+    spin: Module,
+    current: Option<Buffers>,
+}
+
+fn launch_error(e: CudaError) -> (Outcome, bool) {
+    (Outcome::error(ErrorKind::Launch, e.to_string()), true)
+}
+
+impl CudaBackend {
+    pub fn new(ordinal: u32) -> Result<(CudaBackend, DeviceInfo), String> {
+        if !cuda::driver_present() {
+            return Err("no GPU: the CUDA driver (libcuda.so.1) is not installed".to_string());
+        }
+        let ctx = Context::new(ordinal).map_err(|e| format!("no GPU: {e}"))?;
+        let device = DeviceInfo::query(&ctx).map_err(|e| e.to_string())?;
+        let spin = ctx.load(SPIN_PTX.as_bytes()).map_err(|e| e.to_string())?;
+        let backend = CudaBackend {
+            ctx,
+            device: device.clone(),
+            spin,
+            current: None,
+        };
+        Ok((backend, device))
+    }
+
+    /// Allocates and fills the buffers of `problem` and runs the reference kernel.
+    fn prepare(&mut self, problem: &Problem, reference: &KernelImage) -> Result<(), String> {
+        self.current = None;
+        let ctx = &self.ctx;
+        let cuda = |e: CudaError| e.to_string();
+        let values = problem.input_values();
+        let alloc_set = || -> Result<Vec<Buffer>, CudaError> {
+            let mut set = Vec::new();
+            for &len in problem.inputs.iter().chain([&problem.output]) {
+                set.push(ctx.alloc(len)?);
+            }
+            Ok(set)
+        };
+        let first = alloc_set().map_err(cuda)?;
+        for (buffer, host) in first.iter().zip(&values) {
+            ctx.upload(buffer, host).map_err(cuda)?;
+        }
+        let image = std::fs::read(&reference.cubin)
+            .map_err(|e| format!("reference cubin {}: {e}", reference.cubin.display()))?;
+        let module = ctx.load(&image).map_err(cuda)?;
+        let function = module
+            .function(&reference.name, reference.launch.dynamic_shared_bytes)
+            .map_err(cuda)?;
+        let output = first.last().expect("a set ends with its output");
+        ctx.poison(output).map_err(cuda)?;
+        let params: Vec<&Buffer> = first.iter().collect();
+        ctx.launch(&function, reference.launch, &params, &[])
+            .map_err(cuda)?;
+        let expected = ctx.download(output).map_err(cuda)?;
+        if let Some(i) = expected.iter().position(|v| !v.is_finite()) {
+            return Err(format!("the reference kernel left output[{i}] = {}", expected[i]));
+        }
+        // Enough copies that a rotation touches over twice the L2 before coming back.
+        let bytes = problem.bytes().max(1);
+        let budget = self.device.memory_bytes / 4;
+        let copies = (2 * self.device.l2_bytes)
+            .div_ceil(bytes)
+            .clamp(1, MAX_COPIES)
+            .min((budget / bytes).max(1));
+        let mut sets = vec![first];
+        for _ in 1..copies {
+            let set = alloc_set().map_err(cuda)?;
+            for (dst, src) in set.iter().zip(&sets[0]).take(problem.inputs.len()) {
+                ctx.copy(dst, src).map_err(cuda)?;
+            }
+            sets.push(set);
+        }
+        self.current = Some(Buffers {
+            problem: problem.clone(),
+            reference: reference.clone(),
+            sets,
+            expected,
+        });
+        Ok(())
+    }
+}
+
+impl Backend for CudaBackend {
+    fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
+        let reusable = self
+            .current
+            .as_ref()
+            .is_some_and(|b| b.problem == request.problem && b.reference == request.reference);
+        if !reusable {
+            if let Err(e) = self.prepare(&request.problem, &request.reference) {
+                let message = format!("reference kernel failed: {e}");
+                return (Outcome::error(ErrorKind::Launch, message), true);
+            }
+        }
+        let buffers = self.current.as_ref().expect("prepared above");
+        let candidate = &request.candidate;
+        let image = match std::fs::read(&candidate.cubin) {
+            Ok(image) => image,
+            Err(e) => {
+                let message = format!("cannot read {}: {e}", candidate.cubin.display());
+                return (Outcome::error(ErrorKind::Launch, message), false);
+            }
+        };
+        let ctx = &self.ctx;
+        let module = match ctx.load(&image) {
+            Ok(m) => m,
+            Err(e) => return launch_error(e),
+        };
+        let function = match module.function(&candidate.name, candidate.launch.dynamic_shared_bytes)
+        {
+            Ok(f) => f,
+            Err(e) => return launch_error(e),
+        };
+        // Exact check on copy 0, output poisoned first.
+        let set: Vec<&Buffer> = buffers.sets[0].iter().collect();
+        let output = set.last().expect("a set ends with its output");
+        let checked = ctx
+            .poison(output)
+            .and_then(|()| ctx.launch(&function, candidate.launch, &set, &[]))
+            .and_then(|()| ctx.download(output));
+        let got = match checked {
+            Ok(got) => got,
+            Err(e) => return launch_error(e),
+        };
+        if let Some(m) = first_mismatch(&buffers.expected, &got) {
+            return (Outcome::error(ErrorKind::WrongAnswer, m.to_string()), false);
+        }
+        let spin = match self.spin.function("tilesched_spin", 0) {
+            Ok(f) => f,
+            Err(e) => return launch_error(e),
+        };
+        let sets: Vec<Vec<&Buffer>> = buffers.sets.iter().map(|s| s.iter().collect()).collect();
+        let timed = timing::time_kernel(
+            ctx,
+            &spin,
+            self.device.sm_clock_mhz,
+            &request.timing,
+            |i| ctx.launch(&function, candidate.launch, &sets[i % sets.len()], &[]),
+        );
+        match timed {
+            Ok(t) => (Outcome::Ok(t), false),
+            Err(e) => launch_error(e),
+        }
+    }
+}
+
+/// A stand-in for tests of the tuner on machines without a GPU: answers like a worker,
+/// with times derived from the cubin's bytes, and acts out injected faults (a crash for
+/// `launch`, a hang for `timeout`, a wrong answer). Never used for real measurements;
+/// its device name says so.
+pub struct Simulated;
+
+impl Simulated {
+    pub fn device() -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: "simulated (no GPU)".to_string(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            sm_clock_mhz: 1980,
+            memory_clock_mhz: 2619,
+            memory_bus_bits: 5120,
+            memory_bytes: 80 << 30,
+            l2_bytes: 50 << 20,
+            shared_bytes_per_block_optin: 227 * 1024,
+            cuda_driver: "13.0".to_string(),
+            kernel_driver: None,
+        }
+    }
+}
+
+impl Backend for Simulated {
+    fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
+        let image = match std::fs::read(&request.candidate.cubin) {
+            Ok(image) if image.starts_with(b"\x7fELF") => image,
+            Ok(_) => return (Outcome::error(ErrorKind::Launch, "not a cubin"), false),
+            Err(e) => return (Outcome::error(ErrorKind::Launch, e.to_string()), false),
+        };
+        match request.injected {
+            Some(ErrorKind::Launch) => {
+                eprintln!("simulated worker: crashing as a faulting kernel would");
+                std::process::exit(101);
+            }
+            Some(ErrorKind::Timeout) => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            Some(ErrorKind::WrongAnswer) => {
+                return (
+                    Outcome::error(ErrorKind::WrongAnswer, "output[0] = NaN, expected 0 (simulated)"),
+                    false,
+                );
+            }
+            Some(ErrorKind::Compile) | None => {}
+        }
+        // FNV-1a of the image: a stable pseudo time per kernel.
+        let hash = image.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let median_us = 10.0 + (hash % 100_000) as f64 / 100.0;
+        let samples_us = vec![median_us as f32; request.timing.min_repeats.max(1) as usize];
+        (
+            Outcome::Ok(Timing {
+                median_us: timing::median(&samples_us),
+                samples_us,
+            }),
+            false,
+        )
+    }
+}

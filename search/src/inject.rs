@@ -1,0 +1,115 @@
+//! Fault injection, a developer's hook: deliberately broken candidates that prove the
+//! measurement isolation works (a faulting kernel becomes `launch`, a hanging one
+//! `timeout`, a wrong one `wrong_answer`, a malformed one `compile`) while the tuning
+//! run goes on. Each fault is built into the candidate's CUDA source, so the real
+//! worker runs a really broken kernel; the simulated worker is told what was injected.
+
+use gpu::ErrorKind;
+use schedule::{Epilogue, GeneratedKernel, GpuSpec, InvalidState, State, Task, generate};
+use std::collections::BTreeMap;
+
+/// Parses `KIND@TRIAL[,KIND@TRIAL...]`, where TRIAL counts candidates from 0 in the
+/// order this run builds them and KIND is compile, launch, timeout or wrong_answer.
+pub fn parse(spec: &str) -> Result<BTreeMap<usize, ErrorKind>, String> {
+    let mut out = BTreeMap::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (kind, trial) = item
+            .split_once('@')
+            .ok_or_else(|| format!("fault '{item}' is not KIND@TRIAL"))?;
+        let kind = ErrorKind::parse(kind).ok_or_else(|| {
+            format!("unknown fault kind '{kind}' (expected compile, launch, timeout or wrong_answer)")
+        })?;
+        let trial = trial
+            .parse()
+            .map_err(|_| format!("fault trial '{trial}' is not a number"))?;
+        out.insert(trial, kind);
+    }
+    Ok(out)
+}
+
+/// Inserts `line` as the first statement of the kernel body.
+fn prepend_to_body(source: &str, line: &str) -> String {
+    let mut out = String::new();
+    let mut done = false;
+    for l in source.lines() {
+        out.push_str(l);
+        out.push('\n');
+        if !done && l.contains("__global__") && l.trim_end().ends_with('{') {
+            out.push_str(line);
+            out.push('\n');
+            done = true;
+        }
+    }
+    assert!(done, "a generated kernel has a __global__ signature line");
+    out
+}
+
+/// The kernel of `state` with fault `kind` built in.
+pub fn faulty_kernel(
+    kind: ErrorKind,
+    task: &Task,
+    state: &State,
+    gpu: &GpuSpec,
+) -> Result<GeneratedKernel, InvalidState> {
+    if kind == ErrorKind::WrongAnswer {
+        // A plausible bug: the epilogue's ReLU dropped (or added). Inputs of both signs
+        // make outputs of both signs, so the answer differs.
+        let flipped = Task {
+            epilogue: Epilogue {
+                relu: !task.epilogue.relu,
+                ..task.epilogue
+            },
+            ..*task
+        };
+        let mut kernel = generate(&flipped, state, gpu)?;
+        // Keep the name of the task's kernel.
+        kernel.source = kernel.source.replace(&flipped.key(), &task.key());
+        kernel.name = task.key();
+        return Ok(kernel);
+    }
+    let mut kernel = generate(task, state, gpu)?;
+    let line = match kind {
+        // 2^40 floats past the output: unmapped on any GPU.
+        ErrorKind::Launch => {
+            "  if (threadIdx.x == 0) { *reinterpret_cast<volatile float*>(out + (1ll << 40)) = 1.0f; } // injected fault"
+        }
+        ErrorKind::Timeout => "  for (;;) { __nanosleep(1000); } // injected hang",
+        ErrorKind::Compile => "  injected_compile_error; // injected",
+        ErrorKind::WrongAnswer => unreachable!("handled above"),
+    };
+    kernel.source = prepend_to_body(&kernel.source, line);
+    Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use schedule::{Sampler, parse_shape};
+
+    #[test]
+    fn specs_parse_and_bad_ones_say_why() {
+        let m = parse("launch@3, timeout@7,wrong_answer@12").unwrap();
+        assert_eq!(m[&3], ErrorKind::Launch);
+        assert_eq!(m[&7], ErrorKind::Timeout);
+        assert_eq!(m[&12], ErrorKind::WrongAnswer);
+        assert!(parse("crash@1").unwrap_err().contains("unknown fault kind"));
+        assert!(parse("launch").unwrap_err().contains("KIND@TRIAL"));
+        assert!(parse("launch@x").unwrap_err().contains("not a number"));
+    }
+
+    #[test]
+    fn faults_change_the_kernel_but_not_its_name_or_launch() {
+        let task = Task::new(parse_shape("matmul", "64,64,64").unwrap(), Default::default())
+            .unwrap();
+        let gpu = GpuSpec::h100();
+        let state = Sampler::new(&task, &gpu, 1).sample().unwrap();
+        let clean = generate(&task, &state, &gpu).unwrap();
+        for kind in ErrorKind::ALL {
+            let k = faulty_kernel(kind, &task, &state, &gpu).unwrap();
+            assert_eq!((&k.name, k.launch), (&clean.name, clean.launch), "{kind}");
+            assert_ne!(k.source, clean.source, "{kind}");
+        }
+        let wrong = faulty_kernel(ErrorKind::WrongAnswer, &task, &state, &gpu).unwrap();
+        assert!(wrong.source.contains("fmaxf"), "the wrong kernel adds a ReLU");
+    }
+}

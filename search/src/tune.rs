@@ -1,0 +1,350 @@
+//! The tuning loop: for each task, draw candidates, build them, measure them on the
+//! worker pool, append their records; round-robin over the tasks one batch at a time,
+//! each task getting a fair share of the trials (the gradient task scheduler and the
+//! model-guided strategies come later). Resuming counts what the log already holds for
+//! each task and never re-measures a state it has.
+
+use crate::build::{self, Candidate};
+use crate::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
+use gpu::{DeviceInfo, ErrorKind, MeasureRequest, Outcome, Pool, PoolError, Problem, TimingConfig};
+use schedule::{GpuSpec, Sampler, State, Task};
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TuneError {
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("{0}")]
+    Reference(String),
+    #[error("NVRTC: {0}")]
+    Nvrtc(String),
+}
+
+/// How a tuning run proceeds.
+#[derive(Debug, Clone)]
+pub struct TuneConfig {
+    /// Trials over all tasks (including those the log already holds when resuming).
+    pub trials: usize,
+    /// Candidates built and measured together (and flushed to the log together).
+    pub batch: usize,
+    pub seed: u64,
+    /// No new batch starts after this much time.
+    pub time_budget: Option<Duration>,
+    pub timing: TimingConfig,
+    /// Longest wait for one candidate's answer before its worker is killed.
+    pub timeout: Duration,
+    /// Developer hook: candidate number (in build order, from 0) -> fault built in.
+    pub inject: BTreeMap<usize, ErrorKind>,
+    /// Where cubins are written for the workers.
+    pub workdir: PathBuf,
+}
+
+/// Where tuning stands, for a progress display.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub task: String,
+    pub task_done: usize,
+    pub task_trials: usize,
+    pub best_us: Option<f64>,
+    pub best_tflops: Option<f64>,
+    pub done: usize,
+    pub total: usize,
+}
+
+/// Receives progress; `measured` is called from the measuring threads.
+pub trait Progress: Sync {
+    fn start(&self, total: usize, done: usize);
+    fn measured(&self);
+    fn status(&self, status: &Status);
+}
+
+/// What a run did, beyond its records.
+#[derive(Debug, Clone, Default)]
+pub struct TuneStats {
+    pub wall: Duration,
+    /// Compile time of each kernel built (ms).
+    pub compile_ms: Vec<f64>,
+    /// Candidates sent to the workers and the time the workers took for them.
+    pub measured: usize,
+    pub measure_time: Duration,
+    pub build_time: Duration,
+    /// Tasks with no new distinct valid state left to draw.
+    pub exhausted: Vec<String>,
+    pub stopped_by_budget: bool,
+}
+
+/// Splits `total` trials over `n` tasks as evenly as possible (earlier tasks get the
+/// remainder).
+pub fn fair_shares(total: usize, n: usize) -> Vec<usize> {
+    (0..n)
+        .map(|i| total / n + usize::from(i < total % n))
+        .collect()
+}
+
+/// The schedule crate's hardware description for a measured device: the built-in table
+/// of its architecture with the device's own counts.
+pub fn gpu_spec(device: &DeviceInfo) -> GpuSpec {
+    GpuSpec {
+        name: device.name.clone(),
+        compute_capability: device.compute_capability,
+        sm_count: device.sm_count,
+        shared_bytes_per_block_optin: device.shared_bytes_per_block_optin,
+        ..GpuSpec::h100()
+    }
+}
+
+/// A seed per task from the run's seed and the task key, so that adding a task to a run
+/// does not change the candidates of the others.
+fn task_seed(seed: u64, key: &str) -> u64 {
+    key.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The buffers a task's kernels take, for the worker.
+pub fn problem(task: &Task, seed: u64) -> Problem {
+    let c = task.contraction();
+    let mut inputs: Vec<usize> = c.inputs.iter().map(|a| a.elements() as usize).collect();
+    if let Some(bias) = &c.bias {
+        inputs.push(bias.elements() as usize);
+    }
+    Problem {
+        key: task.key(),
+        inputs,
+        output: c.output_elements() as usize,
+        reduction: c.reduction.iter().map(|a| u64::from(a.extent)).product(),
+        seed,
+    }
+}
+
+/// Per-task search state.
+struct TaskRun {
+    task: Task,
+    trials: usize,
+    done: usize,
+    measured: HashSet<String>,
+    sampler: Sampler,
+    best_us: Option<f64>,
+    exhausted: bool,
+}
+
+impl TaskRun {
+    /// Up to `n` valid states not measured before, in the sampler's order.
+    fn draw(&mut self, n: usize) -> Vec<State> {
+        let mut out = Vec::new();
+        let mut misses = 0;
+        while out.len() < n && misses < 50 * n.max(1) {
+            match self.sampler.sample() {
+                Some(s) if self.measured.insert(s.id()) => out.push(s),
+                Some(_) => misses += 1,
+                None => break,
+            }
+        }
+        if out.len() < n {
+            self.exhausted = true;
+        }
+        out
+    }
+}
+
+/// Tunes `tasks` with random search, appending to `log`. `prior` is what the log held
+/// (when resuming). Returns the new records.
+pub fn tune(
+    tasks: &[Task],
+    pool: &mut Pool,
+    log: &mut LogWriter,
+    prior: &[Record],
+    cfg: &TuneConfig,
+    progress: &dyn Progress,
+) -> Result<(Vec<Record>, TuneStats), TuneError> {
+    let started = Instant::now();
+    let device = pool.devices()[0].clone();
+    let spec = gpu_spec(&device);
+    let arch = device.arch();
+    let nvrtc = gpu::nvrtc_lib::version()
+        .map(|(a, b)| format!("{a}.{b}"))
+        .map_err(TuneError::Nvrtc)?;
+    let mut runs: Vec<TaskRun> = tasks
+        .iter()
+        .zip(fair_shares(cfg.trials, tasks.len()))
+        .map(|(task, trials)| {
+            let key = task.key();
+            let mine: Vec<&Record> = prior.iter().filter(|r| r.task == key).collect();
+            TaskRun {
+                task: *task,
+                trials,
+                done: mine.len(),
+                measured: mine.iter().map(|r| r.state.id()).collect(),
+                sampler: Sampler::new(task, &spec, task_seed(cfg.seed, &key)),
+                best_us: mine
+                    .iter()
+                    .filter_map(|r| r.median_us())
+                    .min_by(f64::total_cmp),
+                exhausted: false,
+            }
+        })
+        .collect();
+    let total: usize = runs.iter().map(|r| r.trials.max(r.done)).sum();
+    let mut done: usize = runs.iter().map(|r| r.done.min(r.trials)).sum();
+    progress.start(total, done);
+    let mut stats = TuneStats::default();
+    let mut new_records = Vec::new();
+    let mut references = BTreeMap::new();
+    let mut next_candidate = 0usize;
+    let mut next_id = 0u64;
+    loop {
+        let mut progressed = false;
+        for run in runs.iter_mut() {
+            if run.exhausted || run.done >= run.trials {
+                continue;
+            }
+            if cfg.time_budget.is_some_and(|b| started.elapsed() >= b) {
+                stats.stopped_by_budget = true;
+                break;
+            }
+            let key = run.task.key();
+            let states = run.draw(cfg.batch.min(run.trials - run.done));
+            if run.exhausted {
+                stats.exhausted.push(key.clone());
+            }
+            if states.is_empty() {
+                continue;
+            }
+            progressed = true;
+            if !references.contains_key(&key) {
+                let image = build::build_reference(&run.task, &arch, &cfg.workdir)
+                    .map_err(TuneError::Reference)?;
+                references.insert(key.clone(), image);
+            }
+            let injected: Vec<Option<ErrorKind>> = (0..states.len())
+                .map(|i| cfg.inject.get(&(next_candidate + i)).copied())
+                .collect();
+            next_candidate += states.len();
+            let t = Instant::now();
+            let candidates = build::build(&run.task, states, &injected, &spec, &arch, &cfg.workdir);
+            stats.build_time += t.elapsed();
+
+            // Compile failures are records now; the rest go to the workers.
+            let mut outcomes: Vec<Option<(Outcome, usize)>> = Vec::new();
+            let mut requests = Vec::new();
+            for c in &candidates {
+                match &c.build {
+                    Ok((image, info)) => {
+                        stats.compile_ms.push(info.compile_ms);
+                        outcomes.push(None);
+                        requests.push(MeasureRequest {
+                            id: next_id,
+                            problem: problem(&run.task, cfg.seed),
+                            reference: references[&key].clone(),
+                            candidate: image.clone(),
+                            timing: cfg.timing,
+                            injected: c.injected,
+                        });
+                        next_id += 1;
+                    }
+                    Err(message) => {
+                        progress.measured();
+                        outcomes.push(Some((Outcome::error(ErrorKind::Compile, message), 0)));
+                    }
+                }
+            }
+            let t = Instant::now();
+            let measured = pool.measure_all(&requests, cfg.timeout, &|_, _, _| progress.measured())?;
+            stats.measure_time += t.elapsed();
+            stats.measured += requests.len();
+            let mut measured = measured.into_iter();
+            let devices = pool.devices();
+            let records: Vec<Record> = candidates
+                .into_iter()
+                .zip(outcomes)
+                .map(|(c, outcome)| {
+                    let (result, worker) = outcome
+                        .or_else(|| measured.next())
+                        .expect("one outcome per candidate");
+                    record(&run.task, c, result, devices[worker], &nvrtc)
+                })
+                .collect();
+            log.append(&records)?;
+            for r in &records {
+                if let Some(us) = r.median_us() {
+                    run.best_us = Some(run.best_us.map_or(us, |b| b.min(us)));
+                }
+            }
+            run.done += records.len();
+            done += records.len();
+            progress.status(&Status {
+                task: key,
+                task_done: run.done,
+                task_trials: run.trials,
+                best_us: run.best_us,
+                best_tflops: run
+                    .best_us
+                    .map(|us| run.task.flops() as f64 / (us * 1e-6) / 1e12),
+                done,
+                total,
+            });
+            new_records.extend(records);
+        }
+        if !progressed || stats.stopped_by_budget {
+            break;
+        }
+    }
+    stats.wall = started.elapsed();
+    Ok((new_records, stats))
+}
+
+fn record(task: &Task, c: Candidate, result: Outcome, device: &DeviceInfo, nvrtc: &str) -> Record {
+    Record {
+        version: RECORD_VERSION,
+        task: task.key(),
+        shape: *task,
+        state: c.state,
+        result,
+        compile: c.build.ok().map(|(_, info)| info),
+        device: device.clone(),
+        nvrtc: nvrtc.to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        timestamp: now(),
+        injected: c.injected,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_are_fair_and_sum_to_the_total() {
+        assert_eq!(fair_shares(2600, 13), vec![200; 13]);
+        assert_eq!(fair_shares(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(fair_shares(2, 3), vec![1, 1, 0]);
+    }
+
+    #[test]
+    fn task_seeds_differ_by_task_and_run_seed() {
+        assert_ne!(task_seed(0, "a"), task_seed(0, "b"));
+        assert_ne!(task_seed(0, "a"), task_seed(1, "a"));
+        assert_eq!(task_seed(3, "a"), task_seed(3, "a"));
+    }
+
+    #[test]
+    fn problems_list_the_kernel_parameters_in_order() {
+        let task = Task::new(
+            schedule::parse_shape("conv2d", "1,64,56,56,128,3,3,2,1").unwrap(),
+            schedule::Epilogue {
+                bias: true,
+                relu: true,
+            },
+        )
+        .unwrap();
+        let p = problem(&task, 0);
+        assert_eq!(p.inputs, vec![64 * 56 * 56, 128 * 64 * 9, 128]);
+        assert_eq!(p.output, 128 * 28 * 28);
+        assert_eq!(p.reduction, 64 * 9);
+    }
+}
