@@ -23,6 +23,15 @@ enum Command {
     Workloads(cmd::workloads::Args),
     /// Sample states of one operator shape and write their CUDA sources.
     Codegen(cmd::codegen::Args),
+    /// Search for the fastest correct kernel of each task, measuring on the GPU.
+    Tune(cmd::tune::Args),
+    /// The best correct kernel of each task in a tuning log.
+    Best(cmd::best::Args),
+    /// Write the best kernel of a task as CUDA source, PTX or cubin.
+    Export(cmd::export::Args),
+    /// The measurement worker process (started by `tune`).
+    #[command(hide = true)]
+    Worker(cmd::worker::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +57,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Workloads(args) => cmd::workloads::run(args),
         Command::Codegen(args) => cmd::codegen::run(args),
+        Command::Tune(args) => cmd::tune::run(args),
+        Command::Best(args) => cmd::best::run(args),
+        Command::Export(args) => cmd::export::run(args),
+        Command::Worker(args) => return cmd::worker::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

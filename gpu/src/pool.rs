@@ -26,10 +26,10 @@ pub enum PoolError {
     /// No usable GPU (the worker's own one-line reason).
     #[error("{0}")]
     Unavailable(String),
-    #[error("cannot start the measurement worker {program}: {source}")]
+    #[error("cannot start the measurement worker {program}: {error}")]
     Spawn {
         program: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("measurement worker for device {device}: {message}")]
     Protocol { device: u32, message: String },
@@ -65,9 +65,9 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|source| PoolError::Spawn {
+            .map_err(|error| PoolError::Spawn {
                 program: command.program.display().to_string(),
-                source,
+                error,
             })?;
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = child.stdout.take().expect("stdout is piped");

@@ -68,6 +68,17 @@ pub struct Timing {
     pub samples_us: Vec<f32>,
 }
 
+impl Timing {
+    /// The timing of `samples`, with the median rounded to a thousandth of a µs.
+    pub fn from_samples(samples_us: Vec<f32>) -> Timing {
+        let median = crate::timing::median(&samples_us);
+        Timing {
+            median_us: (median * 1e3).round() / 1e3,
+            samples_us,
+        }
+    }
+}
+
 /// What measuring one candidate gave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -155,10 +155,7 @@ pub fn time_kernel(
         }
         estimate = Some(median(&samples[first..]));
     }
-    Ok(Timing {
-        median_us: median(&samples),
-        samples_us: samples,
-    })
+    Ok(Timing::from_samples(samples))
 }
 
 #[cfg(test)]

@@ -304,12 +304,6 @@ impl Backend for Simulated {
         });
         let median_us = 10.0 + (hash % 100_000) as f64 / 100.0;
         let samples_us = vec![median_us as f32; request.timing.min_repeats.max(1) as usize];
-        (
-            Outcome::Ok(Timing {
-                median_us: timing::median(&samples_us),
-                samples_us,
-            }),
-            false,
-        )
+        (Outcome::Ok(Timing::from_samples(samples_us)), false)
     }
 }

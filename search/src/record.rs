@@ -82,15 +82,15 @@ pub fn now() -> String {
 
 #[derive(Debug, Error)]
 pub enum LogError {
-    #[error("cannot read tuning log {path}: {source}")]
+    #[error("cannot read tuning log {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot write tuning log {path}: {source}")]
+    #[error("cannot write tuning log {path}: {error}")]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -143,9 +143,9 @@ pub fn parse_log(text: &str) -> Log {
 
 /// Reads a log file (invalid UTF-8 is replaced, so such lines are skipped, not fatal).
 pub fn read_log(path: &Path) -> Result<Log, LogError> {
-    let bytes = std::fs::read(path).map_err(|source| LogError::Read {
+    let bytes = std::fs::read(path).map_err(|error| LogError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     Ok(parse_log(&String::from_utf8_lossy(&bytes)))
 }
@@ -161,9 +161,9 @@ impl LogWriter {
     /// kill is ended first, so that it stays one skipped line instead of corrupting the
     /// next record.
     pub fn open(path: &Path) -> Result<LogWriter, LogError> {
-        let werr = |source| LogError::Write {
+        let werr = |error| LogError::Write {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let mut file = OpenOptions::new()
             .read(true)
@@ -193,9 +193,9 @@ impl LogWriter {
             text.push_str(&serde_json::to_string(r).expect("records always serialize"));
             text.push('\n');
         }
-        let werr = |source| LogError::Write {
+        let werr = |error| LogError::Write {
             path: self.path.clone(),
-            source,
+            error,
         };
         self.file.write_all(text.as_bytes()).map_err(werr)?;
         self.file.flush().map_err(werr)?;

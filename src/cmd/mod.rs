@@ -1,4 +1,9 @@
 //! Subcommands, one per file.
 
+pub mod best;
 pub mod codegen;
+pub mod export;
+pub mod tasks;
+pub mod tune;
+pub mod worker;
 pub mod workloads;

@@ -1,0 +1,44 @@
+//! `tilesched best --log FILE [--task KEY] [--json]`: the fastest correct record of each
+//! task in a tuning log, as a table or as the full records in JSON.
+
+use anyhow::{Result, bail};
+use search::record::read_log;
+use search::report::{best_table, summarize};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Tuning log to read.
+    #[arg(long)]
+    log: PathBuf,
+    /// Only this task (its key, as `workloads` prints it).
+    #[arg(long)]
+    task: Option<String>,
+    /// Print the best records as a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let log = read_log(&args.log)?;
+    if let Some(w) = log.warning(&args.log) {
+        eprintln!("{w}");
+    }
+    let mut summaries = summarize(&log.records, &[]);
+    if let Some(task) = &args.task {
+        summaries.retain(|s| &s.task == task);
+        if summaries.is_empty() {
+            bail!("task {task} has no records in {}", args.log.display());
+        }
+    }
+    if summaries.is_empty() {
+        bail!("{} holds no records", args.log.display());
+    }
+    if args.json {
+        let best: Vec<_> = summaries.iter().filter_map(|s| s.best).collect();
+        println!("{}", serde_json::to_string_pretty(&best)?);
+    } else {
+        print!("{}", best_table(&summaries));
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `tilesched export --log FILE --task KEY --format cuda|ptx|cubin --out PATH`: the best
+//! kernel of a task, regenerated from its recorded state (generation is deterministic),
+//! as CUDA source, PTX or a cubin for the architecture it was measured on, with its
+//! launch configuration in `PATH.json` (and, for source, in a comment too).
+
+use anyhow::{Context, Result, bail};
+use schedule::generate;
+use search::record::read_log;
+use search::report::summarize;
+use search::tune::gpu_spec;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Format {
+    Cuda,
+    Ptx,
+    Cubin,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Tuning log to read.
+    #[arg(long)]
+    log: PathBuf,
+    /// Task key.
+    #[arg(long)]
+    task: String,
+    /// What to write.
+    #[arg(long, value_enum)]
+    format: Format,
+    /// Output file; the launch configuration goes to the same path plus `.json`.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Serialize)]
+struct Sidecar<'a> {
+    task: &'a str,
+    kernel: &'a str,
+    format: Format,
+    arch: String,
+    grid: [u32; 3],
+    block: [u32; 3],
+    dynamic_shared_bytes: u32,
+    median_us: Option<f64>,
+    device: &'a str,
+    state: &'a schedule::State,
+    tool_version: &'a str,
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let log = read_log(&args.log)?;
+    if let Some(w) = log.warning(&args.log) {
+        eprintln!("{w}");
+    }
+    let summaries = summarize(&log.records, &[]);
+    let Some(summary) = summaries.iter().find(|s| s.task == args.task) else {
+        bail!("task {} has no records in {}", args.task, args.log.display());
+    };
+    let Some(best) = summary.best else {
+        bail!(
+            "task {} has no correct kernel in {} ({} records, all failed)",
+            args.task,
+            args.log.display(),
+            summary.trials
+        );
+    };
+    if best.tool_version != env!("CARGO_PKG_VERSION") {
+        eprintln!(
+            "warning: the record was measured with tilesched {}, this is {}: the regenerated kernel may differ",
+            best.tool_version,
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    let kernel = generate(&best.shape, &best.state, &gpu_spec(&best.device))
+        .context("the recorded state is not valid for its device")?;
+    let arch = best
+        .compile
+        .as_ref()
+        .map_or_else(|| best.device.arch(), |c| c.arch.clone());
+    match args.format {
+        Format::Cuda => write(&args.out, kernel.source.as_bytes())?,
+        Format::Ptx => {
+            let ptx = gpu::compile::compile_ptx(&kernel.source, &kernel.name, &arch)?;
+            write(&args.out, ptx.as_bytes())?;
+        }
+        Format::Cubin => {
+            let compiled = gpu::compile(&kernel.source, &kernel.name, &arch)?;
+            write(&args.out, &compiled.cubin)?;
+        }
+    }
+    let sidecar = Sidecar {
+        task: &args.task,
+        kernel: &kernel.name,
+        format: args.format,
+        arch,
+        grid: [kernel.launch.grid, 1, 1],
+        block: [kernel.launch.block, 1, 1],
+        dynamic_shared_bytes: kernel.launch.dynamic_shared_bytes,
+        median_us: best.median_us(),
+        device: &best.device.name,
+        state: &best.state,
+        tool_version: env!("CARGO_PKG_VERSION"),
+    };
+    let mut json_path = args.out.clone().into_os_string();
+    json_path.push(".json");
+    let json_path = PathBuf::from(json_path);
+    write(&json_path, serde_json::to_string_pretty(&sidecar)?.as_bytes())?;
+    println!(
+        "{}: wrote {} and {} (grid {}, block {}, {} B dynamic shared memory; {:.2} µs on {})",
+        args.task,
+        args.out.display(),
+        json_path.display(),
+        kernel.launch.grid,
+        kernel.launch.block,
+        kernel.launch.dynamic_shared_bytes,
+        best.median_us().unwrap_or(f64::NAN),
+        best.device.name
+    );
+    Ok(())
+}

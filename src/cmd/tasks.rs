@@ -1,0 +1,57 @@
+//! Resolving the tasks a command is about: one `--shape`, or a network's tasks of one
+//! operator.
+
+use anyhow::{Result, bail};
+use schedule::{Epilogue, OPERATORS, Task, network, parse_shape};
+
+/// `--network NAME` or `--shape SPEC` (exactly one), with the shape's epilogue.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false, id = "tasks")]
+pub struct TaskArgs {
+    /// Tune every task of this operator in a network (resnet, resnet50, resnet18, yolo,
+    /// bert-base).
+    #[arg(long)]
+    pub network: Option<String>,
+    /// One shape: N,C,H,W,K,R,S,stride,pad (or key=value) for conv2d, M,N,K for matmul,
+    /// B,M,N,K for batch_matmul.
+    #[arg(long)]
+    pub shape: Option<String>,
+}
+
+/// Checks the operator name.
+pub fn check_op(op: &str) -> Result<()> {
+    if !OPERATORS.contains(&op) {
+        bail!(
+            "unknown operator '{op}' (expected {})",
+            OPERATORS.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The tasks named by the arguments; `name` is a short label for file names.
+pub fn resolve(
+    op: &str,
+    args: &TaskArgs,
+    batch: u32,
+    epilogue: Epilogue,
+) -> Result<(Vec<Task>, String)> {
+    check_op(op)?;
+    if let Some(shape) = &args.shape {
+        let task = Task::new(parse_shape(op, shape)?, epilogue)?;
+        let key = task.key();
+        return Ok((vec![task], key));
+    }
+    let name = args.network.as_deref().expect("clap requires one of the two");
+    let tasks: Vec<Task> = network(name, batch)?
+        .into_iter()
+        .map(|w| w.task)
+        .filter(|t| {
+            t.op.name() == op || (op == "matmul" && t.op.name() == "batch_matmul")
+        })
+        .collect();
+    if tasks.is_empty() {
+        bail!("network '{name}' has no {op} tasks");
+    }
+    Ok((tasks, format!("{op}-{name}")))
+}

@@ -1,0 +1,251 @@
+//! `tilesched tune <op> (--network NAME | --shape SPEC)`: measures candidates on the GPU
+//! in worker processes, appends every result to the tuning log, and prints the best
+//! kernel per task. Bad input is refused before any worker starts; with no GPU the
+//! command says so in one line.
+
+use crate::cmd::tasks::{TaskArgs, resolve};
+use anyhow::{Context, Result, bail};
+use gpu::{Pool, PoolError, TimingConfig, WorkerCommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use schedule::Epilogue;
+use search::record::{LogWriter, read_log};
+use search::report::{summarize, tune_table};
+use search::tune::{Progress, Status, TuneConfig, TuneStats, tune};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Strategy {
+    /// Uniform random valid states.
+    Random,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Operator: conv2d, matmul (with --network: matmul and batch_matmul) or batch_matmul.
+    op: String,
+    #[command(flatten)]
+    tasks: TaskArgs,
+    /// Network batch size.
+    #[arg(long, default_value_t = 1)]
+    batch: u32,
+    /// Search strategy.
+    #[arg(long, value_enum, default_value = "random")]
+    search: Strategy,
+    /// Measurement trials over all tasks [default: 200 per task].
+    #[arg(long)]
+    trials: Option<usize>,
+    /// Tuning log (JSON lines) [default: <op>-<network>.jsonl or <task key>.jsonl].
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Continue the log: count its records as trials done, never re-measure its states.
+    #[arg(long)]
+    resume: bool,
+    /// GPUs to measure on, e.g. 0 or 0,1 (one worker process each).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    device: Vec<u32>,
+    /// Seed of the search: the same seed draws the same candidates.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Start no new batch after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    time_budget: Option<f64>,
+    /// Candidates built and measured per batch (the log is flushed per batch).
+    #[arg(long, default_value_t = 64)]
+    measure_batch: usize,
+    /// Seconds to wait for one candidate before its worker is killed (`timeout`).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    timeout: f64,
+    /// Timed repeats continue until they add up to this many milliseconds...
+    #[arg(long, default_value_t = 100.0)]
+    min_time_ms: f64,
+    /// ...and at least this many were taken.
+    #[arg(long, default_value_t = 10)]
+    min_repeats: u32,
+    /// Fuse a bias add into the epilogue (with --shape).
+    #[arg(long)]
+    bias: bool,
+    /// Fuse a ReLU into the epilogue (with --shape).
+    #[arg(long)]
+    relu: bool,
+    /// Developer hook: build faults into candidates, e.g. launch@3,timeout@7,wrong_answer@12.
+    #[arg(long, hide = true)]
+    inject_fault: Option<String>,
+    /// Developer hook: measure with simulated workers (no GPU; tests only).
+    #[arg(long, hide = true)]
+    simulate: bool,
+}
+
+/// Progress on stderr: a bar on a terminal, a line per batch otherwise.
+struct Bar(ProgressBar);
+
+impl Progress for Bar {
+    fn start(&self, total: usize, done: usize) {
+        self.0.set_length(total as u64);
+        self.0.set_position(done as u64);
+    }
+
+    fn measured(&self) {
+        self.0.inc(1);
+    }
+
+    fn status(&self, s: &Status) {
+        let best = match (s.best_us, s.best_tflops) {
+            (Some(us), Some(tf)) => format!("best {us:.2} µs, {tf:.2} TFLOP/s"),
+            _ => "no correct kernel yet".to_string(),
+        };
+        let line = format!("{} {}/{}: {best}", s.task, s.task_done, s.task_trials);
+        if self.0.is_hidden() {
+            eprintln!("[{}/{}] {line}", s.done, s.total);
+        } else {
+            self.0.set_message(line);
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let epilogue = Epilogue {
+        bias: args.bias,
+        relu: args.relu,
+    };
+    if args.tasks.network.is_some() && (args.bias || args.relu) {
+        bail!("--bias and --relu apply to --shape; a network's layers have their own epilogue");
+    }
+    let (tasks, name) = resolve(&args.op, &args.tasks, args.batch, epilogue)?;
+    let Strategy::Random = args.search;
+    let trials = args.trials.unwrap_or(200 * tasks.len());
+    if trials == 0 {
+        bail!("--trials must be at least 1");
+    }
+    if args.measure_batch == 0 {
+        bail!("--measure-batch must be at least 1");
+    }
+    if !(args.timeout > 0.0) || args.min_time_ms < 0.0 {
+        bail!("--timeout must be positive and --min-time-ms not negative");
+    }
+    let inject = match &args.inject_fault {
+        Some(spec) => search::inject::parse(spec).map_err(anyhow::Error::msg)?,
+        None => Default::default(),
+    };
+    let log_path = args
+        .log
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}.jsonl")));
+    let prior = if log_path.exists() {
+        let log = read_log(&log_path)?;
+        if !args.resume && !log.records.is_empty() {
+            bail!(
+                "tuning log {} already holds {} records: pass --resume to continue it, or choose another --log",
+                log_path.display(),
+                log.records.len()
+            );
+        }
+        if let Some(w) = log.warning(&log_path) {
+            eprintln!("{w}");
+        }
+        log.records
+    } else {
+        Vec::new()
+    };
+    // Open the log first (an unwritable path fails before any GPU work); a log created
+    // here is removed again if no worker starts.
+    let created = !log_path.exists();
+    let mut writer = LogWriter::open(&log_path)?;
+    let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
+    let mut worker_args = vec!["worker".to_string()];
+    if args.simulate {
+        worker_args.push("--simulate".to_string());
+    }
+    let command = WorkerCommand {
+        program,
+        args: worker_args,
+    };
+    let mut pool = match Pool::start(&command, &args.device) {
+        Ok(pool) => pool,
+        Err(e) => {
+            if created {
+                let _ = std::fs::remove_file(&log_path);
+            }
+            match e {
+                PoolError::Unavailable(message) => bail!("{message}"),
+                e => return Err(e.into()),
+            }
+        }
+    };
+    for d in pool.devices() {
+        eprintln!(
+            "device {}: {} ({}, {} SMs, {} MHz, CUDA {})",
+            d.ordinal,
+            d.name,
+            d.arch(),
+            d.sm_count,
+            d.sm_clock_mhz,
+            d.cuda_driver
+        );
+    }
+    let workdir = tempfile::Builder::new()
+        .prefix("tilesched-")
+        .tempdir()
+        .context("cannot create a temporary directory for cubins")?;
+    let cfg = TuneConfig {
+        trials,
+        batch: args.measure_batch,
+        seed: args.seed,
+        time_budget: args.time_budget.map(Duration::from_secs_f64),
+        timing: TimingConfig {
+            min_time_ms: args.min_time_ms,
+            min_repeats: args.min_repeats,
+            ..TimingConfig::default()
+        },
+        timeout: Duration::from_secs_f64(args.timeout),
+        inject,
+        workdir: workdir.path().to_path_buf(),
+    };
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let progress = Bar(bar);
+    let (new, stats) = tune(&tasks, &mut pool, &mut writer, &prior, &cfg, &progress)?;
+    progress.0.finish_and_clear();
+
+    let mut all = prior;
+    all.extend(new);
+    let keys: Vec<String> = tasks.iter().map(|t| t.key()).collect();
+    let summaries: Vec<_> = summarize(&all, &keys)
+        .into_iter()
+        .filter(|s| keys.contains(&s.task))
+        .collect();
+    print!("{}", tune_table(&summaries));
+    print_stats(&stats, &log_path);
+    Ok(())
+}
+
+fn print_stats(stats: &TuneStats, log: &std::path::Path) {
+    let mut ms = stats.compile_ms.clone();
+    ms.sort_by(f64::total_cmp);
+    let median = ms.get(ms.len() / 2).copied().unwrap_or(f64::NAN);
+    let per_candidate = if stats.measured > 0 {
+        stats.measure_time.as_secs_f64() * 1e3 / stats.measured as f64
+    } else {
+        f64::NAN
+    };
+    println!(
+        "wall {:.1} s; built {} kernels in {:.1} s (median compile {median:.0} ms each, {} threads); measured {} in {:.1} s ({per_candidate:.0} ms per candidate); log {}",
+        stats.wall.as_secs_f64(),
+        ms.len(),
+        stats.build_time.as_secs_f64(),
+        rayon::current_num_threads(),
+        stats.measured,
+        stats.measure_time.as_secs_f64(),
+        log.display()
+    );
+    if stats.stopped_by_budget {
+        println!("stopped by --time-budget");
+    }
+    for task in &stats.exhausted {
+        println!("{task}: no new distinct valid state left to draw");
+    }
+}

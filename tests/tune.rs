@@ -1,0 +1,206 @@
+//! `tune`, `best` and `export` end to end without a GPU: the real tuner, NVRTC builds and
+//! worker processes speaking the real protocol, with simulated measurements (the
+//! hidden `--simulate`). Proves the isolation logic: a crashing worker, a hanging
+//! worker and a wrong answer each become a record of the right kind while the run goes
+//! on; resuming never re-measures; a log is never overwritten.
+
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tilesched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = tilesched(args);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{args:?}\n{out}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    out
+}
+
+fn records(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn error_kind(r: &Value) -> Option<&str> {
+    r["result"]["error"]["kind"].as_str()
+}
+
+#[test]
+fn faults_become_records_of_their_kind_and_tuning_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("faults.jsonl");
+    let out = ok(&[
+        "tune", "matmul", "--shape", "96,80,64", "--trials", "16", "--measure-batch", "6",
+        "--simulate", "--timeout", "2", "--log", log.to_str().unwrap(),
+        "--inject-fault", "launch@1,timeout@4,wrong_answer@8,compile@13",
+    ]);
+    let records = records(&log);
+    assert_eq!(records.len(), 16);
+    for (i, r) in records.iter().enumerate() {
+        let expected = match i {
+            1 => Some("launch"),
+            4 => Some("timeout"),
+            8 => Some("wrong_answer"),
+            13 => Some("compile"),
+            _ => None,
+        };
+        assert_eq!(error_kind(r), expected, "record {i}: {r}");
+        assert_eq!(r["injected"].as_str(), expected, "record {i}");
+        if expected.is_none() {
+            assert!(r["result"]["ok"]["median_us"].as_f64().unwrap() > 0.0);
+            assert!(r["compile"]["registers"].as_u64().unwrap() > 0);
+        }
+        assert_eq!(r["version"], 1);
+        assert_eq!(r["task"], "matmul_m96_n80_k64");
+        assert_eq!(r["device"]["name"], "simulated (no GPU)");
+    }
+    assert!(error_kind(&records[1]).is_some());
+    let msg = records[1]["result"]["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("worker died"), "{msg}");
+    let msg = records[4]["result"]["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("killed and restarted"), "{msg}");
+    // The end table counts the errors by kind.
+    let row = out.lines().find(|l| l.starts_with("matmul_m96_n80_k64")).unwrap();
+    assert!(
+        row.ends_with("compile 1, launch 1, timeout 1, wrong_answer 1"),
+        "{out}"
+    );
+}
+
+#[test]
+fn resume_continues_without_remeasuring_and_logs_are_never_overwritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("mm.jsonl");
+    let log_s = log.to_str().unwrap();
+    let base = ["tune", "matmul", "--shape", "64,64,32", "--simulate", "--log", log_s];
+    ok(&[&base[..], &["--trials", "5"]].concat());
+    assert_eq!(records(&log).len(), 5);
+
+    // Without --resume the log is refused and left as it was.
+    let before = std::fs::read(&log).unwrap();
+    let o = tilesched(&[&base[..], &["--trials", "9"]].concat());
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--resume"));
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+
+    // A kill mid-write leaves a cut line: it is skipped with a warning.
+    let mut text = String::from_utf8(before).unwrap();
+    let cut = text.lines().next().unwrap()[..40].to_string();
+    text.push_str(&cut);
+    std::fs::write(&log, text).unwrap();
+
+    let o = tilesched(&[&base[..], &["--trials", "9", "--resume"]].concat());
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("skipped 1 malformed line"));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let records: Vec<Value> = lines
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(records.len(), 9, "4 more to reach 9 trials");
+    let ids: HashSet<String> = records.iter().map(|r| r["state"].to_string()).collect();
+    assert_eq!(ids.len(), 9, "no state measured twice");
+
+    // The same seed from scratch draws the same 9 states.
+    let fresh = tmp.path().join("fresh.jsonl");
+    ok(&[
+        "tune", "matmul", "--shape", "64,64,32", "--simulate", "--trials", "9", "--log",
+        fresh.to_str().unwrap(),
+    ]);
+    let fresh_ids: HashSet<String> = self::records(&fresh)
+        .iter()
+        .map(|r| r["state"].to_string())
+        .collect();
+    assert_eq!(ids, fresh_ids);
+}
+
+#[test]
+fn network_trials_are_shared_and_best_and_export_read_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("bert.jsonl");
+    let log_s = log.to_str().unwrap();
+    let out = ok(&[
+        "tune", "matmul", "--network", "bert-base", "--trials", "11", "--simulate", "--log",
+        log_s, "--min-repeats", "3",
+    ]);
+    let records = records(&log);
+    assert_eq!(records.len(), 11);
+    let tasks: HashSet<&str> = records.iter().map(|r| r["task"].as_str().unwrap()).collect();
+    assert_eq!(tasks.len(), 5, "every bert-base task gets trials: {out}");
+    assert!(out.contains("total (5/5 tasks with a kernel)"), "{out}");
+
+    let table = ok(&["best", "--log", log_s]);
+    assert_eq!(table.lines().count(), 6, "{table}");
+    let json: Value = serde_json::from_str(&ok(&["best", "--log", log_s, "--json"])).unwrap();
+    let best = json.as_array().unwrap();
+    assert_eq!(best.len(), 5);
+    let task = best[0]["task"].as_str().unwrap();
+    let one: Value =
+        serde_json::from_str(&ok(&["best", "--log", log_s, "--task", task, "--json"])).unwrap();
+    assert_eq!(one.as_array().unwrap().len(), 1);
+    // The chosen record is the fastest of its task.
+    let fastest = records
+        .iter()
+        .filter(|r| r["task"] == task)
+        .filter_map(|r| r["result"]["ok"]["median_us"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(one[0]["result"]["ok"]["median_us"].as_f64(), Some(fastest));
+
+    for format in ["cuda", "ptx", "cubin"] {
+        let path = tmp.path().join(format!("k.{format}"));
+        ok(&[
+            "export", "--log", log_s, "--task", task, "--format", format, "--out",
+            path.to_str().unwrap(),
+        ]);
+        let bytes = std::fs::read(&path).unwrap();
+        let sidecar: Value = serde_json::from_str(
+            &std::fs::read_to_string(tmp.path().join(format!("k.{format}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(sidecar["state"], one[0]["state"]);
+        assert!(sidecar["block"][0].as_u64().unwrap() >= 32);
+        match format {
+            "cuda" => {
+                let src = String::from_utf8(bytes).unwrap();
+                assert!(src.contains("// launch: grid"), "{src}");
+                let line = src.lines().find_map(|l| l.strip_prefix("// state: ")).unwrap();
+                let state: Value = serde_json::from_str(line).unwrap();
+                assert_eq!(state, one[0]["state"]);
+            }
+            "ptx" => assert!(String::from_utf8(bytes).unwrap().contains(".entry")),
+            _ => assert!(bytes.starts_with(b"\x7fELF")),
+        }
+    }
+    let o = tilesched(&["export", "--log", log_s, "--task", "nope", "--format", "cuda", "--out", "x"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("task nope has no records"));
+}
+
+#[test]
+fn tune_without_a_gpu_says_so_in_one_line() {
+    if Path::new("/dev/nvidiactl").exists() {
+        return; // a GPU machine: nothing to prove here.
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("x.jsonl");
+    let o = tilesched(&["tune", "matmul", "--shape", "64,64,64", "--log", log.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no GPU"), "{err}");
+    assert!(!log.exists(), "no log is created when nothing can be measured");
+}
