@@ -176,16 +176,28 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
         ("tune conv3d --shape 1 --simulate", "unknown operator"),
         ("tune conv2d --shape 1,2,3 --simulate", "N,C,H,W"),
         ("tune matmul --simulate", "--network"),
-        ("tune matmul --shape 8,8,8 --network resnet", "cannot be used"),
+        (
+            "tune matmul --shape 8,8,8 --network resnet",
+            "cannot be used",
+        ),
         ("tune matmul --network resnet --simulate", "no matmul tasks"),
-        ("tune matmul --shape 8,8,8 --trials 0 --simulate", "--trials"),
+        (
+            "tune matmul --shape 8,8,8 --trials 0 --simulate",
+            "--trials",
+        ),
         ("tune matmul --shape 8,8,8 --device x", "'x'"),
         (
             "tune matmul --shape 8,8,8 --simulate --inject-fault crash@1",
             "unknown fault kind",
         ),
-        ("tune matmul --shape 8,8,8 --log /proc/x/y.jsonl --simulate", "cannot"),
-        ("best --log /nonexistent/log.jsonl", "/nonexistent/log.jsonl"),
+        (
+            "tune matmul --shape 8,8,8 --log /proc/x/y.jsonl --simulate",
+            "cannot",
+        ),
+        (
+            "best --log /nonexistent/log.jsonl",
+            "/nonexistent/log.jsonl",
+        ),
         (
             "export --log /nonexistent/l --task t --format cuda --out OUT/k.cu",
             "cannot read tuning log",

@@ -44,9 +44,21 @@ fn faults_become_records_of_their_kind_and_tuning_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("faults.jsonl");
     let out = ok(&[
-        "tune", "matmul", "--shape", "96,80,64", "--trials", "16", "--measure-batch", "6",
-        "--simulate", "--timeout", "2", "--log", log.to_str().unwrap(),
-        "--inject-fault", "launch@1,timeout@4,wrong_answer@8,compile@13",
+        "tune",
+        "matmul",
+        "--shape",
+        "96,80,64",
+        "--trials",
+        "16",
+        "--measure-batch",
+        "6",
+        "--simulate",
+        "--timeout",
+        "2",
+        "--log",
+        log.to_str().unwrap(),
+        "--inject-fault",
+        "launch@1,timeout@4,wrong_answer@8,compile@13",
     ]);
     let records = records(&log);
     assert_eq!(records.len(), 16);
@@ -74,7 +86,10 @@ fn faults_become_records_of_their_kind_and_tuning_goes_on() {
     let msg = records[4]["result"]["error"]["message"].as_str().unwrap();
     assert!(msg.contains("killed and restarted"), "{msg}");
     // The end table counts the errors by kind.
-    let row = out.lines().find(|l| l.starts_with("matmul_m96_n80_k64")).unwrap();
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("matmul_m96_n80_k64"))
+        .unwrap();
     assert!(
         row.ends_with("compile 1, launch 1, timeout 1, wrong_answer 1"),
         "{out}"
@@ -86,7 +101,15 @@ fn resume_continues_without_remeasuring_and_logs_are_never_overwritten() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("mm.jsonl");
     let log_s = log.to_str().unwrap();
-    let base = ["tune", "matmul", "--shape", "64,64,32", "--simulate", "--log", log_s];
+    let base = [
+        "tune",
+        "matmul",
+        "--shape",
+        "64,64,32",
+        "--simulate",
+        "--log",
+        log_s,
+    ];
     ok(&[&base[..], &["--trials", "5"]].concat());
     assert_eq!(records(&log).len(), 5);
 
@@ -118,7 +141,14 @@ fn resume_continues_without_remeasuring_and_logs_are_never_overwritten() {
     // The same seed from scratch draws the same 9 states.
     let fresh = tmp.path().join("fresh.jsonl");
     ok(&[
-        "tune", "matmul", "--shape", "64,64,32", "--simulate", "--trials", "9", "--log",
+        "tune",
+        "matmul",
+        "--shape",
+        "64,64,32",
+        "--simulate",
+        "--trials",
+        "9",
+        "--log",
         fresh.to_str().unwrap(),
     ]);
     let fresh_ids: HashSet<String> = self::records(&fresh)
@@ -134,12 +164,24 @@ fn network_trials_are_shared_and_best_and_export_read_the_log() {
     let log = tmp.path().join("bert.jsonl");
     let log_s = log.to_str().unwrap();
     let out = ok(&[
-        "tune", "matmul", "--network", "bert-base", "--trials", "11", "--simulate", "--log",
-        log_s, "--min-repeats", "3",
+        "tune",
+        "matmul",
+        "--network",
+        "bert-base",
+        "--trials",
+        "11",
+        "--simulate",
+        "--log",
+        log_s,
+        "--min-repeats",
+        "3",
     ]);
     let records = records(&log);
     assert_eq!(records.len(), 11);
-    let tasks: HashSet<&str> = records.iter().map(|r| r["task"].as_str().unwrap()).collect();
+    let tasks: HashSet<&str> = records
+        .iter()
+        .map(|r| r["task"].as_str().unwrap())
+        .collect();
     assert_eq!(tasks.len(), 5, "every bert-base task gets trials: {out}");
     assert!(out.contains("total (5/5 tasks with a kernel)"), "{out}");
 
@@ -163,7 +205,14 @@ fn network_trials_are_shared_and_best_and_export_read_the_log() {
     for format in ["cuda", "ptx", "cubin"] {
         let path = tmp.path().join(format!("k.{format}"));
         ok(&[
-            "export", "--log", log_s, "--task", task, "--format", format, "--out",
+            "export",
+            "--log",
+            log_s,
+            "--task",
+            task,
+            "--format",
+            format,
+            "--out",
             path.to_str().unwrap(),
         ]);
         let bytes = std::fs::read(&path).unwrap();
@@ -177,7 +226,10 @@ fn network_trials_are_shared_and_best_and_export_read_the_log() {
             "cuda" => {
                 let src = String::from_utf8(bytes).unwrap();
                 assert!(src.contains("// launch: grid"), "{src}");
-                let line = src.lines().find_map(|l| l.strip_prefix("// state: ")).unwrap();
+                let line = src
+                    .lines()
+                    .find_map(|l| l.strip_prefix("// state: "))
+                    .unwrap();
                 let state: Value = serde_json::from_str(line).unwrap();
                 assert_eq!(state, one[0]["state"]);
             }
@@ -185,7 +237,9 @@ fn network_trials_are_shared_and_best_and_export_read_the_log() {
             _ => assert!(bytes.starts_with(b"\x7fELF")),
         }
     }
-    let o = tilesched(&["export", "--log", log_s, "--task", "nope", "--format", "cuda", "--out", "x"]);
+    let o = tilesched(&[
+        "export", "--log", log_s, "--task", "nope", "--format", "cuda", "--out", "x",
+    ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("task nope has no records"));
 }
@@ -197,10 +251,20 @@ fn tune_without_a_gpu_says_so_in_one_line() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("x.jsonl");
-    let o = tilesched(&["tune", "matmul", "--shape", "64,64,64", "--log", log.to_str().unwrap()]);
+    let o = tilesched(&[
+        "tune",
+        "matmul",
+        "--shape",
+        "64,64,64",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("no GPU"), "{err}");
-    assert!(!log.exists(), "no log is created when nothing can be measured");
+    assert!(
+        !log.exists(),
+        "no log is created when nothing can be measured"
+    );
 }

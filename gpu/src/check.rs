@@ -30,7 +30,10 @@ impl Problem {
             .rev()
             .find(|&r| {
                 let r = i64::from(r);
-                (self.reduction as i64).saturating_mul(r * r).saturating_add(r) < 1 << 24
+                (self.reduction as i64)
+                    .saturating_mul(r * r)
+                    .saturating_add(r)
+                    < 1 << 24
             })
             .unwrap_or(1)
     }
@@ -117,7 +120,12 @@ mod tests {
         let values = p.input_values();
         assert_eq!(values, p.input_values());
         assert_eq!(values[0].len(), 1000);
-        assert!(values.iter().flatten().all(|v| v.fract() == 0.0 && v.abs() <= 3.0));
+        assert!(
+            values
+                .iter()
+                .flatten()
+                .all(|v| v.fract() == 0.0 && v.abs() <= 3.0)
+        );
         for v in -3..=3 {
             assert!(values[0].contains(&(v as f32)), "{v} never drawn");
         }
@@ -138,7 +146,10 @@ mod tests {
         assert_eq!(first_mismatch(&[0.0], &[-0.0]), None);
         let m = first_mismatch(&expected, &[1.0, f32::NAN, 3.0, 5.0]).unwrap();
         assert_eq!((m.index, m.differing, m.total), (1, 2, 4));
-        assert_eq!(m.to_string(), "output[1] = NaN, expected 2 (2 of 4 elements differ)");
+        assert_eq!(
+            m.to_string(),
+            "output[1] = NaN, expected 2 (2 of 4 elements differ)"
+        );
         assert!(first_mismatch(&expected, &[1.0]).is_some());
     }
 }

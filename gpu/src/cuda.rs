@@ -63,7 +63,8 @@ impl Context {
             .map_err(err("cuDevicePrimaryCtxRetain"))?;
         // SAFETY: `ctx` was just retained and stays alive for the process.
         unsafe { result::ctx::set_current(ctx) }.map_err(err("cuCtxSetCurrent"))?;
-        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+        // A blocking stream: the driver's synchronous copies order with it.
+        let stream = result::stream::create(result::stream::StreamKind::Default)
             .map_err(err("cuStreamCreate"))?;
         Ok(Context {
             device,
@@ -90,6 +91,11 @@ impl Context {
     pub fn synchronize(&self) -> Result<(), CudaError> {
         // SAFETY: the stream belongs to the current context.
         unsafe { result::stream::synchronize(self.stream) }.map_err(err("cuStreamSynchronize"))
+    }
+
+    /// Waits for everything queued in the context (streams and copies).
+    pub fn synchronize_all(&self) -> Result<(), CudaError> {
+        result::ctx::synchronize().map_err(err("cuCtxSynchronize"))
     }
 
     /// A device buffer of `len` floats (uninitialized).
@@ -170,8 +176,8 @@ impl Context {
     }
 
     pub fn event(&self) -> Result<Event, CudaError> {
-        let event =
-            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(err("cuEventCreate"))?;
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(err("cuEventCreate"))?;
         Ok(Event { event })
     }
 

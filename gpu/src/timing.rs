@@ -124,8 +124,12 @@ pub fn time_kernel(
         count += 1;
     }
     ctx.synchronize()?;
-    let starts: Vec<_> = (0..MAX_BATCH).map(|_| ctx.event()).collect::<Result<_, _>>()?;
-    let ends: Vec<_> = (0..MAX_BATCH).map(|_| ctx.event()).collect::<Result<_, _>>()?;
+    let starts: Vec<_> = (0..MAX_BATCH)
+        .map(|_| ctx.event())
+        .collect::<Result<_, _>>()?;
+    let ends: Vec<_> = (0..MAX_BATCH)
+        .map(|_| ctx.event())
+        .collect::<Result<_, _>>()?;
     let mut samples: Vec<f32> = Vec::new();
     let mut enqueue_us = 10.0;
     let mut estimate: Option<f64> = None;

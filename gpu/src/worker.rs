@@ -146,6 +146,7 @@ impl CudaBackend {
         for (buffer, host) in first.iter().zip(&values) {
             ctx.upload(buffer, host).map_err(cuda)?;
         }
+        ctx.synchronize_all().map_err(cuda)?;
         let image = std::fs::read(&reference.cubin)
             .map_err(|e| format!("reference cubin {}: {e}", reference.cubin.display()))?;
         let module = ctx.load(&image).map_err(cuda)?;
@@ -159,7 +160,10 @@ impl CudaBackend {
             .map_err(cuda)?;
         let expected = ctx.download(output).map_err(cuda)?;
         if let Some(i) = expected.iter().position(|v| !v.is_finite()) {
-            return Err(format!("the reference kernel left output[{i}] = {}", expected[i]));
+            return Err(format!(
+                "the reference kernel left output[{i}] = {}",
+                expected[i]
+            ));
         }
         // Enough copies that a rotation touches over twice the L2 before coming back.
         let bytes = problem.bytes().max(1);
@@ -176,6 +180,7 @@ impl CudaBackend {
             }
             sets.push(set);
         }
+        ctx.synchronize_all().map_err(cuda)?;
         self.current = Some(Buffers {
             problem: problem.clone(),
             reference: reference.clone(),
@@ -236,13 +241,10 @@ impl Backend for CudaBackend {
             Err(e) => return launch_error(e),
         };
         let sets: Vec<Vec<&Buffer>> = buffers.sets.iter().map(|s| s.iter().collect()).collect();
-        let timed = timing::time_kernel(
-            ctx,
-            &spin,
-            self.device.sm_clock_mhz,
-            &request.timing,
-            |i| ctx.launch(&function, candidate.launch, &sets[i % sets.len()], &[]),
-        );
+        let timed =
+            timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &request.timing, |i| {
+                ctx.launch(&function, candidate.launch, &sets[i % sets.len()], &[])
+            });
         match timed {
             Ok(t) => (Outcome::Ok(t), false),
             Err(e) => launch_error(e),
@@ -292,7 +294,10 @@ impl Backend for Simulated {
             },
             Some(ErrorKind::WrongAnswer) => {
                 return (
-                    Outcome::error(ErrorKind::WrongAnswer, "output[0] = NaN, expected 0 (simulated)"),
+                    Outcome::error(
+                        ErrorKind::WrongAnswer,
+                        "output[0] = NaN, expected 0 (simulated)",
+                    ),
                     false,
                 );
             }

@@ -54,7 +54,11 @@ fn access_lines(access: &Access, name: &str, indent: &str, out: &mut String) {
         at.push("0".to_string());
     }
     let _ = writeln!(out, "{indent}const bool {name}_ok = {};", ok.join(" && "));
-    let _ = writeln!(out, "{indent}const long long {name}_at = {};", at.join(" + "));
+    let _ = writeln!(
+        out,
+        "{indent}const long long {name}_at = {};",
+        at.join(" + ")
+    );
 }
 
 /// The reference kernel of `task`. Its parameters are those of every generated

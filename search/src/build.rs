@@ -92,8 +92,12 @@ pub fn build(
 /// Builds the reference kernel of `task`.
 pub fn build_reference(task: &Task, arch: &str, dir: &Path) -> Result<KernelImage, String> {
     let kernel = reference_kernel(task);
-    let compiled = gpu::compile(&kernel.source, &kernel.name, arch)
-        .map_err(|e| format!("the reference kernel of {} does not compile: {e}", task.key()))?;
+    let compiled = gpu::compile(&kernel.source, &kernel.name, arch).map_err(|e| {
+        format!(
+            "the reference kernel of {} does not compile: {e}",
+            task.key()
+        )
+    })?;
     let path = task_dir(dir, task).join("reference.cubin");
     write_cubin(&path, &compiled.cubin)?;
     Ok(KernelImage {

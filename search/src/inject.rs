@@ -17,7 +17,9 @@ pub fn parse(spec: &str) -> Result<BTreeMap<usize, ErrorKind>, String> {
             .split_once('@')
             .ok_or_else(|| format!("fault '{item}' is not KIND@TRIAL"))?;
         let kind = ErrorKind::parse(kind).ok_or_else(|| {
-            format!("unknown fault kind '{kind}' (expected compile, launch, timeout or wrong_answer)")
+            format!(
+                "unknown fault kind '{kind}' (expected compile, launch, timeout or wrong_answer)"
+            )
         })?;
         let trial = trial
             .parse()
@@ -99,8 +101,11 @@ mod tests {
 
     #[test]
     fn faults_change_the_kernel_but_not_its_name_or_launch() {
-        let task = Task::new(parse_shape("matmul", "64,64,64").unwrap(), Default::default())
-            .unwrap();
+        let task = Task::new(
+            parse_shape("matmul", "64,64,64").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
         let gpu = GpuSpec::h100();
         let state = Sampler::new(&task, &gpu, 1).sample().unwrap();
         let clean = generate(&task, &state, &gpu).unwrap();
@@ -110,6 +115,9 @@ mod tests {
             assert_ne!(k.source, clean.source, "{kind}");
         }
         let wrong = faulty_kernel(ErrorKind::WrongAnswer, &task, &state, &gpu).unwrap();
-        assert!(wrong.source.contains("fmaxf"), "the wrong kernel adds a ReLU");
+        assert!(
+            wrong.source.contains("fmaxf"),
+            "the wrong kernel adds a ReLU"
+        );
     }
 }

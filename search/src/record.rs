@@ -213,7 +213,9 @@ pub(crate) mod tests {
     /// A record of `task` (a matmul shape) with the given outcome, for tests.
     pub(crate) fn record(shape: &str, seed: u64, result: Outcome) -> Record {
         let task = Task::new(parse_shape("matmul", shape).unwrap(), Default::default()).unwrap();
-        let state = Sampler::new(&task, &GpuSpec::h100(), seed).sample().unwrap();
+        let state = Sampler::new(&task, &GpuSpec::h100(), seed)
+            .sample()
+            .unwrap();
         Record {
             version: RECORD_VERSION,
             task: task.key(),
@@ -267,8 +269,16 @@ pub(crate) mod tests {
         let line = std::fs::read_to_string(&path).unwrap();
         let first: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
         for field in [
-            "version", "task", "shape", "state", "result", "compile", "device", "nvrtc",
-            "tool_version", "timestamp",
+            "version",
+            "task",
+            "shape",
+            "state",
+            "result",
+            "compile",
+            "device",
+            "nvrtc",
+            "tool_version",
+            "timestamp",
         ] {
             assert!(first.get(field).is_some(), "{field} missing");
         }
@@ -288,7 +298,11 @@ pub(crate) mod tests {
         assert_eq!(log.records.len(), 1);
         let lines: Vec<usize> = log.skipped.iter().map(|s| s.line).collect();
         assert_eq!(lines, [2, 4]);
-        assert!(log.warning(&path).unwrap().contains("skipped 2 malformed line(s)"));
+        assert!(
+            log.warning(&path)
+                .unwrap()
+                .contains("skipped 2 malformed line(s)")
+        );
         // Appending after the cut line starts a new line: the new record survives.
         let mut writer = LogWriter::open(&path).unwrap();
         writer.append(&[record("64,64,64", 2, ok(9.0))]).unwrap();

@@ -125,7 +125,12 @@ pub fn tune_table(summaries: &[TaskSummary]) -> String {
 /// and device.
 pub fn best_table(summaries: &[TaskSummary]) -> String {
     let mut out = String::new();
-    let width = summaries.iter().map(|s| s.task.len()).max().unwrap_or(4).max(4);
+    let width = summaries
+        .iter()
+        .map(|s| s.task.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     let _ = writeln!(
         out,
         "{:<width$}  {:>10}  {:>8}  {:>6}  {:<16}  {:>4}  device",
@@ -186,10 +191,17 @@ mod tests {
         let tasks: Vec<&str> = s.iter().map(|s| s.task.as_str()).collect();
         assert_eq!(
             tasks,
-            ["matmul_m32_n32_k32", "matmul_m64_n64_k64", "matmul_m128_n64_k32"]
+            [
+                "matmul_m32_n32_k32",
+                "matmul_m64_n64_k64",
+                "matmul_m128_n64_k32"
+            ]
         );
         assert_eq!((s[0].trials, s[0].best_us()), (0, None));
-        assert_eq!((s[1].trials, s[1].best_us(), s[1].failed()), (3, Some(12.5), 1));
+        assert_eq!(
+            (s[1].trials, s[1].best_us(), s[1].failed()),
+            (3, Some(12.5), 1)
+        );
         assert_eq!(s[2].errors[&ErrorKind::WrongAnswer], 2);
         assert!(s[2].best.is_none());
     }
@@ -201,7 +213,10 @@ mod tests {
         insta::assert_snapshot!("tune_table", tune_table(&s));
         let table = best_table(&s);
         // State ids and devices vary with the sampler; check the shape of the table.
-        assert!(table.contains("no correct kernel (wrong_answer 2)"), "{table}");
+        assert!(
+            table.contains("no correct kernel (wrong_answer 2)"),
+            "{table}"
+        );
         assert!(table.contains("12.50"), "{table}");
     }
 }

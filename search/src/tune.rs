@@ -254,7 +254,8 @@ pub fn tune(
                 }
             }
             let t = Instant::now();
-            let measured = pool.measure_all(&requests, cfg.timeout, &|_, _, _| progress.measured())?;
+            let measured =
+                pool.measure_all(&requests, cfg.timeout, &|_, _, _| progress.measured())?;
             stats.measure_time += t.elapsed();
             stats.measured += requests.len();
             let mut measured = measured.into_iter();

@@ -61,7 +61,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     let summaries = summarize(&log.records, &[]);
     let Some(summary) = summaries.iter().find(|s| s.task == args.task) else {
-        bail!("task {} has no records in {}", args.task, args.log.display());
+        bail!(
+            "task {} has no records in {}",
+            args.task,
+            args.log.display()
+        );
     };
     let Some(best) = summary.best else {
         bail!(
@@ -111,7 +115,10 @@ pub fn run(args: Args) -> Result<()> {
     let mut json_path = args.out.clone().into_os_string();
     json_path.push(".json");
     let json_path = PathBuf::from(json_path);
-    write(&json_path, serde_json::to_string_pretty(&sidecar)?.as_bytes())?;
+    write(
+        &json_path,
+        serde_json::to_string_pretty(&sidecar)?.as_bytes(),
+    )?;
     println!(
         "{}: wrote {} and {} (grid {}, block {}, {} B dynamic shared memory; {:.2} µs on {})",
         args.task,

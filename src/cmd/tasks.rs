@@ -42,13 +42,14 @@ pub fn resolve(
         let key = task.key();
         return Ok((vec![task], key));
     }
-    let name = args.network.as_deref().expect("clap requires one of the two");
+    let name = args
+        .network
+        .as_deref()
+        .expect("clap requires one of the two");
     let tasks: Vec<Task> = network(name, batch)?
         .into_iter()
         .map(|w| w.task)
-        .filter(|t| {
-            t.op.name() == op || (op == "matmul" && t.op.name() == "batch_matmul")
-        })
+        .filter(|t| t.op.name() == op || (op == "matmul" && t.op.name() == "batch_matmul"))
         .collect();
     if tasks.is_empty() {
         bail!("network '{name}' has no {op} tasks");

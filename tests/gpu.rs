@@ -1,0 +1,167 @@
+//! On a real GPU (ignored in CI; `scripts/device-check` runs them on the device, with
+//! `TILESCHED_BIN` naming the release binary): every sampled state of several tasks
+//! passes the exact check against the reference kernel; injected faulting, hanging and
+//! wrong kernels become `launch`, `timeout` and `wrong_answer` while the run finishes;
+//! with two GPUs (`TILESCHED_TEST_DEVICES=0,1`) both measure shares of a batch.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> PathBuf {
+    std::env::var_os("TILESCHED_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tilesched")))
+}
+
+/// Runs `tune` with `args` into a fresh log and returns its records.
+fn tune(name: &str, args: &[&str]) -> Vec<Value> {
+    let dir = std::env::var_os("TILESCHED_TEST_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let log = dir.join(format!("gpu-test-{name}.jsonl"));
+    let _ = std::fs::remove_file(&log);
+    let o = Command::new(bin())
+        .arg("tune")
+        .args(args)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .expect("tilesched runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!("{name}:\n{out}{err}");
+    assert!(o.status.success(), "{name}: {out}\n{err}");
+    std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn kind(r: &Value) -> Option<&str> {
+    r["result"]["error"]["kind"].as_str()
+}
+
+#[test]
+#[ignore = "needs a GPU (run by scripts/device-check)"]
+fn every_sampled_state_passes_the_exact_check() {
+    let cases: [(&str, &[&str]); 6] = [
+        ("matmul-tails", &["matmul", "--shape", "333,777,555"]),
+        (
+            "conv-stem",
+            &["conv2d", "--shape", "1,3,224,224,64,7,7,2,3"],
+        ),
+        (
+            "conv-deep-epilogue",
+            &[
+                "conv2d",
+                "--shape",
+                "1,512,7,7,512,3,3,1,1",
+                "--bias",
+                "--relu",
+            ],
+        ),
+        (
+            "conv-asymmetric",
+            &[
+                "conv2d",
+                "--shape",
+                "c=16,h=9,w=12,k=8,r=3,s=1,stride_h=2,pad_w=1,dilation_h=2",
+            ],
+        ),
+        (
+            "conv-1x1-stride2",
+            &["conv2d", "--shape", "1,256,56,56,512,1,1,2,0", "--relu"],
+        ),
+        (
+            "batch-matmul",
+            &["batch_matmul", "--shape", "12,128,128,64", "--bias"],
+        ),
+    ];
+    for (name, shape) in cases {
+        let args = [
+            shape,
+            &["--trials", "40", "--min-time-ms", "2", "--min-repeats", "3"],
+        ]
+        .concat();
+        let records = tune(name, &args);
+        assert_eq!(records.len(), 40, "{name}");
+        for r in &records {
+            assert_eq!(kind(r), None, "{name}: {}", r["result"]);
+            let timing = &r["result"]["ok"];
+            assert!(timing["median_us"].as_f64().unwrap() > 0.0);
+            assert!(timing["samples_us"].as_array().unwrap().len() >= 3);
+            assert!(r["device"]["sm_count"].as_u64().unwrap() > 0);
+            assert!(r["device"]["sm_clock_mhz"].as_u64().unwrap() > 0);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU (run by scripts/device-check)"]
+fn injected_faults_become_their_error_kinds_and_the_run_finishes() {
+    let records = tune(
+        "faults",
+        &[
+            "matmul",
+            "--shape",
+            "256,256,256",
+            "--trials",
+            "14",
+            "--measure-batch",
+            "7",
+            "--min-time-ms",
+            "2",
+            "--timeout",
+            "5",
+            "--inject-fault",
+            "launch@1,timeout@4,wrong_answer@8,launch@12",
+        ],
+    );
+    assert_eq!(records.len(), 14);
+    for (i, r) in records.iter().enumerate() {
+        let expected = match i {
+            1 | 12 => Some("launch"),
+            4 => Some("timeout"),
+            8 => Some("wrong_answer"),
+            _ => None,
+        };
+        assert_eq!(kind(r), expected, "record {i}: {}", r["result"]);
+    }
+    let message = records[8]["result"]["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("output["), "{message}");
+    let message = records[1]["result"]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("CUDA_ERROR"), "{message}");
+}
+
+#[test]
+#[ignore = "needs two GPUs (TILESCHED_TEST_DEVICES=0,1; run by scripts/device-check)"]
+fn two_devices_share_a_batch() {
+    let devices = std::env::var("TILESCHED_TEST_DEVICES").unwrap_or_else(|_| "0".into());
+    let records = tune(
+        "devices",
+        &[
+            "matmul",
+            "--shape",
+            "512,512,512",
+            "--trials",
+            "24",
+            "--min-time-ms",
+            "2",
+            "--device",
+            &devices,
+        ],
+    );
+    let used: BTreeSet<u64> = records
+        .iter()
+        .map(|r| r["device"]["ordinal"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        used.len(),
+        devices.split(',').count(),
+        "devices used: {used:?}"
+    );
+    assert!(records.iter().all(|r| kind(r).is_none()));
+}
