@@ -6,6 +6,7 @@
 
 use crate::build::{self, Candidate};
 use crate::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
+use gpu::KernelImage;
 use gpu::{DeviceInfo, ErrorKind, MeasureRequest, Outcome, Pool, PoolError, Problem, TimingConfig};
 use schedule::{GpuSpec, Sampler, State, Task};
 use std::collections::{BTreeMap, HashSet};
@@ -127,6 +128,8 @@ struct TaskRun {
     task: Task,
     trials: usize,
     done: usize,
+    /// Done plus in flight.
+    planned: usize,
     measured: HashSet<String>,
     sampler: Sampler,
     best_us: Option<f64>,
@@ -149,6 +152,66 @@ impl TaskRun {
             self.exhausted = true;
         }
         out
+    }
+}
+
+/// States of one task to build and measure together.
+struct Batch {
+    run: usize,
+    task: Task,
+    states: Vec<State>,
+    injected: Vec<Option<ErrorKind>>,
+}
+
+/// Chooses the batches: round-robin over the tasks with trials left.
+struct Planner {
+    cursor: usize,
+    /// Candidates planned so far (numbers the fault injections).
+    next_candidate: usize,
+    references: BTreeMap<String, KernelImage>,
+}
+
+impl Planner {
+    fn plan(
+        &mut self,
+        runs: &mut [TaskRun],
+        cfg: &TuneConfig,
+        arch: &str,
+        stats: &mut TuneStats,
+    ) -> Result<Option<Batch>, TuneError> {
+        for _ in 0..runs.len() {
+            let i = self.cursor;
+            self.cursor = (self.cursor + 1) % runs.len();
+            let run = &mut runs[i];
+            if run.exhausted || run.planned >= run.trials {
+                continue;
+            }
+            let states = run.draw(cfg.batch.min(run.trials - run.planned));
+            let key = run.task.key();
+            if run.exhausted {
+                stats.exhausted.push(key.clone());
+            }
+            if states.is_empty() {
+                continue;
+            }
+            if !self.references.contains_key(&key) {
+                let image = build::build_reference(&run.task, arch, &cfg.workdir)
+                    .map_err(TuneError::Reference)?;
+                self.references.insert(key, image);
+            }
+            run.planned += states.len();
+            let injected = (0..states.len())
+                .map(|k| cfg.inject.get(&(self.next_candidate + k)).copied())
+                .collect();
+            self.next_candidate += states.len();
+            return Ok(Some(Batch {
+                run: i,
+                task: run.task,
+                states,
+                injected,
+            }));
+        }
+        Ok(None)
     }
 }
 
@@ -179,6 +242,7 @@ pub fn tune(
                 task: *task,
                 trials,
                 done: mine.len(),
+                planned: mine.len(),
                 measured: mine.iter().map(|r| r.state.id()).collect(),
                 sampler: Sampler::new(task, &spec, task_seed(cfg.seed, &key)),
                 best_us: mine
@@ -194,106 +258,111 @@ pub fn tune(
     progress.start(total, done);
     let mut stats = TuneStats::default();
     let mut new_records = Vec::new();
-    let mut references = BTreeMap::new();
-    let mut next_candidate = 0usize;
+    let mut planner = Planner {
+        cursor: 0,
+        next_candidate: 0,
+        references: BTreeMap::new(),
+    };
+    // Builds run on all cores but two, which stay free for the workers' launches.
+    let builders = rayon::ThreadPoolBuilder::new()
+        .num_threads(rayon::current_num_threads().saturating_sub(2).max(1))
+        .build()
+        .map_err(|e| TuneError::Nvrtc(format!("cannot start build threads: {e}")))?;
+    let build_batch = |batch: Batch| {
+        let t = Instant::now();
+        let candidates = builders.install(|| {
+            build::build(
+                &batch.task,
+                batch.states.clone(),
+                &batch.injected,
+                &spec,
+                &arch,
+                &cfg.workdir,
+            )
+        });
+        (batch, candidates, t.elapsed())
+    };
+    let first = planner.plan(&mut runs, cfg, &arch, &mut stats)?;
+    let mut pending = first.map(build_batch);
     let mut next_id = 0u64;
-    loop {
-        let mut progressed = false;
-        for run in runs.iter_mut() {
-            if run.exhausted || run.done >= run.trials {
-                continue;
-            }
-            if cfg.time_budget.is_some_and(|b| started.elapsed() >= b) {
-                stats.stopped_by_budget = true;
-                break;
-            }
-            let key = run.task.key();
-            let states = run.draw(cfg.batch.min(run.trials - run.done));
-            if run.exhausted {
-                stats.exhausted.push(key.clone());
-            }
-            if states.is_empty() {
-                continue;
-            }
-            progressed = true;
-            if !references.contains_key(&key) {
-                let image = build::build_reference(&run.task, &arch, &cfg.workdir)
-                    .map_err(TuneError::Reference)?;
-                references.insert(key.clone(), image);
-            }
-            let injected: Vec<Option<ErrorKind>> = (0..states.len())
-                .map(|i| cfg.inject.get(&(next_candidate + i)).copied())
-                .collect();
-            next_candidate += states.len();
-            let t = Instant::now();
-            let candidates = build::build(&run.task, states, &injected, &spec, &arch, &cfg.workdir);
-            stats.build_time += t.elapsed();
-
-            // Compile failures are records now; the rest go to the workers.
-            let mut outcomes: Vec<Option<(Outcome, usize)>> = Vec::new();
-            let mut requests = Vec::new();
-            for c in &candidates {
-                match &c.build {
-                    Ok((image, info)) => {
-                        stats.compile_ms.push(info.compile_ms);
-                        outcomes.push(None);
-                        requests.push(MeasureRequest {
-                            id: next_id,
-                            problem: problem(&run.task, cfg.seed),
-                            reference: references[&key].clone(),
-                            candidate: image.clone(),
-                            timing: cfg.timing,
-                            injected: c.injected,
-                        });
-                        next_id += 1;
-                    }
-                    Err(message) => {
-                        progress.measured();
-                        outcomes.push(Some((Outcome::error(ErrorKind::Compile, message), 0)));
-                    }
+    while let Some((batch, candidates, build_time)) = pending.take() {
+        stats.build_time += build_time;
+        let next = if cfg.time_budget.is_some_and(|b| started.elapsed() >= b) {
+            stats.stopped_by_budget = true;
+            None
+        } else {
+            planner.plan(&mut runs, cfg, &arch, &mut stats)?
+        };
+        let key = batch.task.key();
+        // Compile failures are records now; the rest go to the workers.
+        let mut outcomes: Vec<Option<(Outcome, usize)>> = Vec::new();
+        let mut requests = Vec::new();
+        for c in &candidates {
+            match &c.build {
+                Ok((image, info)) => {
+                    stats.compile_ms.push(info.compile_ms);
+                    outcomes.push(None);
+                    requests.push(MeasureRequest {
+                        id: next_id,
+                        problem: problem(&batch.task, cfg.seed),
+                        reference: planner.references[&key].clone(),
+                        candidate: image.clone(),
+                        timing: cfg.timing,
+                        injected: c.injected,
+                    });
+                    next_id += 1;
+                }
+                Err(message) => {
+                    progress.measured();
+                    outcomes.push(Some((Outcome::error(ErrorKind::Compile, message), 0)));
                 }
             }
-            let t = Instant::now();
-            let measured =
-                pool.measure_all(&requests, cfg.timeout, &|_, _, _| progress.measured())?;
-            stats.measure_time += t.elapsed();
-            stats.measured += requests.len();
-            let mut measured = measured.into_iter();
-            let devices = pool.devices();
-            let records: Vec<Record> = candidates
-                .into_iter()
-                .zip(outcomes)
-                .map(|(c, outcome)| {
-                    let (result, worker) = outcome
-                        .or_else(|| measured.next())
-                        .expect("one outcome per candidate");
-                    record(&run.task, c, result, devices[worker], &nvrtc)
-                })
-                .collect();
-            log.append(&records)?;
-            for r in &records {
-                if let Some(us) = r.median_us() {
-                    run.best_us = Some(run.best_us.map_or(us, |b| b.min(us)));
-                }
+        }
+        // Measure this batch while the next one builds.
+        let t = Instant::now();
+        let (measured, next_built) = std::thread::scope(|scope| {
+            let building = next.map(|b| scope.spawn(|| build_batch(b)));
+            let measured = pool.measure_all(&requests, cfg.timeout, &|_, _, _| progress.measured());
+            let built = building.map(|h| h.join().expect("a build thread does not panic"));
+            (measured, built)
+        });
+        pending = next_built;
+        let measured = measured?;
+        stats.measure_time += t.elapsed();
+        stats.measured += requests.len();
+        let mut measured = measured.into_iter();
+        let devices = pool.devices();
+        let records: Vec<Record> = candidates
+            .into_iter()
+            .zip(outcomes)
+            .map(|(c, outcome)| {
+                let (result, worker) = outcome
+                    .or_else(|| measured.next())
+                    .expect("one outcome per candidate");
+                record(&batch.task, c, result, devices[worker], &nvrtc)
+            })
+            .collect();
+        log.append(&records)?;
+        let run = &mut runs[batch.run];
+        for r in &records {
+            if let Some(us) = r.median_us() {
+                run.best_us = Some(run.best_us.map_or(us, |b| b.min(us)));
             }
-            run.done += records.len();
-            done += records.len();
-            progress.status(&Status {
-                task: key,
-                task_done: run.done,
-                task_trials: run.trials,
-                best_us: run.best_us,
-                best_tflops: run
-                    .best_us
-                    .map(|us| run.task.flops() as f64 / (us * 1e-6) / 1e12),
-                done,
-                total,
-            });
-            new_records.extend(records);
         }
-        if !progressed || stats.stopped_by_budget {
-            break;
-        }
+        run.done += records.len();
+        done += records.len();
+        progress.status(&Status {
+            task: key,
+            task_done: run.done,
+            task_trials: run.trials,
+            best_us: run.best_us,
+            best_tflops: run
+                .best_us
+                .map(|us| run.task.flops() as f64 / (us * 1e-6) / 1e12),
+            done,
+            total,
+        });
+        new_records.extend(records);
     }
     stats.wall = started.elapsed();
     Ok((new_records, stats))
