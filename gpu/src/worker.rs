@@ -197,11 +197,9 @@ impl Backend for CudaBackend {
             .current
             .as_ref()
             .is_some_and(|b| b.problem == request.problem && b.reference == request.reference);
-        if !reusable {
-            if let Err(e) = self.prepare(&request.problem, &request.reference) {
-                let message = format!("reference kernel failed: {e}");
-                return (Outcome::error(ErrorKind::Launch, message), true);
-            }
+        if !reusable && let Err(e) = self.prepare(&request.problem, &request.reference) {
+            let message = format!("reference kernel failed: {e}");
+            return (Outcome::error(ErrorKind::Launch, message), true);
         }
         let buffers = self.current.as_ref().expect("prepared above");
         let candidate = &request.candidate;

@@ -194,10 +194,10 @@ impl Planner {
             if states.is_empty() {
                 continue;
             }
-            if !self.references.contains_key(&key) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.references.entry(key) {
                 let image = build::build_reference(&run.task, arch, &cfg.workdir)
                     .map_err(TuneError::Reference)?;
-                self.references.insert(key, image);
+                slot.insert(image);
             }
             run.planned += states.len();
             let injected = (0..states.len())

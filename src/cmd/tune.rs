@@ -120,7 +120,11 @@ pub fn run(args: Args) -> Result<()> {
     if args.measure_batch == 0 {
         bail!("--measure-batch must be at least 1");
     }
-    if !(args.timeout > 0.0) || args.min_time_ms < 0.0 {
+    if args.timeout.is_nan()
+        || args.timeout <= 0.0
+        || args.min_time_ms.is_nan()
+        || args.min_time_ms < 0.0
+    {
         bail!("--timeout must be positive and --min-time-ms not negative");
     }
     let inject = match &args.inject_fault {
