@@ -93,6 +93,26 @@ fn run_nvrtc(
     Ok((program, log))
 }
 
+/// One output of a compiled program (cubin or PTX) through NVRTC's size/get pair.
+fn output(
+    program: &Program,
+    what: &str,
+    size_of: unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult,
+    get: unsafe fn(sys::nvrtcProgram, *mut std::ffi::c_char) -> sys::nvrtcResult,
+) -> Result<Vec<u8>, CompileError> {
+    let mut size = 0usize;
+    // SAFETY: `program` compiled successfully; `size` is a valid out-pointer.
+    unsafe { size_of(program.0, &mut size) }
+        .result()
+        .map_err(|e| nvrtc_err(&format!("{what} size"), e))?;
+    let mut bytes = vec![0u8; size];
+    // SAFETY: `bytes` has exactly the size NVRTC reported.
+    unsafe { get(program.0, bytes.as_mut_ptr().cast()) }
+        .result()
+        .map_err(|e| nvrtc_err(what, e))?;
+    Ok(bytes)
+}
+
 /// Compiles `source`, which defines `extern "C"` kernel `kernel`, to a cubin for `arch`.
 pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel, CompileError> {
     check_arch(arch)?;
@@ -103,16 +123,12 @@ pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel,
         "--ptxas-options=--verbose".to_string(),
     ];
     let (program, log) = run_nvrtc(source, kernel, &options)?;
-    let mut size = 0usize;
-    // SAFETY: `program` compiled successfully; `size` is a valid out-pointer.
-    unsafe { sys::nvrtcGetCUBINSize(program.0, &mut size) }
-        .result()
-        .map_err(|e| nvrtc_err("cubin size", e))?;
-    let mut cubin = vec![0u8; size];
-    // SAFETY: `cubin` has exactly the size NVRTC reported.
-    unsafe { sys::nvrtcGetCUBIN(program.0, cubin.as_mut_ptr().cast()) }
-        .result()
-        .map_err(|e| nvrtc_err("cubin", e))?;
+    let cubin = output(
+        &program,
+        "cubin",
+        sys::nvrtcGetCUBINSize,
+        sys::nvrtcGetCUBIN,
+    )?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
     let resources = cubin::resources(&cubin, kernel, &log).map_err(CompileError::Cubin)?;
     Ok(CompiledKernel {
@@ -132,16 +148,7 @@ pub fn compile_ptx(source: &str, kernel: &str, arch: &str) -> Result<String, Com
         "--std=c++17".to_string(),
     ];
     let (program, _log) = run_nvrtc(source, kernel, &options)?;
-    let mut size = 0usize;
-    // SAFETY: `program` compiled successfully; `size` is a valid out-pointer.
-    unsafe { sys::nvrtcGetPTXSize(program.0, &mut size) }
-        .result()
-        .map_err(|e| nvrtc_err("ptx size", e))?;
-    let mut ptx = vec![0u8; size];
-    // SAFETY: `ptx` has exactly the size NVRTC reported.
-    unsafe { sys::nvrtcGetPTX(program.0, ptx.as_mut_ptr().cast()) }
-        .result()
-        .map_err(|e| nvrtc_err("ptx", e))?;
+    let ptx = output(&program, "ptx", sys::nvrtcGetPTXSize, sys::nvrtcGetPTX)?;
     let text: Vec<u8> = ptx.into_iter().take_while(|&c| c != 0).collect();
     String::from_utf8(text).map_err(|e| nvrtc_err("ptx text", e))
 }
