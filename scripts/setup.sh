@@ -4,6 +4,7 @@
 #    nvidia-cuda-nvdisasm) into the cache directory, so that sm_90 kernels compile and
 #    disassemble without a GPU or a CUDA toolkit. Skipped where a CUDA 13 toolkit's
 #    libnvrtc.so.13 is already present (the GPU machine).
+#  - cmake and libclang (apt), which the xgboost-rs crate needs to build XGBoost 1.6.2.
 # The cache is $TILESCHED_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/tilesched.
 set -euo pipefail
 
@@ -16,6 +17,14 @@ have_toolkit_nvrtc() {
   [ -n "${TILESCHED_NVRTC:-}" ] && [ -f "$TILESCHED_NVRTC" ] && return 0
   [ -f "${CUDA_HOME:-/usr/local/cuda}/lib64/libnvrtc.so.13" ]
 }
+
+if ! command -v cmake >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+  echo "setup: installing cmake and libclang-dev (for xgboost-rs)"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq cmake libclang-dev >/dev/null
+fi
 
 if [ -f "$stamp" ]; then
   echo "setup: NVRTC $nvrtc_version and nvdisasm already in $wheels"

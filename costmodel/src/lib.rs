@@ -1,3 +1,44 @@
-//! Cost models that rank schedules: XGBoost on analytical features, and a random model.
+//! Cost models rank candidate schedules by predicted throughput, so that the search
+//! spends GPU measurements only on promising ones.
 //!
-//! Empty until the search issue: it will hold the `CostModel` trait and its implementations, fed by `features`.
+//! A model sees rows of analytical features (the `features` crate computes them; this
+//! crate only needs their count and names) and learns the label Ansor uses: the
+//! normalized throughput within a task, best time of the task / time of the row, so that
+//! one model serves tasks of very different sizes. Failed candidates have label 0.
+//! `XgbModel` is the real one; `RandomModel` is the baseline it must beat.
+
+pub mod dataset;
+pub mod random;
+pub mod xgb;
+
+pub use dataset::{Dataset, normalized_throughput};
+pub use random::RandomModel;
+pub use xgb::{XgbModel, XgbParams};
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ModelError {
+    #[error("XGBoost: {0}")]
+    Xgboost(String),
+    #[error("cannot read model {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("cannot write model {path}: {message}")]
+    Write { path: String, message: String },
+    #[error("the model was trained on other features ({0})")]
+    Features(String),
+}
+
+/// Predicts the throughput of feature rows; learns from measured ones.
+pub trait CostModel: Send {
+    fn name(&self) -> &'static str;
+
+    /// Adds measured rows and retrains.
+    fn update(&mut self, measured: &Dataset) -> Result<(), ModelError>;
+
+    /// Scores `rows` (flattened, one row per `width` values): higher is faster.
+    fn predict(&mut self, rows: &[f32]) -> Vec<f32>;
+
+    /// Rows of training data the model holds.
+    fn training_rows(&self) -> usize;
+}

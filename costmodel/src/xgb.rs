@@ -1,0 +1,242 @@
+//! The XGBoost cost model (xgboost-rs, which vendors XGBoost 1.6.2).
+//!
+//! Ansor's recipe: regression on normalized throughput with the same value as the row
+//! weight (fast candidates matter most), max depth 10, eta 0.2, gamma 0.001,
+//! min_child_weight 0; retrained from scratch on all data after each round; random
+//! scores until more than 100 rows were seen. Instead of Ansor's early stopping over up
+//! to 10000 rounds, a fixed number of boosting rounds (default 200) keeps retraining
+//! time predictable.
+//!
+//! A saved model holds its training data as well as the booster, so that a warm start
+//! (`--model-in`, e.g. from another network's log) keeps learning from both.
+
+use crate::random::random_scores;
+use crate::{CostModel, Dataset, ModelError};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use xgboost_rs::{Booster, DMatrix};
+
+/// Training settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct XgbParams {
+    pub rounds: u32,
+    pub max_depth: u32,
+    pub eta: f32,
+    pub gamma: f32,
+    pub min_child_weight: f32,
+    /// Rows needed before predictions stop being random.
+    pub min_rows: usize,
+}
+
+impl Default for XgbParams {
+    fn default() -> Self {
+        XgbParams {
+            rounds: 200,
+            max_depth: 10,
+            eta: 0.2,
+            gamma: 0.001,
+            min_child_weight: 0.0,
+            min_rows: 100,
+        }
+    }
+}
+
+/// What a model file holds.
+#[derive(Serialize, Deserialize)]
+struct ModelFile {
+    format: String,
+    feature_names: Vec<String>,
+    params: XgbParams,
+    data: Dataset,
+    /// The booster in XGBoost's JSON format (absent if never trained).
+    booster: Option<String>,
+}
+
+const FORMAT: &str = "tilesched-xgboost-1";
+
+pub struct XgbModel {
+    feature_names: Vec<String>,
+    params: XgbParams,
+    data: Dataset,
+    booster: Option<Booster>,
+    rng: ChaCha8Rng,
+}
+
+fn xgb_err(e: impl std::fmt::Display) -> ModelError {
+    ModelError::Xgboost(e.to_string())
+}
+
+impl XgbModel {
+    pub fn new(feature_names: Vec<String>, params: XgbParams, seed: u64) -> Self {
+        XgbModel {
+            data: Dataset::new(feature_names.len()),
+            feature_names,
+            params,
+            booster: None,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// Loads a saved model; its features must be `feature_names`.
+    pub fn load(path: &Path, feature_names: &[String], seed: u64) -> Result<Self, ModelError> {
+        let read = |message: String| ModelError::Read {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        let file: ModelFile = serde_json::from_str(&text).map_err(|e| read(e.to_string()))?;
+        if file.format != FORMAT {
+            return Err(read(format!("format '{}', expected '{FORMAT}'", file.format)));
+        }
+        if file.feature_names != feature_names {
+            return Err(ModelError::Features(format!(
+                "{} saved, {} now",
+                file.feature_names.len(),
+                feature_names.len()
+            )));
+        }
+        let booster = file
+            .booster
+            .map(|json| Booster::load_buffer(json.as_bytes()).map_err(xgb_err))
+            .transpose()?;
+        Ok(XgbModel {
+            feature_names: file.feature_names,
+            params: file.params,
+            data: file.data,
+            booster,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        })
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), ModelError> {
+        let write = |message: String| ModelError::Write {
+            path: path.display().to_string(),
+            message,
+        };
+        let booster = self
+            .booster
+            .as_ref()
+            .map(|b| b.save_to_buffer("json".to_string()).map_err(xgb_err))
+            .transpose()?;
+        let file = ModelFile {
+            format: FORMAT.to_string(),
+            feature_names: self.feature_names.clone(),
+            params: self.params,
+            data: self.data.clone(),
+            booster,
+        };
+        let text = serde_json::to_string(&file).map_err(|e| write(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| write(e.to_string()))
+    }
+
+    fn train(&mut self) -> Result<(), ModelError> {
+        let labels = self.data.labels();
+        let mut dtrain =
+            DMatrix::from_dense(&self.data.rows, self.data.len()).map_err(xgb_err)?;
+        dtrain.set_labels(&labels).map_err(xgb_err)?;
+        dtrain.set_weights(&labels).map_err(xgb_err)?;
+        let p = self.params;
+        let config: HashMap<String, String> = [
+            ("objective", "reg:squarederror".to_string()),
+            ("max_depth", p.max_depth.to_string()),
+            ("eta", p.eta.to_string()),
+            ("gamma", p.gamma.to_string()),
+            ("min_child_weight", p.min_child_weight.to_string()),
+            ("verbosity", "0".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let mut booster = Booster::new_with_json_config(&[&dtrain], config).map_err(xgb_err)?;
+        for round in 0..p.rounds {
+            booster.update(&dtrain, round as i32).map_err(xgb_err)?;
+        }
+        self.booster = Some(booster);
+        Ok(())
+    }
+}
+
+impl CostModel for XgbModel {
+    fn name(&self) -> &'static str {
+        "xgboost"
+    }
+
+    fn update(&mut self, measured: &Dataset) -> Result<(), ModelError> {
+        self.data.extend(measured);
+        // Nothing to learn from until some candidate of some task succeeded.
+        if self.data.len() > self.params.min_rows && self.data.us.iter().any(Option::is_some) {
+            self.train()?;
+        }
+        Ok(())
+    }
+
+    fn predict(&mut self, rows: &[f32]) -> Vec<f32> {
+        let n = rows.len() / self.data.width.max(1);
+        if n == 0 {
+            return Vec::new();
+        }
+        let predicted = self.booster.as_ref().and_then(|b| {
+            let m = DMatrix::from_dense(rows, n).ok()?;
+            b.predict(&m).ok()
+        });
+        predicted.unwrap_or_else(|| random_scores(&mut self.rng, n))
+    }
+
+    fn training_rows(&self) -> usize {
+        self.data.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows of 3 features where the time is a known function of the first two.
+    fn synthetic(n: usize, task: &str) -> Dataset {
+        let mut d = Dataset::new(3);
+        for i in 0..n {
+            let (a, b) = ((i % 7) as f32, (i % 5) as f32);
+            let us = 10.0 + 3.0 * f64::from(a) + f64::from(b * b);
+            d.push(&[a, b, (i % 3) as f32], task, if i % 11 == 0 { None } else { Some(us) });
+        }
+        d
+    }
+
+    fn names() -> Vec<String> {
+        vec!["a".into(), "b".into(), "c".into()]
+    }
+
+    #[test]
+    fn random_until_enough_rows_then_it_ranks_what_it_learned() {
+        let mut m = XgbModel::new(names(), XgbParams::default(), 1);
+        m.update(&synthetic(50, "t")).unwrap();
+        assert!(m.booster.is_none(), "50 rows: still random");
+        m.update(&synthetic(150, "t")).unwrap();
+        assert!(m.booster.is_some());
+        // Fastest (a=0,b=0) above slowest (a=6,b=4).
+        let p = m.predict(&[0.0, 0.0, 0.0, 6.0, 4.0, 0.0]);
+        assert!(p[0] > p[1], "{p:?}");
+    }
+
+    #[test]
+    fn save_and_load_round_trip_with_data_and_booster() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        let mut m = XgbModel::new(names(), XgbParams::default(), 1);
+        m.update(&synthetic(200, "t")).unwrap();
+        m.save(&path).unwrap();
+        let probe = [1.0, 2.0, 0.0, 5.0, 1.0, 2.0];
+        let mut loaded = XgbModel::load(&path, &names(), 9).unwrap();
+        assert_eq!(loaded.training_rows(), 200);
+        assert_eq!(loaded.predict(&probe), m.predict(&probe));
+        let other = vec!["x".to_string()];
+        assert!(matches!(
+            XgbModel::load(&path, &other, 1),
+            Err(ModelError::Features(_))
+        ));
+        assert!(XgbModel::load(&dir.path().join("none"), &names(), 1).is_err());
+    }
+}
