@@ -29,6 +29,11 @@ enum Command {
     Best(cmd::best::Args),
     /// Write the best kernel of a task as CUDA source, PTX or cubin.
     Export(cmd::export::Args),
+    /// Write the analytical features of measured or sampled states as CSV.
+    Features(cmd::features::Args),
+    /// Cost-model tools.
+    #[command(subcommand)]
+    Model(cmd::model::Command),
     /// The measurement worker process (started by `tune`).
     #[command(hide = true)]
     Worker(cmd::worker::Args),
@@ -60,6 +65,8 @@ fn main() -> ExitCode {
         Command::Tune(args) => cmd::tune::run(args),
         Command::Best(args) => cmd::best::run(args),
         Command::Export(args) => cmd::export::run(args),
+        Command::Features(args) => cmd::features::run(args),
+        Command::Model(command) => cmd::model::run(command),
         Command::Worker(args) => return cmd::worker::run(args),
     };
     match result {

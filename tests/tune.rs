@@ -268,3 +268,122 @@ fn tune_without_a_gpu_says_so_in_one_line() {
         "no log is created when nothing can be measured"
     );
 }
+
+#[test]
+fn evolution_with_the_model_and_the_task_scheduler_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("evo.jsonl");
+    let model = tmp.path().join("model.json");
+    let out = ok(&[
+        "tune",
+        "conv2d",
+        "--network",
+        "resnet",
+        "--trials",
+        "150",
+        "--measure-batch",
+        "10",
+        "--population",
+        "128",
+        "--simulate",
+        "--min-repeats",
+        "2",
+        "--log",
+        log.to_str().unwrap(),
+        "--model-out",
+        model.to_str().unwrap(),
+    ]);
+    let records = records(&log);
+    assert_eq!(records.len(), 150);
+    let ids: HashSet<String> = records
+        .iter()
+        .map(|r| format!("{}{}", r["task"], r["state"]))
+        .collect();
+    assert_eq!(ids.len(), 150, "no state measured twice");
+    // Warm-up: every layer got a round before any got a second.
+    let first: HashSet<&str> = records[..130]
+        .iter()
+        .map(|r| r["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(first.len(), 13, "{out}");
+    assert!(out.contains("search overhead: 15 rounds"), "{out}");
+    assert!(out.contains("model saved"), "{out}");
+    // The saved model warm-starts another run.
+    let log2 = tmp.path().join("evo2.jsonl");
+    ok(&[
+        "tune",
+        "conv2d",
+        "--shape",
+        "1,64,56,56,64,3,3,1,1",
+        "--trials",
+        "20",
+        "--population",
+        "64",
+        "--simulate",
+        "--min-repeats",
+        "2",
+        "--log",
+        log2.to_str().unwrap(),
+        "--model-in",
+        model.to_str().unwrap(),
+    ]);
+    assert_eq!(self::records(&log2).len(), 20);
+}
+
+#[test]
+fn features_and_model_eval_read_logs_and_sample_states() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("r.jsonl");
+    ok(&[
+        "tune",
+        "matmul",
+        "--shape",
+        "256,128,64",
+        "--trials",
+        "60",
+        "--search",
+        "random",
+        "--simulate",
+        "--min-repeats",
+        "2",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let csv_path = tmp.path().join("f.csv");
+    ok(&[
+        "features",
+        "--log",
+        log.to_str().unwrap(),
+        "--out",
+        csv_path.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&csv_path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(header[..2], ["task", "state_id"]);
+    assert_eq!(header[header.len() - 2..], ["measured_us", "error"]);
+    assert_eq!(lines.clone().count(), 60);
+    assert!(lines.all(|l| l.split(',').count() == header.len()));
+
+    let sampled = tmp.path().join("s.csv");
+    ok(&[
+        "features",
+        "conv2d",
+        "--shape",
+        "1,64,56,56,64,3,3,1,1",
+        "--sample",
+        "25",
+        "--out",
+        sampled.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&sampled).unwrap();
+    assert_eq!(text.lines().count(), 26);
+    assert_eq!(
+        text.lines().next().unwrap().split(',').count(),
+        header.len()
+    );
+
+    let out = ok(&["model", "eval", "--log", log.to_str().unwrap()]);
+    assert!(out.contains("matmul_m256_n128_k64"), "{out}");
+    assert!(out.lines().last().unwrap().starts_with("mean"), "{out}");
+}

@@ -89,9 +89,15 @@ mod tests {
 
     #[test]
     fn labels_are_throughput_relative_to_the_best_of_each_task() {
-        let tasks: Vec<String> = ["a", "a", "b", "a", "b"].iter().map(|s| s.to_string()).collect();
+        let tasks: Vec<String> = ["a", "a", "b", "a", "b"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let us = [Some(10.0), Some(20.0), Some(100.0), None, Some(50.0)];
-        assert_eq!(normalized_throughput(&tasks, &us), vec![1.0, 0.5, 0.5, 0.0, 1.0]);
+        assert_eq!(
+            normalized_throughput(&tasks, &us),
+            vec![1.0, 0.5, 0.5, 0.0, 1.0]
+        );
     }
 
     #[test]
@@ -100,6 +106,9 @@ mod tests {
         d.push(&[1.0, 2.0], "a", Some(1.0));
         d.push(&[3.0, 4.0], "b", None);
         let s = d.select(&[1]);
-        assert_eq!((s.rows.as_slice(), s.tasks[0].as_str(), s.us[0]), (&[3.0, 4.0][..], "b", None));
+        assert_eq!(
+            (s.rows.as_slice(), s.tasks[0].as_str(), s.us[0]),
+            (&[3.0, 4.0][..], "b", None)
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! `XgbModel` is the real one; `RandomModel` is the baseline it must beat.
 
 pub mod dataset;
+pub mod eval;
 pub mod random;
 pub mod xgb;
 
@@ -41,4 +42,7 @@ pub trait CostModel: Send {
 
     /// Rows of training data the model holds.
     fn training_rows(&self) -> usize;
+
+    /// Writes the model (and what it was trained on) to `path`.
+    fn save(&self, path: &std::path::Path) -> Result<(), ModelError>;
 }

@@ -44,4 +44,11 @@ impl CostModel for RandomModel {
     fn training_rows(&self) -> usize {
         self.rows
     }
+
+    fn save(&self, path: &std::path::Path) -> Result<(), ModelError> {
+        Err(ModelError::Write {
+            path: path.display().to_string(),
+            message: "a random model has nothing to save".to_string(),
+        })
+    }
 }

@@ -89,7 +89,10 @@ impl XgbModel {
         let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
         let file: ModelFile = serde_json::from_str(&text).map_err(|e| read(e.to_string()))?;
         if file.format != FORMAT {
-            return Err(read(format!("format '{}', expected '{FORMAT}'", file.format)));
+            return Err(read(format!(
+                "format '{}', expected '{FORMAT}'",
+                file.format
+            )));
         }
         if file.feature_names != feature_names {
             return Err(ModelError::Features(format!(
@@ -111,31 +114,9 @@ impl XgbModel {
         })
     }
 
-    pub fn save(&self, path: &Path) -> Result<(), ModelError> {
-        let write = |message: String| ModelError::Write {
-            path: path.display().to_string(),
-            message,
-        };
-        let booster = self
-            .booster
-            .as_ref()
-            .map(|b| b.save_to_buffer("json".to_string()).map_err(xgb_err))
-            .transpose()?;
-        let file = ModelFile {
-            format: FORMAT.to_string(),
-            feature_names: self.feature_names.clone(),
-            params: self.params,
-            data: self.data.clone(),
-            booster,
-        };
-        let text = serde_json::to_string(&file).map_err(|e| write(e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| write(e.to_string()))
-    }
-
     fn train(&mut self) -> Result<(), ModelError> {
         let labels = self.data.labels();
-        let mut dtrain =
-            DMatrix::from_dense(&self.data.rows, self.data.len()).map_err(xgb_err)?;
+        let mut dtrain = DMatrix::from_dense(&self.data.rows, self.data.len()).map_err(xgb_err)?;
         dtrain.set_labels(&labels).map_err(xgb_err)?;
         dtrain.set_weights(&labels).map_err(xgb_err)?;
         let p = self.params;
@@ -188,6 +169,27 @@ impl CostModel for XgbModel {
     fn training_rows(&self) -> usize {
         self.data.len()
     }
+
+    fn save(&self, path: &Path) -> Result<(), ModelError> {
+        let write = |message: String| ModelError::Write {
+            path: path.display().to_string(),
+            message,
+        };
+        let booster = self
+            .booster
+            .as_ref()
+            .map(|b| b.save_to_buffer("json".to_string()).map_err(xgb_err))
+            .transpose()?;
+        let file = ModelFile {
+            format: FORMAT.to_string(),
+            feature_names: self.feature_names.clone(),
+            params: self.params,
+            data: self.data.clone(),
+            booster,
+        };
+        let text = serde_json::to_string(&file).map_err(|e| write(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| write(e.to_string()))
+    }
 }
 
 #[cfg(test)]
@@ -200,7 +202,11 @@ mod tests {
         for i in 0..n {
             let (a, b) = ((i % 7) as f32, (i % 5) as f32);
             let us = 10.0 + 3.0 * f64::from(a) + f64::from(b * b);
-            d.push(&[a, b, (i % 3) as f32], task, if i % 11 == 0 { None } else { Some(us) });
+            d.push(
+                &[a, b, (i % 3) as f32],
+                task,
+                if i % 11 == 0 { None } else { Some(us) },
+            );
         }
         d
     }

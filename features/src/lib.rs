@@ -1,3 +1,30 @@
 //! Analytical features of a schedule for a given GPU.
 //!
-//! Empty until the search issue: it will compute named features (memory transactions, bank conflicts, occupancy, wave efficiency, ILP/WLP) from `schedule`'s states and `GpuSpec`.
+//! A cost model cannot afford to compile and run ~10^5 candidate kernels per search
+//! round, but it can afford to look at what each kernel will do to the hardware: how
+//! many global-memory sectors and shared-memory wavefronts it costs (with coalescing and
+//! bank conflicts simulated on the lanes of representative warps, following exactly the
+//! loop nest `schedule::lower` generates), how many registers it needs and how many of
+//! its blocks an SM holds, how well the grid fills the GPU, and the raw tile structure.
+//! `FeatureExtractor::extract` turns a state into a fixed-length vector of such named
+//! values (`FEATURE_NAMES`, documented in `FEATURE_DOCS`): the input rows of the
+//! XGBoost cost model and the columns of feature dumps.
+
+mod extract;
+mod fetch;
+mod geometry;
+mod indexing;
+mod occupancy;
+mod sample;
+mod shared_reads;
+mod store;
+mod table;
+mod warp;
+
+pub use extract::FeatureExtractor;
+pub use table::{FEATURE_COUNT, FEATURE_DOCS, FEATURE_NAMES};
+
+/// The index of a feature in the vector, by name.
+pub fn feature_index(name: &str) -> Option<usize> {
+    FEATURE_NAMES.iter().position(|&n| n == name)
+}

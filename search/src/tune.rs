@@ -1,13 +1,23 @@
-//! The tuning loop: for each task, draw candidates, build them, measure them on the
-//! worker pool, append their records; round-robin over the tasks one batch at a time,
-//! each task getting a fair share of the trials (the gradient task scheduler and the
-//! model-guided strategies come later). Resuming counts what the log already holds for
-//! each task and never re-measures a state it has.
+//! The tuning loop, in rounds: choose a task, propose a batch of candidates for it,
+//! build them, measure them on the worker pool, append their records, retrain the cost
+//! model. The next round is planned and built while the current one is measured (its
+//! proposal sees the model as of the round before).
+//!
+//! `random` gives each task a fair share of the trials, round-robin; the model-guided
+//! strategies let the gradient task scheduler spend the total. Resuming counts what the
+//! log already holds, trains the model on it, and never re-measures a state it has.
 
 use crate::build::{self, Candidate};
+use crate::evolution::{self, EvolutionParams, TaskSpace};
 use crate::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
+use crate::scheduler::{SchedTask, TaskScheduler};
+use costmodel::{CostModel, Dataset, ModelError};
+use features::FeatureExtractor;
 use gpu::KernelImage;
 use gpu::{DeviceInfo, ErrorKind, MeasureRequest, Outcome, Pool, PoolError, Problem, TimingConfig};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
+use schedule::task::Contraction;
 use schedule::{GpuSpec, Sampler, State, Task};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -24,6 +34,17 @@ pub enum TuneError {
     Reference(String),
     #[error("NVRTC: {0}")]
     Nvrtc(String),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// How candidates are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Uniform random valid states; a fair share of trials per task.
+    Random,
+    /// Ansor's evolutionary search guided by the cost model.
+    Evolution,
 }
 
 /// How a tuning run proceeds.
@@ -43,6 +64,8 @@ pub struct TuneConfig {
     pub inject: BTreeMap<usize, ErrorKind>,
     /// Where cubins are written for the workers.
     pub workdir: PathBuf,
+    pub strategy: Strategy,
+    pub evolution: EvolutionParams,
 }
 
 /// Where tuning stands, for a progress display.
@@ -50,7 +73,12 @@ pub struct TuneConfig {
 pub struct Status {
     pub task: String,
     pub task_done: usize,
-    pub task_trials: usize,
+    /// The task's share (fair-share allocation only).
+    pub task_trials: Option<usize>,
+    pub round: usize,
+    /// Time the last round spent proposing (sampling, features, prediction) and training.
+    pub propose_ms: f64,
+    pub train_ms: f64,
     pub best_us: Option<f64>,
     pub best_tflops: Option<f64>,
     pub done: usize,
@@ -77,6 +105,17 @@ pub struct TuneStats {
     /// Tasks with no new distinct valid state left to draw.
     pub exhausted: Vec<String>,
     pub stopped_by_budget: bool,
+    /// Per round: proposal and training time (the tuner's own CPU work).
+    pub rounds: Vec<RoundStats>,
+}
+
+/// The tuner's own work in one round.
+#[derive(Debug, Clone)]
+pub struct RoundStats {
+    pub task: String,
+    pub candidates: usize,
+    pub propose_ms: f64,
+    pub train_ms: f64,
 }
 
 /// Splits `total` trials over `n` tasks as evenly as possible (earlier tasks get the
@@ -126,6 +165,11 @@ pub fn problem(task: &Task, seed: u64) -> Problem {
 /// Per-task search state.
 struct TaskRun {
     task: Task,
+    contraction: Contraction,
+    extractor: FeatureExtractor,
+    rng: ChaCha8Rng,
+    /// The best measured states, fastest first (seeds of the evolution).
+    best_states: Vec<(f64, State)>,
     trials: usize,
     done: usize,
     /// Done plus in flight.
@@ -137,6 +181,15 @@ struct TaskRun {
 }
 
 impl TaskRun {
+    /// Keeps `state` among the best measured if it is fast enough.
+    fn remember(&mut self, us: f64, state: &State, keep: usize) {
+        let at = self.best_states.partition_point(|(u, _)| *u <= us);
+        if at < keep {
+            self.best_states.insert(at, (us, state.clone()));
+            self.best_states.truncate(keep);
+        }
+    }
+
     /// Up to `n` valid states not measured before, in the sampler's order.
     fn draw(&mut self, n: usize) -> Vec<State> {
         let mut out = Vec::new();
@@ -161,32 +214,90 @@ struct Batch {
     task: Task,
     states: Vec<State>,
     injected: Vec<Option<ErrorKind>>,
+    propose_ms: f64,
 }
 
-/// Chooses the batches: round-robin over the tasks with trials left.
+/// Chooses the batches: the task (round-robin fair share for `random`, the gradient
+/// scheduler otherwise) and its candidates.
 struct Planner {
     cursor: usize,
+    scheduler: TaskScheduler,
+    /// Trials planned so far over all tasks (gradient allocation).
+    planned: usize,
     /// Candidates planned so far (numbers the fault injections).
     next_candidate: usize,
     references: BTreeMap<String, KernelImage>,
 }
 
 impl Planner {
+    /// The next task with trials left under the configured allocation.
+    fn next_task(&mut self, runs: &[TaskRun], cfg: &TuneConfig) -> Option<usize> {
+        match cfg.strategy {
+            Strategy::Random => {
+                for _ in 0..runs.len() {
+                    let i = self.cursor;
+                    self.cursor = (self.cursor + 1) % runs.len();
+                    if !runs[i].exhausted && runs[i].planned < runs[i].trials {
+                        return Some(i);
+                    }
+                }
+                None
+            }
+            _ => {
+                if self.planned >= cfg.trials {
+                    return None;
+                }
+                let eligible: Vec<bool> = runs.iter().map(|r| !r.exhausted).collect();
+                self.scheduler.next(&eligible)
+            }
+        }
+    }
+
     fn plan(
         &mut self,
         runs: &mut [TaskRun],
         cfg: &TuneConfig,
+        spec: &GpuSpec,
         arch: &str,
+        model: &mut dyn CostModel,
         stats: &mut TuneStats,
     ) -> Result<Option<Batch>, TuneError> {
-        for _ in 0..runs.len() {
-            let i = self.cursor;
-            self.cursor = (self.cursor + 1) % runs.len();
+        while let Some(i) = self.next_task(runs, cfg) {
+            let started = Instant::now();
             let run = &mut runs[i];
-            if run.exhausted || run.planned >= run.trials {
-                continue;
-            }
-            let states = run.draw(cfg.batch.min(run.trials - run.planned));
+            let n = match cfg.strategy {
+                Strategy::Random => cfg.batch.min(run.trials - run.planned),
+                _ => cfg.batch.min(cfg.trials - self.planned),
+            };
+            let states = match cfg.strategy {
+                Strategy::Random => run.draw(n),
+                Strategy::Evolution => {
+                    let space = TaskSpace {
+                        contraction: &run.contraction,
+                        gpu: spec,
+                        extractor: &run.extractor,
+                    };
+                    let seeds: Vec<State> =
+                        run.best_states.iter().map(|(_, s)| s.clone()).collect();
+                    let states = evolution::propose(
+                        n,
+                        &cfg.evolution,
+                        &space,
+                        &mut run.sampler,
+                        &mut run.rng,
+                        &run.measured,
+                        &seeds,
+                        model,
+                    );
+                    for s in &states {
+                        run.measured.insert(s.id());
+                    }
+                    if states.len() < n {
+                        run.exhausted = true;
+                    }
+                    states
+                }
+            };
             let key = run.task.key();
             if run.exhausted {
                 stats.exhausted.push(key.clone());
@@ -200,6 +311,7 @@ impl Planner {
                 slot.insert(image);
             }
             run.planned += states.len();
+            self.planned += states.len();
             let injected = (0..states.len())
                 .map(|k| cfg.inject.get(&(self.next_candidate + k)).copied())
                 .collect();
@@ -209,20 +321,39 @@ impl Planner {
                 task: run.task,
                 states,
                 injected,
+                propose_ms: started.elapsed().as_secs_f64() * 1e3,
             }));
         }
         Ok(None)
     }
 }
 
-/// Tunes `tasks` with random search, appending to `log`. `prior` is what the log held
-/// (when resuming). Returns the new records.
+/// How many best measured states each task keeps as evolution seeds.
+fn seeds_kept(cfg: &TuneConfig) -> usize {
+    (cfg.evolution.population as f64 * cfg.evolution.measured_share) as usize
+}
+
+/// The model's training rows for records of `run`'s task.
+fn dataset(run: &TaskRun, records: &[Record]) -> Dataset {
+    let mut d = Dataset::new(features::FEATURE_COUNT);
+    for r in records {
+        d.push(&run.extractor.extract(&r.state), &r.task, r.median_us());
+    }
+    d
+}
+
+/// Tunes `tasks` (weighted by `weights`, their counts in the network), appending to
+/// `log`. `prior` is what the log held (when resuming); `model` ranks candidates for the
+/// model-guided strategies and learns from every measurement. Returns the new records.
+#[allow(clippy::too_many_arguments)]
 pub fn tune(
     tasks: &[Task],
+    weights: &[u32],
     pool: &mut Pool,
     log: &mut LogWriter,
     prior: &[Record],
     cfg: &TuneConfig,
+    model: &mut dyn CostModel,
     progress: &dyn Progress,
 ) -> Result<(Vec<Record>, TuneStats), TuneError> {
     let started = Instant::now();
@@ -232,14 +363,19 @@ pub fn tune(
     let nvrtc = gpu::nvrtc_lib::version()
         .map(|(a, b)| format!("{a}.{b}"))
         .map_err(TuneError::Nvrtc)?;
+    let keep = seeds_kept(cfg);
     let mut runs: Vec<TaskRun> = tasks
         .iter()
         .zip(fair_shares(cfg.trials, tasks.len()))
         .map(|(task, trials)| {
             let key = task.key();
             let mine: Vec<&Record> = prior.iter().filter(|r| r.task == key).collect();
-            TaskRun {
+            let mut run = TaskRun {
                 task: *task,
+                contraction: task.contraction(),
+                extractor: FeatureExtractor::new(task, &spec),
+                rng: ChaCha8Rng::seed_from_u64(task_seed(cfg.seed ^ 0x5eed, &key)),
+                best_states: Vec::new(),
                 trials,
                 done: mine.len(),
                 planned: mine.len(),
@@ -250,16 +386,56 @@ pub fn tune(
                     .filter_map(|r| r.median_us())
                     .min_by(f64::total_cmp),
                 exhausted: false,
+            };
+            for r in &mine {
+                if let Some(us) = r.median_us() {
+                    run.remember(us, &r.state, keep);
+                }
             }
+            run
         })
         .collect();
-    let total: usize = runs.iter().map(|r| r.trials.max(r.done)).sum();
-    let mut done: usize = runs.iter().map(|r| r.done.min(r.trials)).sum();
+    let prior_done: usize = runs.iter().map(|r| r.done).sum();
+    let (total, mut done) = match cfg.strategy {
+        Strategy::Random => (
+            runs.iter().map(|r| r.trials.max(r.done)).sum(),
+            runs.iter().map(|r| r.done.min(r.trials)).sum(),
+        ),
+        _ => (cfg.trials.max(prior_done), prior_done),
+    };
+    // The model learns from what the log already holds.
+    let mut known = Dataset::new(features::FEATURE_COUNT);
+    for run in &runs {
+        let key = run.task.key();
+        let mine: Vec<Record> = prior.iter().filter(|r| r.task == key).cloned().collect();
+        known.extend(&dataset(run, &mine));
+    }
+    if !known.is_empty() {
+        model.update(&known)?;
+    }
+    let mut scheduler = TaskScheduler::new(
+        tasks
+            .iter()
+            .zip(weights)
+            .map(|(t, &w)| SchedTask {
+                weight: f64::from(w),
+                flops: t.flops() as f64,
+                op: t.op.name(),
+            })
+            .collect(),
+    );
+    for (i, run) in runs.iter().enumerate() {
+        if run.done > 0 {
+            scheduler.observe(i, run.best_us);
+        }
+    }
     progress.start(total, done);
     let mut stats = TuneStats::default();
     let mut new_records = Vec::new();
     let mut planner = Planner {
         cursor: 0,
+        scheduler,
+        planned: prior_done,
         next_candidate: 0,
         references: BTreeMap::new(),
     };
@@ -282,7 +458,7 @@ pub fn tune(
         });
         (batch, candidates, t.elapsed())
     };
-    let first = planner.plan(&mut runs, cfg, &arch, &mut stats)?;
+    let first = planner.plan(&mut runs, cfg, &spec, &arch, model, &mut stats)?;
     let mut pending = first.map(build_batch);
     let mut next_id = 0u64;
     while let Some((batch, candidates, build_time)) = pending.take() {
@@ -291,7 +467,7 @@ pub fn tune(
             stats.stopped_by_budget = true;
             None
         } else {
-            planner.plan(&mut runs, cfg, &arch, &mut stats)?
+            planner.plan(&mut runs, cfg, &spec, &arch, model, &mut stats)?
         };
         let key = batch.task.key();
         // Compile failures are records now; the rest go to the workers.
@@ -347,14 +523,30 @@ pub fn tune(
         for r in &records {
             if let Some(us) = r.median_us() {
                 run.best_us = Some(run.best_us.map_or(us, |b| b.min(us)));
+                run.remember(us, &r.state, keep);
             }
         }
         run.done += records.len();
         done += records.len();
+        planner.scheduler.observe(batch.run, run.best_us);
+        let t = Instant::now();
+        if cfg.strategy != Strategy::Random {
+            model.update(&dataset(run, &records))?;
+        }
+        let train_ms = t.elapsed().as_secs_f64() * 1e3;
+        stats.rounds.push(RoundStats {
+            task: key.clone(),
+            candidates: records.len(),
+            propose_ms: batch.propose_ms,
+            train_ms,
+        });
         progress.status(&Status {
             task: key,
             task_done: run.done,
-            task_trials: run.trials,
+            task_trials: (cfg.strategy == Strategy::Random).then_some(run.trials),
+            round: stats.rounds.len(),
+            propose_ms: batch.propose_ms,
+            train_ms,
             best_us: run.best_us,
             best_tflops: run
                 .best_us

@@ -3,6 +3,8 @@
 pub mod best;
 pub mod codegen;
 pub mod export;
+pub mod features;
+pub mod model;
 pub mod tasks;
 pub mod tune;
 pub mod worker;

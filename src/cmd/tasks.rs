@@ -2,7 +2,7 @@
 //! operator.
 
 use anyhow::{Result, bail};
-use schedule::{Epilogue, OPERATORS, Task, network, parse_shape};
+use schedule::{Epilogue, OPERATORS, Task, Workload, network, parse_shape};
 
 /// `--network NAME` or `--shape SPEC` (exactly one), with the shape's epilogue.
 #[derive(clap::Args, Debug)]
@@ -29,27 +29,30 @@ pub fn check_op(op: &str) -> Result<()> {
     Ok(())
 }
 
-/// The tasks named by the arguments; `name` is a short label for file names.
+/// The tasks named by the arguments with their counts in the network (1 for a
+/// shape); `name` is a short label for file names.
 pub fn resolve(
     op: &str,
     args: &TaskArgs,
     batch: u32,
     epilogue: Epilogue,
-) -> Result<(Vec<Task>, String)> {
+) -> Result<(Vec<Workload>, String)> {
     check_op(op)?;
     if let Some(shape) = &args.shape {
         let task = Task::new(parse_shape(op, shape)?, epilogue)?;
         let key = task.key();
-        return Ok((vec![task], key));
+        return Ok((vec![Workload { task, count: 1 }], key));
     }
     let name = args
         .network
         .as_deref()
         .expect("clap requires one of the two");
-    let tasks: Vec<Task> = network(name, batch)?
+    let tasks: Vec<Workload> = network(name, batch)?
         .into_iter()
-        .map(|w| w.task)
-        .filter(|t| t.op.name() == op || (op == "matmul" && t.op.name() == "batch_matmul"))
+        .filter(|w| {
+            let t = w.task.op.name();
+            t == op || (op == "matmul" && t == "batch_matmul")
+        })
         .collect();
     if tasks.is_empty() {
         bail!("network '{name}' has no {op} tasks");

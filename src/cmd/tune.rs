@@ -5,18 +5,30 @@
 
 use crate::cmd::tasks::{TaskArgs, resolve};
 use anyhow::{Context, Result, bail};
+use costmodel::{CostModel, RandomModel, XgbModel, XgbParams};
 use gpu::{Pool, PoolError, TimingConfig, WorkerCommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use schedule::Epilogue;
+use search::evolution::EvolutionParams;
 use search::record::{LogWriter, read_log};
 use search::report::{summarize, tune_table};
-use search::tune::{Progress, Status, TuneConfig, TuneStats, tune};
+use search::tune::{Progress, Status, Strategy, TuneConfig, TuneStats, tune};
 use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum Strategy {
-    /// Uniform random valid states.
+enum SearchArg {
+    /// Uniform random valid states, a fair share of trials per task (the baseline).
+    Random,
+    /// Ansor's evolutionary search guided by the cost model, gradient task scheduler.
+    Evolution,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ModelArg {
+    /// XGBoost on the analytical features.
+    Xgboost,
+    /// Random scores (for comparison).
     Random,
 }
 
@@ -30,8 +42,23 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     batch: u32,
     /// Search strategy.
-    #[arg(long, value_enum, default_value = "random")]
-    search: Strategy,
+    #[arg(long, value_enum, default_value = "evolution")]
+    search: SearchArg,
+    /// Cost model of the model-guided strategies.
+    #[arg(long, value_enum, default_value = "xgboost")]
+    model: ModelArg,
+    /// Start the XGBoost model from this saved model (e.g. from another network's run).
+    #[arg(long, value_name = "FILE")]
+    model_in: Option<PathBuf>,
+    /// Save the XGBoost model (with its training data) here at the end.
+    #[arg(long, value_name = "FILE")]
+    model_out: Option<PathBuf>,
+    /// Population of the evolutionary search (Ansor: 2048).
+    #[arg(long, default_value_t = 2048)]
+    population: usize,
+    /// Print one line per round (task, candidates, proposal and training time, best).
+    #[arg(long)]
+    verbose: bool,
     /// Measurement trials over all tasks [default: 200 per task].
     #[arg(long)]
     trials: Option<usize>,
@@ -77,16 +104,19 @@ pub struct Args {
 }
 
 /// Progress on stderr: a bar on a terminal, a line per batch otherwise.
-struct Bar(ProgressBar);
+struct Bar {
+    bar: ProgressBar,
+    verbose: bool,
+}
 
 impl Progress for Bar {
     fn start(&self, total: usize, done: usize) {
-        self.0.set_length(total as u64);
-        self.0.set_position(done as u64);
+        self.bar.set_length(total as u64);
+        self.bar.set_position(done as u64);
     }
 
     fn measured(&self) {
-        self.0.inc(1);
+        self.bar.inc(1);
     }
 
     fn status(&self, s: &Status) {
@@ -94,11 +124,19 @@ impl Progress for Bar {
             (Some(us), Some(tf)) => format!("best {us:.2} µs, {tf:.2} TFLOP/s"),
             _ => "no correct kernel yet".to_string(),
         };
-        let line = format!("{} {}/{}: {best}", s.task, s.task_done, s.task_trials);
-        if self.0.is_hidden() {
-            eprintln!("[{}/{}] {line}", s.done, s.total);
+        let trials = match s.task_trials {
+            Some(t) => format!("{}/{t}", s.task_done),
+            None => format!("{} trials", s.task_done),
+        };
+        let line = format!(
+            "round {} {} {trials}: {best} (propose {:.0} ms, train {:.0} ms)",
+            s.round, s.task, s.propose_ms, s.train_ms
+        );
+        if self.bar.is_hidden() || self.verbose {
+            self.bar
+                .suspend(|| eprintln!("[{}/{}] {line}", s.done, s.total));
         } else {
-            self.0.set_message(line);
+            self.bar.set_message(line);
         }
     }
 }
@@ -111,8 +149,32 @@ pub fn run(args: Args) -> Result<()> {
     if args.tasks.network.is_some() && (args.bias || args.relu) {
         bail!("--bias and --relu apply to --shape; a network's layers have their own epilogue");
     }
-    let (tasks, name) = resolve(&args.op, &args.tasks, args.batch, epilogue)?;
-    let Strategy::Random = args.search;
+    let (workloads, name) = resolve(&args.op, &args.tasks, args.batch, epilogue)?;
+    let tasks: Vec<schedule::Task> = workloads.iter().map(|w| w.task).collect();
+    let weights: Vec<u32> = workloads.iter().map(|w| w.count).collect();
+    let strategy = match args.search {
+        SearchArg::Random => Strategy::Random,
+        SearchArg::Evolution => Strategy::Evolution,
+    };
+    let feature_names: Vec<String> = features::FEATURE_NAMES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut model: Box<dyn CostModel> = match (args.model, &args.model_in) {
+        (ModelArg::Random, Some(_)) => bail!("--model-in needs --model xgboost"),
+        (ModelArg::Random, None) => Box::new(RandomModel::new(features::FEATURE_COUNT, args.seed)),
+        (ModelArg::Xgboost, Some(path)) => {
+            Box::new(XgbModel::load(path, &feature_names, args.seed)?)
+        }
+        (ModelArg::Xgboost, None) => Box::new(XgbModel::new(
+            feature_names.clone(),
+            XgbParams::default(),
+            args.seed,
+        )),
+    };
+    if args.model_out.is_some() && !matches!(args.model, ModelArg::Xgboost) {
+        bail!("--model-out needs --model xgboost");
+    }
     let trials = args.trials.unwrap_or(200 * tasks.len());
     if trials == 0 {
         bail!("--trials must be at least 1");
@@ -204,6 +266,11 @@ pub fn run(args: Args) -> Result<()> {
         timeout: Duration::from_secs_f64(args.timeout),
         inject,
         workdir: workdir.path().to_path_buf(),
+        strategy,
+        evolution: EvolutionParams {
+            population: args.population.max(1),
+            ..EvolutionParams::default()
+        },
     };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
@@ -211,9 +278,29 @@ pub fn run(args: Args) -> Result<()> {
             .expect("a valid template")
             .progress_chars("=> "),
     );
-    let progress = Bar(bar);
-    let (new, stats) = tune(&tasks, &mut pool, &mut writer, &prior, &cfg, &progress)?;
-    progress.0.finish_and_clear();
+    let progress = Bar {
+        bar,
+        verbose: args.verbose,
+    };
+    let (new, stats) = tune(
+        &tasks,
+        &weights,
+        &mut pool,
+        &mut writer,
+        &prior,
+        &cfg,
+        model.as_mut(),
+        &progress,
+    )?;
+    progress.bar.finish_and_clear();
+    if let Some(path) = &args.model_out {
+        model.save(path)?;
+        println!(
+            "model saved to {} ({} training rows)",
+            path.display(),
+            model.training_rows()
+        );
+    }
 
     let mut all = prior;
     all.extend(new);
@@ -246,6 +333,17 @@ fn print_stats(stats: &TuneStats, log: &std::path::Path) {
         stats.measure_time.as_secs_f64(),
         log.display()
     );
+    let propose: f64 = stats.rounds.iter().map(|r| r.propose_ms).sum();
+    let train: f64 = stats.rounds.iter().map(|r| r.train_ms).sum();
+    if !stats.rounds.is_empty() {
+        println!(
+            "search overhead: {} rounds, proposing {:.1} s (sampling, features, prediction), training {:.1} s; {:.0} ms per round",
+            stats.rounds.len(),
+            propose / 1e3,
+            train / 1e3,
+            (propose + train) / stats.rounds.len() as f64
+        );
+    }
     if stats.stopped_by_budget {
         println!("stopped by --time-budget");
     }

@@ -1,0 +1,256 @@
+//! The extractor: everything that depends only on the task and the GPU is computed
+//! once in `new`; `extract` combines the per-state simulations (fetch, inner-product
+//! reads, stores) with occupancy and the structural values into the named row.
+
+use crate::fetch::{FetchCost, fetch_cost};
+use crate::geometry::Geometry;
+use crate::indexing::{Indexing, touched_elements};
+use crate::occupancy::{Occupancy, SCHEDULERS_PER_SM, waves};
+use crate::shared_reads::{ReadCost, read_cost};
+use crate::store::{Output, StoreCost, store_cost};
+use crate::table::{FEATURE_COUNT, FeatureRow};
+use schedule::task::Contraction;
+use schedule::tiling::fetch_unrolled;
+use schedule::validate::{register_cap, register_estimate, validate};
+use schedule::{GpuSpec, State, Task};
+
+/// Bytes per float, per global-memory sector and per shared-memory wavefront.
+const FLOAT_BYTES: f64 = 4.0;
+const SECTOR_BYTES: f64 = 32.0;
+const WAVEFRONT_BYTES: f64 = 128.0;
+
+/// FP32 multiply-add lanes per SM (sm_86 and later, Hopper included; 64 on sm_80).
+fn fma_lanes_per_sm(gpu: &GpuSpec) -> f64 {
+    if gpu.compute_capability == (8, 0) || gpu.compute_capability.0 < 8 {
+        64.0
+    } else {
+        128.0
+    }
+}
+
+/// Computes the analytical features of states of one task on one GPU.
+#[derive(Debug, Clone)]
+pub struct FeatureExtractor {
+    contraction: Contraction,
+    gpu: GpuSpec,
+    inputs: [Indexing; 2],
+    output: Output,
+    /// The row's task-level features, shared by every state.
+    task_row: FeatureRow,
+}
+
+impl FeatureExtractor {
+    pub fn new(task: &Task, gpu: &GpuSpec) -> Self {
+        let c = task.contraction();
+        let flops = task.flops() as f64;
+        let touched_inputs: f64 = c.inputs.iter().map(|a| touched_elements(a, &c)).sum();
+        let bias_elements = c.bias.as_ref().map_or(0.0, |b| b.elements() as f64);
+        let output_elements = c.output_elements() as f64;
+        let task_row = FeatureRow {
+            task_flops: flops,
+            task_flops_log2: log2_1p(flops),
+            task_output_elements: output_elements,
+            task_reduction_elements: c.reduction.iter().map(|a| f64::from(a.extent)).product(),
+            task_bias: flag(task.epilogue.bias),
+            task_relu: flag(task.epilogue.relu),
+            ideal_global_bytes: (touched_inputs + bias_elements + output_elements) * FLOAT_BYTES,
+            ..FeatureRow::default()
+        };
+        FeatureExtractor {
+            inputs: [Indexing::new(&c.inputs[0]), Indexing::new(&c.inputs[1])],
+            output: Output::new(&c),
+            contraction: c,
+            gpu: gpu.clone(),
+            task_row,
+        }
+    }
+
+    /// Features of one state; every value finite, also for states that fail
+    /// validation. A state too malformed to describe (wrong number of splits, a zero
+    /// factor, absurd products) gets the task's features and zeros.
+    pub fn extract(&self, state: &State) -> [f32; FEATURE_COUNT] {
+        let mut row = self.task_row.clone();
+        if let Some(geo) = Geometry::new(&self.contraction, state) {
+            self.fill(&mut row, &geo);
+        }
+        row.to_array()
+    }
+
+    fn fill(&self, row: &mut FeatureRow, geo: &Geometry) {
+        let c = &self.contraction;
+        let gpu = &self.gpu;
+        let state = geo.state;
+        let banks = gpu.shared_banks;
+        row.valid = flag(validate(c, state, gpu).is_ok());
+
+        let threads = geo.threads as f64;
+        let warps = geo.warps as f64;
+        let blocks = geo.blocks as f64;
+        let stages = geo.stages as f64;
+        let steps_per_stage = geo.steps_per_stage as f64;
+        let accumulators = f64::from(state.accumulators());
+        let block_tile: f64 = geo.tiling.block_tile.iter().map(|&t| t as f64).product();
+
+        // Structure.
+        row.thread_blocks = blocks;
+        row.threads_per_block = threads;
+        row.warps_per_block = warps;
+        row.vthreads = f64::from(state.vthreads());
+        row.block_tile_elements = block_tile;
+        row.register_outer_product = state.spatial.iter().map(|s| f64::from(s.outer)).product();
+        row.register_inner_product = state.spatial.iter().map(|s| f64::from(s.inner)).product();
+        if let Some(fast) = state.spatial.last() {
+            row.fast_axis_threads = f64::from(fast.thread);
+            row.fast_axis_register_tile = f64::from(fast.register_tile());
+        }
+        row.reduction_middle_product = state
+            .reduction
+            .iter()
+            .map(|r| f64::from(r.middle))
+            .product();
+        row.reduction_inner_product = state.reduction.iter().map(|r| f64::from(r.inner)).product();
+        row.reduction_stages = stages;
+        row.reduction_steps_per_stage = steps_per_stage;
+        row.reduction_steps = stages * steps_per_stage;
+        row.unroll_max_step = f64::from(state.unroll_max_step);
+        row.inner_reduction_unrolled = flag(geo.unroll.inner);
+        row.middle_reduction_unrolled = flag(geo.unroll.middle);
+        row.unrolled_steps = geo.unrolled_steps as f64;
+        row.input_vector_width = f64::from(state.vector_width[0]);
+        row.weight_vector_width = f64::from(state.vector_width[1]);
+        let tile_elements = geo.tiling.tiles.each_ref().map(|t| t.elements() as f64);
+        row.input_tile_elements = tile_elements[0];
+        row.weight_tile_elements = tile_elements[1];
+        let rounds = [0, 1].map(|i| geo.tiling.fetch_rounds(i, state));
+        row.input_fetch_rounds = rounds[0] as f64;
+        row.weight_fetch_rounds = rounds[1] as f64;
+        let unrolled_fetch =
+            [0, 1].map(|i| fetch_unrolled(rounds[i], i64::from(state.vector_width[i]), state));
+        row.input_fetch_unrolled = flag(unrolled_fetch[0]);
+        row.weight_fetch_unrolled = flag(unrolled_fetch[1]);
+        let shared_bytes = geo.tiling.shared_bytes();
+        row.shared_bytes_per_block = shared_bytes as f64;
+        row.barriers_per_block = 2.0 * stages;
+        // Multiply-adds executed per block, tile padding included.
+        let fma_per_block = threads * accumulators * stages * steps_per_stage;
+        let executed = fma_per_block * blocks;
+        row.work_efficiency = ratio(self.task_row.task_flops / 2.0, executed);
+
+        // Global memory.
+        let fetch: [FetchCost; 2] = [0, 1].map(|i| fetch_cost(&self.inputs[i], i, geo, banks));
+        let store: StoreCost = store_cost(&self.output, geo);
+        let fetch_sectors_per_block = fetch.each_ref().map(|f| f.sectors_per_stage * stages);
+        row.input_sectors_per_fetch = fetch[0].sectors_per_instruction;
+        row.input_fetch_coalescing = fetch[0].coalescing;
+        row.input_sectors_per_block = fetch_sectors_per_block[0];
+        row.input_sectors = fetch_sectors_per_block[0] * blocks;
+        row.weight_sectors_per_fetch = fetch[1].sectors_per_instruction;
+        row.weight_fetch_coalescing = fetch[1].coalescing;
+        row.weight_sectors_per_block = fetch_sectors_per_block[1];
+        row.weight_sectors = fetch_sectors_per_block[1] * blocks;
+        row.output_sectors_per_store = store.sectors_per_instruction;
+        row.output_store_coalescing = store.coalescing;
+        row.output_sectors_per_block = store.sectors_per_block;
+        row.output_sectors = store.sectors_per_block * blocks;
+        row.bias_sectors = store.bias_sectors_per_block * blocks;
+        let global_sectors_per_block = fetch_sectors_per_block[0]
+            + fetch_sectors_per_block[1]
+            + store.sectors_per_block
+            + store.bias_sectors_per_block;
+        row.global_sectors = global_sectors_per_block * blocks;
+        row.global_sectors_log2 = log2_1p(row.global_sectors);
+        row.global_bytes = row.global_sectors * SECTOR_BYTES;
+        row.global_traffic_ratio = ratio(row.global_bytes, row.ideal_global_bytes);
+
+        // Shared memory.
+        let reads: [ReadCost; 2] = [0, 1].map(|i| read_cost(&self.inputs[i], i, geo, banks));
+        let store_wavefronts_per_block = fetch
+            .each_ref()
+            .map(|f| f.store_wavefronts_per_stage * stages);
+        let load_wavefronts_per_block = reads
+            .each_ref()
+            .map(|r| r.wavefronts_per_step * warps * stages * steps_per_stage);
+        row.input_store_bank_conflict = fetch[0].store_conflict;
+        row.weight_store_bank_conflict = fetch[1].store_conflict;
+        row.input_shared_store_wavefronts = store_wavefronts_per_block[0] * blocks;
+        row.weight_shared_store_wavefronts = store_wavefronts_per_block[1] * blocks;
+        row.input_shared_loads_per_step = reads[0].loads_per_step;
+        row.weight_shared_loads_per_step = reads[1].loads_per_step;
+        row.input_shared_load_width = ratio(reads[0].floats_per_step, reads[0].loads_per_step);
+        row.weight_shared_load_width = ratio(reads[1].floats_per_step, reads[1].loads_per_step);
+        row.input_bank_conflict = reads[0].conflict;
+        row.weight_bank_conflict = reads[1].conflict;
+        row.input_shared_load_wavefronts = load_wavefronts_per_block[0] * blocks;
+        row.weight_shared_load_wavefronts = load_wavefronts_per_block[1] * blocks;
+        let shared_wavefronts_per_block = store_wavefronts_per_block.iter().sum::<f64>()
+            + load_wavefronts_per_block.iter().sum::<f64>();
+        row.shared_wavefronts_per_block = shared_wavefronts_per_block;
+        row.shared_wavefronts = shared_wavefronts_per_block * blocks;
+        row.shared_wavefronts_log2 = log2_1p(row.shared_wavefronts);
+        row.shared_transfer_bytes = row.shared_wavefronts * WAVEFRONT_BYTES;
+        row.fma_per_shared_load = ratio(
+            accumulators,
+            reads[0].loads_per_step + reads[1].loads_per_step,
+        );
+
+        // Registers.
+        let estimate = register_estimate(c, state);
+        let cap = register_cap(gpu, geo.threads as u64);
+        let allocated = estimate
+            .min(cap)
+            .min(u64::from(gpu.max_registers_per_thread));
+        row.registers_estimate = estimate as f64;
+        row.register_cap = cap as f64;
+        row.registers_over_cap = flag(estimate > cap);
+        row.registers_allocated = allocated as f64;
+
+        // Occupancy and waves.
+        let occupancy = Occupancy::new(gpu, geo.threads as u64, shared_bytes, allocated);
+        let bps = occupancy.blocks_per_sm;
+        row.blocks_per_sm_by_threads = occupancy.by_threads as f64;
+        row.blocks_per_sm_by_shared = occupancy.by_shared as f64;
+        row.blocks_per_sm_by_registers = occupancy.by_registers as f64;
+        row.blocks_per_sm = bps as f64;
+        row.limited_by_threads = flag(occupancy.by_threads == bps);
+        row.limited_by_shared = flag(occupancy.by_shared == bps);
+        row.limited_by_registers = flag(occupancy.by_registers == bps);
+        row.limited_by_block_cap = flag(occupancy.block_cap == bps);
+        row.active_warps_per_sm = occupancy.active_warps as f64;
+        row.occupancy = occupancy.fraction();
+        let sm_count = u64::from(gpu.sm_count.max(1));
+        let (wave_count, wave_efficiency) = waves(geo.blocks as u64, bps * sm_count);
+        row.waves = wave_count;
+        row.wave_efficiency = wave_efficiency;
+        let busiest_sm_blocks = (geo.blocks as u64).div_ceil(sm_count) as f64;
+        row.busiest_sm_blocks = busiest_sm_blocks;
+        row.sm_utilization = (blocks / sm_count as f64).min(1.0);
+
+        // Parallelism: a small grid leaves SMs with fewer blocks than they could hold.
+        let resident_blocks = (bps as f64).min(busiest_sm_blocks);
+        row.ilp = accumulators;
+        row.wlp = resident_blocks * warps;
+        row.warps_per_scheduler = row.wlp / SCHEDULERS_PER_SM as f64;
+        row.concurrency = row.ilp * row.warps_per_scheduler;
+
+        // Intensity and per-SM cost estimates.
+        row.oi_global = ratio(self.task_row.task_flops, row.global_bytes);
+        row.oi_shared = ratio(self.task_row.task_flops, row.shared_transfer_bytes);
+        row.fma_cycles_per_sm = busiest_sm_blocks * fma_per_block / fma_lanes_per_sm(gpu);
+        row.shared_cycles_per_sm = busiest_sm_blocks * shared_wavefronts_per_block;
+        row.global_sectors_per_sm = busiest_sm_blocks * global_sectors_per_block;
+        row.fma_to_shared_cycles = ratio(row.fma_cycles_per_sm, row.shared_cycles_per_sm);
+    }
+}
+
+fn flag(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+fn log2_1p(x: f64) -> f64 {
+    (1.0 + x.max(0.0)).log2()
+}
+
+/// `a / b`, 0 when `b` is 0.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 { 0.0 } else { a / b }
+}

@@ -1,0 +1,179 @@
+//! The feature table: every feature's stable name and one-line description, declared
+//! once, in vector order.
+//!
+//! One macro invocation generates the public name and doc arrays and the named row the
+//! extractor fills, so a feature cannot get a name without a slot or a slot without a
+//! name, and the extractor assigns features by name rather than by index. The names are
+//! column headers of feature dumps and the cost model's inputs: renaming or reordering
+//! them invalidates saved models, which is why a snapshot test shows every change.
+//!
+//! "input" is the contraction's first operand (conv2d data, matmul A), "weight" the
+//! second (conv2d weight, matmul B). Totals are over the whole grid; "per block" values
+//! cover the whole kernel for one thread block; "log2" values are `log2(1 + x)`.
+
+/// Declares the features: `name: "doc",` in vector order.
+macro_rules! feature_table {
+    ($($name:ident: $doc:literal,)*) => {
+        /// One value per feature, by name, in f64 until it is written out.
+        #[derive(Debug, Clone, Default)]
+        pub(crate) struct FeatureRow {
+            $(pub $name: f64,)*
+        }
+
+        /// Number of features in a vector.
+        pub const FEATURE_COUNT: usize = [$(stringify!($name)),*].len();
+
+        /// Stable snake_case names, in vector order.
+        pub const FEATURE_NAMES: [&str; FEATURE_COUNT] = [$(stringify!($name)),*];
+
+        /// One-line description per feature (what it measures, unit), in vector order.
+        pub const FEATURE_DOCS: [&str; FEATURE_COUNT] = [$($doc),*];
+
+        impl FeatureRow {
+            /// The row as a vector, every value a finite f32.
+            pub(crate) fn to_array(&self) -> [f32; FEATURE_COUNT] {
+                [$(finite_f32(self.$name)),*]
+            }
+        }
+    };
+}
+
+/// NaN becomes 0 and anything beyond f32's range its largest finite value, so that a
+/// pathological state can never hand the cost model a non-finite number.
+fn finite_f32(value: f64) -> f32 {
+    if value.is_nan() {
+        0.0
+    } else {
+        value.clamp(f64::from(f32::MIN), f64::from(f32::MAX)) as f32
+    }
+}
+
+feature_table! {
+    // The task (constant per task; lets one model serve several tasks).
+    task_flops: "floating-point operations of the task, 2 per multiply-add (count)",
+    task_flops_log2: "log2(1 + task_flops)",
+    task_output_elements: "output elements of the task (count)",
+    task_reduction_elements: "product of the reduction extents: multiply-adds per output (count)",
+    task_bias: "1 when the epilogue adds a bias, else 0",
+    task_relu: "1 when the epilogue applies ReLU, else 0",
+    valid: "1 when the state passes schedule validation for this GPU, else 0",
+
+    // Structure of the schedule.
+    thread_blocks: "thread blocks in the grid (count)",
+    threads_per_block: "threads per block: product of the thread factors (count)",
+    warps_per_block: "warps per block: ceil(threads / 32) (count)",
+    vthreads: "product of the virtual-thread factors (count)",
+    block_tile_elements: "output elements one block computes: product of the block tiles (count)",
+    register_outer_product: "product of the outer register factors (count)",
+    register_inner_product: "product of the inner register factors (count)",
+    fast_axis_threads: "thread factor of the innermost (fastest-varying) output axis (count)",
+    fast_axis_register_tile: "register tile (vthread x outer x inner) of the innermost output axis (elements)",
+    reduction_middle_product: "product of the middle reduction factors (count)",
+    reduction_inner_product: "product of the inner reduction factors (count)",
+    reduction_stages: "outer reduction iterations: shared-memory stages per block (count)",
+    reduction_steps_per_stage: "reduction steps (outer products) per stage: middle x inner (count)",
+    reduction_steps: "reduction steps per thread over the kernel: stages x steps per stage (count)",
+    unroll_max_step: "the state's auto-unroll limit (multiply-adds)",
+    inner_reduction_unrolled: "1 when the inner reduction loops are unrolled, else 0",
+    middle_reduction_unrolled: "1 when the middle reduction loops are unrolled too, else 0",
+    unrolled_steps: "reduction steps laid out straight-line by unrolling (count)",
+    input_vector_width: "floats per global load of the input fetch",
+    weight_vector_width: "floats per global load of the weight fetch",
+    input_tile_elements: "floats of the input's shared-memory tile per stage (count)",
+    weight_tile_elements: "floats of the weight's shared-memory tile per stage (count)",
+    input_fetch_rounds: "fetch loop iterations per thread per stage for the input (count)",
+    weight_fetch_rounds: "fetch loop iterations per thread per stage for the weight (count)",
+    input_fetch_unrolled: "1 when the input's fetch loop is unrolled, else 0",
+    weight_fetch_unrolled: "1 when the weight's fetch loop is unrolled, else 0",
+    shared_bytes_per_block: "dynamic shared memory per block (bytes)",
+    barriers_per_block: "__syncthreads per block: two per stage (count)",
+    work_efficiency: "useful multiply-adds / multiply-adds executed including tile padding (ratio)",
+
+    // Global memory: 32-byte sectors per warp instruction, summed.
+    input_sectors_per_fetch: "32-byte sectors one warp's input fetch load touches, mean over warp loads (count)",
+    input_fetch_coalescing: "ideal / actual sectors of the input fetch loads (1 = fully coalesced)",
+    input_sectors_per_block: "32-byte sectors the input fetch loads per block over the kernel (count)",
+    input_sectors: "32-byte sectors the input fetch loads over the grid (count)",
+    weight_sectors_per_fetch: "32-byte sectors one warp's weight fetch load touches, mean over warp loads (count)",
+    weight_fetch_coalescing: "ideal / actual sectors of the weight fetch loads (1 = fully coalesced)",
+    weight_sectors_per_block: "32-byte sectors the weight fetch loads per block over the kernel (count)",
+    weight_sectors: "32-byte sectors the weight fetch loads over the grid (count)",
+    output_sectors_per_store: "32-byte sectors one warp's output store touches, mean over warp stores (count)",
+    output_store_coalescing: "ideal / actual sectors of the output stores (1 = fully coalesced)",
+    output_sectors_per_block: "32-byte sectors the output stores write per block (count)",
+    output_sectors: "32-byte sectors the output stores write over the grid (count)",
+    bias_sectors: "32-byte sectors the epilogue's bias loads touch over the grid (count; 0 without bias)",
+    global_sectors: "all global-memory sectors: input, weight and bias loads plus output stores (count)",
+    global_sectors_log2: "log2(1 + global_sectors)",
+    global_bytes: "bytes moved by all global accesses: 32 x global_sectors (bytes)",
+    ideal_global_bytes: "compulsory bytes: every touched input, weight and bias element read once, every output written once (bytes)",
+    global_traffic_ratio: "global_bytes / ideal_global_bytes (ratio, >= 1 up to sampling)",
+
+    // Shared memory: wavefronts (shared-memory cycles) per warp instruction, summed.
+    input_store_bank_conflict: "wavefronts / conflict-free wavefronts of the input's shared stores in the fetch (1 = none)",
+    weight_store_bank_conflict: "wavefronts / conflict-free wavefronts of the weight's shared stores in the fetch (1 = none)",
+    input_shared_store_wavefronts: "shared-memory wavefronts of the input's fetch stores over the grid (count)",
+    weight_shared_store_wavefronts: "shared-memory wavefronts of the weight's fetch stores over the grid (count)",
+    input_shared_loads_per_step: "shared load instructions per thread per reduction step for the input (count)",
+    weight_shared_loads_per_step: "shared load instructions per thread per reduction step for the weight (count)",
+    input_shared_load_width: "floats per input shared load instruction (1, 2 or 4, mean)",
+    weight_shared_load_width: "floats per weight shared load instruction (1, 2 or 4, mean)",
+    input_bank_conflict: "bank-conflict degree of the input's shared loads: wavefronts / conflict-free wavefronts (1 = none)",
+    weight_bank_conflict: "bank-conflict degree of the weight's shared loads: wavefronts / conflict-free wavefronts (1 = none)",
+    input_shared_load_wavefronts: "shared-memory wavefronts of the input's loads in the inner product over the grid (count)",
+    weight_shared_load_wavefronts: "shared-memory wavefronts of the weight's loads in the inner product over the grid (count)",
+    shared_wavefronts_per_block: "shared-memory wavefronts of all shared loads and stores per block (count)",
+    shared_wavefronts: "shared-memory wavefronts of all shared loads and stores over the grid (count)",
+    shared_wavefronts_log2: "log2(1 + shared_wavefronts)",
+    shared_transfer_bytes: "shared-memory bandwidth used: 128 bytes per wavefront (bytes)",
+    fma_per_shared_load: "multiply-adds per shared load instruction in the inner product (ratio)",
+
+    // Registers.
+    registers_estimate: "estimated registers per thread (schedule's register_estimate)",
+    register_cap: "registers per thread ptxas may use under __launch_bounds__(threads)",
+    registers_over_cap: "1 when the estimate exceeds the cap (the kernel would spill), else 0",
+    registers_allocated: "registers per thread assumed for occupancy: min(estimate, cap)",
+
+    // Occupancy and waves.
+    blocks_per_sm_by_threads: "resident blocks per SM allowed by the SM's threads (count)",
+    blocks_per_sm_by_shared: "resident blocks per SM allowed by shared memory incl. 1 KB reserved per block (count)",
+    blocks_per_sm_by_registers: "resident blocks per SM allowed by registers (256 per warp allocation unit) (count)",
+    blocks_per_sm: "resident blocks per SM: min of the limits and the SM's block cap (count)",
+    limited_by_threads: "1 when the thread limit is the binding one (ties count), else 0",
+    limited_by_shared: "1 when the shared-memory limit is the binding one (ties count), else 0",
+    limited_by_registers: "1 when the register limit is the binding one (ties count), else 0",
+    limited_by_block_cap: "1 when the SM's blocks-per-SM cap is the binding one (ties count), else 0",
+    active_warps_per_sm: "resident warps per SM at full occupancy: blocks_per_sm x warps_per_block (count, max 64)",
+    occupancy: "active_warps_per_sm / the SM's maximum warps (fraction)",
+    waves: "thread_blocks / (blocks_per_sm x SMs): waves of blocks over the GPU (count)",
+    wave_efficiency: "thread_blocks / (ceil(waves) x blocks_per_sm x SMs): busy fraction of the block slots (fraction)",
+    busiest_sm_blocks: "blocks the busiest SM runs: ceil(thread_blocks / SMs) (count)",
+    sm_utilization: "fraction of the SMs that get at least one block (fraction)",
+
+    // Parallelism.
+    ilp: "accumulators per thread: independent multiply-adds per reduction step (count)",
+    wlp: "warps resident per SM, limited by the grid when it is small (count)",
+    warps_per_scheduler: "wlp / 4 warp schedulers per SM (count)",
+    concurrency: "ilp x warps_per_scheduler: independent multiply-adds in flight per scheduler (count)",
+
+    // Intensity and per-SM cost estimates.
+    oi_global: "task_flops / global_bytes (FLOP per byte)",
+    oi_shared: "task_flops / shared_transfer_bytes (FLOP per byte)",
+    fma_cycles_per_sm: "busiest SM's multiply-adds (incl. padding) / 128 FP32 lanes (cycles)",
+    shared_cycles_per_sm: "busiest SM's shared-memory wavefronts, one per cycle (cycles)",
+    global_sectors_per_sm: "busiest SM's global sectors (count)",
+    fma_to_shared_cycles: "fma_cycles_per_sm / shared_cycles_per_sm (ratio; > 1: FMA-bound)",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_values_become_finite() {
+        assert_eq!(finite_f32(f64::NAN), 0.0);
+        assert_eq!(finite_f32(f64::INFINITY), f32::MAX);
+        assert_eq!(finite_f32(-1e300), f32::MIN);
+        assert_eq!(finite_f32(2.5), 2.5);
+    }
+}

@@ -1,0 +1,497 @@
+//! The feature vector end to end: hand-computed memory transactions, bank conflicts,
+//! occupancy limits and waves on constructed states; finiteness on sampled and on
+//! malformed states (proptest); the extraction rate; and a snapshot of the names and
+//! descriptions, so that any change to the model's inputs shows in review.
+
+use features::{FEATURE_COUNT, FEATURE_DOCS, FEATURE_NAMES, FeatureExtractor, feature_index};
+use proptest::prelude::*;
+use schedule::state::{ReductionSplit, SpatialSplit};
+use schedule::validate::validate;
+use schedule::{Epilogue, GpuSpec, Sampler, State, Task, network, parse_shape};
+use std::time::Instant;
+
+fn task(op: &str, shape: &str) -> Task {
+    Task::new(parse_shape(op, shape).unwrap(), Epilogue::default()).unwrap()
+}
+
+fn sp(vthread: u32, thread: u32, outer: u32, inner: u32) -> SpatialSplit {
+    SpatialSplit {
+        vthread,
+        thread,
+        outer,
+        inner,
+    }
+}
+
+fn rd(middle: u32, inner: u32) -> ReductionSplit {
+    ReductionSplit { middle, inner }
+}
+
+fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u32; 2]) -> State {
+    State {
+        spatial,
+        reduction,
+        unroll_max_step: 0,
+        vector_width: widths,
+    }
+}
+
+/// The named features of `state`, checked to be a valid state of `task` on an H100.
+fn features(task: &Task, state: &State) -> impl Fn(&str) -> f32 {
+    let gpu = GpuSpec::h100();
+    assert_eq!(validate(&task.contraction(), state, &gpu), Ok(()));
+    let values = FeatureExtractor::new(task, &gpu).extract(state);
+    move |name| values[feature_index(name).unwrap_or_else(|| panic!("no feature {name}"))]
+}
+
+/// Tasks of every kind: ResNet-50 layers (7x7 stride 2, 1x1 stride 2, 3x3), matmul with
+/// tails, batch matmul, and epilogues.
+fn tasks() -> Vec<Task> {
+    let mut tasks: Vec<Task> = network("resnet", 1)
+        .unwrap()
+        .into_iter()
+        .map(|w| w.task)
+        .collect();
+    let both = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    tasks.push(Task::new(parse_shape("matmul", "333,777,555").unwrap(), both).unwrap());
+    tasks.push(task("batch_matmul", "12,128,128,64"));
+    tasks.push(
+        Task::new(
+            parse_shape("conv2d", "1,64,56,56,64,3,3,1,1").unwrap(),
+            both,
+        )
+        .unwrap(),
+    );
+    tasks.push(task(
+        "conv2d",
+        "n=2,c=32,h=17,w=23,k=48,r=3,s=5,stride_h=2,stride_w=1,pad=2",
+    ));
+    tasks
+}
+
+// --- Global memory --------------------------------------------------------------------
+
+#[test]
+fn a_warp_fetching_32_consecutive_floats_loads_4_sectors() {
+    // A[m, k] tile of 1 x 32: one warp reads one 128-byte aligned row.
+    let t = task("matmul", "64,64,1024");
+    let s = state(
+        vec![sp(1, 1, 1, 1), sp(1, 32, 1, 1)],
+        vec![rd(32, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("input_sectors_per_fetch"), 4.0);
+    assert_eq!(f("input_fetch_coalescing"), 1.0);
+    // B[k, n] tile of 32 x 32: each warp load is one aligned row of 32 floats too.
+    assert_eq!(f("weight_sectors_per_fetch"), 4.0);
+    // 32 stages, one load per stage; 64 x 2 blocks.
+    assert_eq!(f("input_sectors_per_block"), 4.0 * 32.0);
+    assert_eq!(f("input_sectors"), 4.0 * 32.0 * 128.0);
+    // Each thread stores one output, 32 consecutive floats per warp.
+    assert_eq!(f("output_sectors_per_store"), 4.0);
+    assert_eq!(f("output_sectors"), 4.0 * 128.0);
+}
+
+#[test]
+fn a_strided_warp_fetch_loads_a_sector_per_lane() {
+    // A tile of 32 x 1: the lanes walk down a column, 1024 floats apart.
+    let t = task("matmul", "64,64,1024");
+    let s = state(
+        vec![sp(1, 32, 1, 1), sp(1, 1, 1, 1)],
+        vec![rd(1, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("input_sectors_per_fetch"), 32.0);
+    assert_eq!(f("input_fetch_coalescing"), 4.0 / 32.0);
+}
+
+#[test]
+fn a_warp_fetching_float4_over_128_floats_loads_16_sectors() {
+    let t = task("matmul", "64,64,1024");
+    let s = state(
+        vec![sp(1, 1, 1, 1), sp(1, 32, 1, 1)],
+        vec![rd(32, 4)],
+        [4, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("input_fetch_rounds"), 1.0);
+    assert_eq!(f("input_sectors_per_fetch"), 16.0);
+    assert_eq!(f("input_fetch_coalescing"), 1.0);
+    // 128-bit stores to shared memory: four quarter-warp wavefronts, no conflict.
+    assert_eq!(f("input_store_bank_conflict"), 1.0);
+    assert_eq!(f("input_shared_store_wavefronts"), 4.0 * 8.0 * 128.0);
+}
+
+#[test]
+fn strided_conv_fetches_rows_with_gaps() {
+    // 1x1 stride-2 conv: data tile rows of q_tile * 2 - 1 floats, of which every other
+    // one is used; the fetch still loads whole rows, so it is coalesced per row.
+    let t = task("conv2d", "1,256,56,56,128,1,1,2,0");
+    let s = state(
+        vec![sp(1, 1, 1, 1), sp(1, 2, 1, 1), sp(1, 16, 1, 1)],
+        vec![rd(4, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    // Data tile: 4 channels x 3 rows x 31 columns; the compulsory traffic counts only
+    // the even rows and columns.
+    assert_eq!(f("input_tile_elements"), (4 * 3 * 31) as f32);
+    assert!(f("global_traffic_ratio") > 1.0);
+    assert!(f("input_sectors_per_fetch") >= 4.0);
+}
+
+// --- Shared memory --------------------------------------------------------------------
+
+#[test]
+fn lanes_two_words_apart_have_a_two_way_bank_conflict() {
+    // A_sh[m * 2 + k] with the 32 threads along m.
+    let t = task("matmul", "64,64,1024");
+    let s = state(
+        vec![sp(1, 32, 1, 1), sp(1, 1, 1, 1)],
+        vec![rd(2, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("input_shared_loads_per_step"), 1.0);
+    assert_eq!(f("input_bank_conflict"), 2.0);
+    // B_sh[k]: one word for every lane, a broadcast.
+    assert_eq!(f("weight_bank_conflict"), 1.0);
+    // One warp, two wavefronts per step, 2 steps per stage, 512 stages, 2 x 64 blocks.
+    assert_eq!(f("input_shared_load_wavefronts"), 2.0 * 2.0 * 512.0 * 128.0);
+}
+
+#[test]
+fn lanes_32_words_apart_have_a_32_way_bank_conflict() {
+    let t = task("matmul", "64,64,1024");
+    let s = state(
+        vec![sp(1, 32, 1, 1), sp(1, 1, 1, 1)],
+        vec![rd(32, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("input_bank_conflict"), 32.0);
+}
+
+#[test]
+fn lanes_reading_one_word_broadcast() {
+    // Threads along n: every lane reads the same A_sh word, consecutive B_sh words.
+    let t = task("matmul", "64,64,1024");
+    let s = state(
+        vec![sp(1, 1, 1, 1), sp(1, 32, 1, 1)],
+        vec![rd(32, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("input_bank_conflict"), 1.0);
+    assert_eq!(f("weight_bank_conflict"), 1.0);
+    assert_eq!(f("input_shared_load_wavefronts"), 32.0 * 32.0 * 128.0);
+}
+
+#[test]
+fn contiguous_register_tiles_are_read_with_128_bit_loads() {
+    // B_sh[k * 256 + t_n * 8 + o * 4 + i]: 8 consecutive, 16-byte aligned floats per
+    // thread and step, as NVRTC emits them (two LDS.128). A_sh[m * 4 + k] with the
+    // reduction rolled: one scalar load per register position along m.
+    let t = task("matmul", "512,512,512");
+    let s = state(
+        vec![sp(2, 4, 1, 1), sp(1, 32, 2, 4)],
+        vec![rd(2, 2)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("weight_shared_loads_per_step"), 2.0);
+    assert_eq!(f("weight_shared_load_width"), 4.0);
+    assert_eq!(f("input_shared_loads_per_step"), 2.0);
+    assert_eq!(f("input_shared_load_width"), 1.0);
+    // Lanes 8 floats apart reading 4 floats each use every other group of 4 banks:
+    // 8 wavefronts for 4 wavefronts' worth of data.
+    assert_eq!(f("weight_bank_conflict"), 2.0);
+}
+
+// --- Occupancy and waves --------------------------------------------------------------
+
+#[test]
+fn occupancy_limited_by_threads() {
+    let t = task("matmul", "1024,1024,1024");
+    let s = state(
+        vec![sp(1, 32, 1, 1), sp(1, 32, 1, 1)],
+        vec![rd(1, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("blocks_per_sm_by_threads"), 2.0);
+    assert_eq!(f("blocks_per_sm"), 2.0);
+    assert_eq!(f("limited_by_threads"), 1.0);
+    assert_eq!(f("limited_by_shared"), 0.0);
+    assert_eq!(f("active_warps_per_sm"), 64.0);
+    assert_eq!(f("occupancy"), 1.0);
+}
+
+#[test]
+fn occupancy_limited_by_shared_memory() {
+    // 32 x 512 + 512 x 32 floats = 128 KB per block: one block per SM.
+    let t = task("matmul", "1024,1024,1024");
+    let s = state(
+        vec![sp(1, 8, 4, 1), sp(1, 8, 4, 1)],
+        vec![rd(16, 32)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("shared_bytes_per_block"), 131072.0);
+    assert_eq!(f("blocks_per_sm_by_shared"), 1.0);
+    assert_eq!(f("blocks_per_sm"), 1.0);
+    assert_eq!(f("limited_by_shared"), 1.0);
+    assert_eq!(f("limited_by_threads"), 0.0);
+    assert_eq!(f("limited_by_registers"), 0.0);
+    assert_eq!(f("active_warps_per_sm"), 2.0);
+    assert_eq!(f("occupancy"), 2.0 / 64.0);
+}
+
+#[test]
+fn occupancy_limited_by_registers() {
+    // 64 accumulators per thread: about 108 registers, 3584 per warp, 4 warps per
+    // sub-partition: 16 warps, two blocks of 8.
+    let t = task("matmul", "1024,1024,1024");
+    let s = state(
+        vec![sp(1, 16, 8, 1), sp(1, 16, 1, 8)],
+        vec![rd(1, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("registers_estimate"), 108.0);
+    assert_eq!(f("registers_over_cap"), 0.0);
+    assert_eq!(f("blocks_per_sm_by_registers"), 2.0);
+    assert_eq!(f("blocks_per_sm"), 2.0);
+    assert_eq!(f("limited_by_registers"), 1.0);
+    assert_eq!(f("limited_by_threads"), 0.0);
+    assert_eq!(f("ilp"), 64.0);
+}
+
+#[test]
+fn occupancy_limited_by_the_block_cap() {
+    let t = task("matmul", "1024,1024,1024");
+    let s = state(
+        vec![sp(1, 1, 1, 1), sp(1, 32, 1, 1)],
+        vec![rd(1, 1)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("blocks_per_sm"), 32.0);
+    assert_eq!(f("limited_by_block_cap"), 1.0);
+    assert_eq!(f("active_warps_per_sm"), 32.0);
+}
+
+#[test]
+fn one_block_past_a_full_wave_halves_the_wave_efficiency() {
+    // One block per SM (shared memory), 7 x 19 = 133 blocks on 132 SMs.
+    let t = task("matmul", "224,608,1024");
+    let s = state(
+        vec![sp(1, 8, 4, 1), sp(1, 8, 4, 1)],
+        vec![rd(16, 32)],
+        [1, 1],
+    );
+    let f = features(&t, &s);
+    assert_eq!(f("thread_blocks"), 133.0);
+    assert_eq!(f("blocks_per_sm"), 1.0);
+    assert_eq!(f("waves"), (133.0f64 / 132.0) as f32);
+    assert_eq!(f("wave_efficiency"), (133.0f64 / 264.0) as f32);
+    assert_eq!(f("busiest_sm_blocks"), 2.0);
+    assert_eq!(f("sm_utilization"), 1.0);
+}
+
+// --- Every state gets a finite vector -------------------------------------------------
+
+fn all_finite(values: &[f32; FEATURE_COUNT]) -> Result<(), TestCaseError> {
+    for (name, value) in FEATURE_NAMES.iter().zip(values) {
+        prop_assert!(value.is_finite(), "{name} = {value}");
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn sampled_states_have_finite_features(task_index in 0usize..17, seed in any::<u64>()) {
+        let tasks = tasks();
+        let task = &tasks[task_index % tasks.len()];
+        let gpu = GpuSpec::h100();
+        let state = Sampler::new(task, &gpu, seed).sample().expect("a valid state");
+        let values = FeatureExtractor::new(task, &gpu).extract(&state);
+        prop_assert_eq!(values.len(), FEATURE_COUNT);
+        all_finite(&values)?;
+        prop_assert_eq!(values[feature_index("valid").unwrap()], 1.0);
+        // Sampling error aside, no schedule moves less than the compulsory traffic.
+        prop_assert!(values[feature_index("global_traffic_ratio").unwrap()] > 0.5);
+        prop_assert!(values[feature_index("occupancy").unwrap()] <= 1.0);
+    }
+
+    #[test]
+    fn malformed_states_have_finite_features(
+        task_index in 0usize..17,
+        factors in proptest::collection::vec(
+            prop_oneof![0u32..5, 1u32..70, Just(1u32 << 20), Just(u32::MAX)], 24),
+        spatial_extra in 0usize..2,
+        unroll in any::<u32>(),
+        widths in [0u32..6, 0u32..6],
+    ) {
+        let tasks = tasks();
+        let task = &tasks[task_index % tasks.len()];
+        let c = task.contraction();
+        let mut f = factors.into_iter().cycle();
+        let mut next = || f.next().unwrap_or(1);
+        let state = State {
+            spatial: (0..c.spatial.len() + spatial_extra)
+                .map(|_| sp(next(), next(), next(), next()))
+                .collect(),
+            reduction: (0..c.reduction.len()).map(|_| rd(next(), next())).collect(),
+            unroll_max_step: unroll,
+            vector_width: widths,
+        };
+        let values = FeatureExtractor::new(task, &GpuSpec::h100()).extract(&state);
+        all_finite(&values)?;
+    }
+}
+
+#[test]
+fn degenerate_tasks_have_finite_features() {
+    // No reduction axis left, a single output, a conv whose output is one pixel.
+    let gpu = GpuSpec::h100();
+    for (op, shape) in [
+        ("matmul", "64,64,1"),
+        ("matmul", "1,1,1"),
+        ("matmul", "1,1,4096"),
+        ("conv2d", "1,8,3,3,4,3,3,1,0"),
+        ("batch_matmul", "3,1,5,7"),
+    ] {
+        let t = task(op, shape);
+        let extractor = FeatureExtractor::new(&t, &gpu);
+        let states = Sampler::new(&t, &gpu, 5).sample_distinct(10);
+        assert!(!states.is_empty(), "{op} {shape}");
+        for state in states {
+            let values = extractor.extract(&state);
+            assert!(values.iter().all(|v| v.is_finite()), "{op} {shape}");
+            assert_eq!(values[feature_index("valid").unwrap()], 1.0);
+        }
+    }
+}
+
+#[test]
+fn every_feature_varies_over_states_and_tasks() {
+    let gpu = GpuSpec::h200();
+    let mut columns: Vec<Vec<f32>> = vec![Vec::new(); FEATURE_COUNT];
+    for (i, task) in tasks().iter().enumerate() {
+        let extractor = FeatureExtractor::new(task, &gpu);
+        let mut states = Sampler::new(task, &gpu, i as u64).sample_distinct(20);
+        // Over the register cap (invalid), to show the validity and spill flags.
+        let c = task.contraction();
+        states.push(State {
+            spatial: (0..c.spatial.len())
+                .map(|a| {
+                    if a == 0 {
+                        sp(1, 32, 16, 16)
+                    } else {
+                        sp(1, 1, 1, 1)
+                    }
+                })
+                .collect(),
+            reduction: c.reduction.iter().map(|_| rd(1, 1)).collect(),
+            unroll_max_step: 0,
+            vector_width: [1, 1],
+        });
+        for state in &states {
+            for (column, value) in columns.iter_mut().zip(extractor.extract(state)) {
+                column.push(value);
+            }
+        }
+    }
+    // Shared stores of the fetch are contiguous by construction: never a conflict.
+    let constant = ["input_store_bank_conflict", "weight_store_bank_conflict"];
+    // At 32 registers or more per thread (every real kernel), the register file holds
+    // no more threads than the SM does: threads bind only in a tie, which sampled states
+    // do not reach (`occupancy_limited_by_threads` constructs one).
+    let rare = ["limited_by_threads"];
+    for (name, column) in FEATURE_NAMES.iter().zip(&columns) {
+        if rare.contains(name) {
+            continue;
+        }
+        let varies = column.iter().any(|v| *v != column[0]);
+        if constant.contains(name) {
+            assert!(!varies, "{name} was expected to be constant: {column:?}");
+        } else {
+            assert!(varies, "{name} is {} for every state", column[0]);
+        }
+    }
+}
+
+#[test]
+fn names_are_unique_snake_case_and_documented() {
+    let mut seen = std::collections::HashSet::new();
+    for (name, doc) in FEATURE_NAMES.iter().zip(FEATURE_DOCS) {
+        assert!(seen.insert(name), "{name} twice");
+        assert!(
+            name.starts_with(|c: char| c.is_ascii_lowercase())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && !name.ends_with('_')
+                && !name.contains("__"),
+            "{name} is not snake_case"
+        );
+        assert!(!doc.is_empty() && !doc.contains('\n'), "{name}: {doc:?}");
+    }
+    assert_eq!(feature_index("valid"), Some(6));
+    assert_eq!(feature_index("no_such_feature"), None);
+}
+
+#[test]
+fn the_extractor_can_be_shared_across_threads() {
+    fn shareable<T: Send + Sync + Clone>() {}
+    shareable::<FeatureExtractor>();
+}
+
+#[test]
+fn names_and_docs_snapshot() {
+    let table: String = FEATURE_NAMES
+        .iter()
+        .zip(FEATURE_DOCS)
+        .map(|(name, doc)| format!("{name}: {doc}\n"))
+        .collect();
+    insta::assert_snapshot!(table);
+}
+
+#[test]
+fn extraction_is_fast() {
+    let gpu = GpuSpec::h100();
+    let pool: Vec<(FeatureExtractor, Vec<State>)> = tasks()
+        .iter()
+        .enumerate()
+        .map(|(i, task)| {
+            let states = Sampler::new(task, &gpu, 100 + i as u64).sample_distinct(40);
+            (FeatureExtractor::new(task, &gpu), states)
+        })
+        .collect();
+    let mut checksum = 0.0f64;
+    let states = 20_000;
+    let start = Instant::now();
+    let mut done = 0;
+    'outer: loop {
+        for (extractor, task_states) in &pool {
+            for state in task_states {
+                checksum += f64::from(extractor.extract(state)[0]);
+                done += 1;
+                if done == states {
+                    break 'outer;
+                }
+            }
+        }
+    }
+    let rate = states as f64 / start.elapsed().as_secs_f64();
+    eprintln!("extracted {states} states at {rate:.0} states/s (checksum {checksum})");
+    assert!(rate > 10_000.0, "only {rate:.0} states/s");
+}

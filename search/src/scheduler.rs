@@ -1,0 +1,167 @@
+//! The task scheduler: which task of a network gets the next measurement round.
+//!
+//! Ansor's gradient allocation (OSDI'20 §6; parameters from its task scheduler): after a
+//! warm-up round per task, pick the task whose next round is expected to reduce the
+//! network's weighted latency sum the most. For task i with weight w_i (its count in the
+//! network) and best latency history:
+//! - backward gradient: the change of its best latency over the last 3 rounds, per round;
+//! - forward gradient: the expected change of one more round, the larger reduction of
+//!   `best / rounds` (diminishing returns) and of reaching β × the time it would take
+//!   at the best FLOP rate any task of the same operator achieved (β = 2);
+//! - gradient = w_i · (α · backward + (1 − α) · forward), α = 0.2; the most negative wins.
+//! A task without a correct kernel yet counts as 1e10 µs, so it is tried again soon.
+
+/// Ansor's constants.
+const ALPHA: f64 = 0.2;
+const BETA: f64 = 2.0;
+const WINDOW: usize = 3;
+const NO_KERNEL_US: f64 = 1e10;
+
+/// One task as the scheduler sees it.
+#[derive(Debug, Clone)]
+pub struct SchedTask {
+    pub weight: f64,
+    pub flops: f64,
+    /// Tasks of the same operator are "similar" for the forward gradient.
+    pub op: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskScheduler {
+    tasks: Vec<SchedTask>,
+    /// Rounds planned per task (warm-up counts plans, not results).
+    planned: Vec<usize>,
+    /// Best latency after each observed round.
+    history: Vec<Vec<f64>>,
+}
+
+impl TaskScheduler {
+    pub fn new(tasks: Vec<SchedTask>) -> Self {
+        let n = tasks.len();
+        TaskScheduler {
+            tasks,
+            planned: vec![0; n],
+            history: vec![Vec::new(); n],
+        }
+    }
+
+    fn best(&self, i: usize) -> f64 {
+        self.history[i].last().copied().unwrap_or(NO_KERNEL_US)
+    }
+
+    /// The gradient of task `i` (negative: a round is expected to help).
+    pub fn gradient(&self, i: usize) -> f64 {
+        let h = &self.history[i];
+        let best = self.best(i);
+        let backward = if h.len() > WINDOW {
+            (h[h.len() - 1] - h[h.len() - 1 - WINDOW]) / WINDOW as f64
+        } else {
+            0.0
+        };
+        let rounds = h.len().max(1) as f64;
+        let diminishing = best - best / rounds;
+        let best_rate = (0..self.tasks.len())
+            .filter(|&j| self.tasks[j].op == self.tasks[i].op && self.best(j) < NO_KERNEL_US)
+            .map(|j| self.tasks[j].flops / self.best(j))
+            .fold(0.0, f64::max);
+        let similar = if best_rate > 0.0 {
+            BETA * self.tasks[i].flops / best_rate
+        } else {
+            f64::INFINITY
+        };
+        let forward = diminishing.min(similar) - best;
+        self.tasks[i].weight * (ALPHA * backward + (1.0 - ALPHA) * forward)
+    }
+
+    /// The next task among `eligible` ones: warm-up first, then the steepest gradient
+    /// (ties to the lowest index).
+    pub fn next(&mut self, eligible: &[bool]) -> Option<usize> {
+        let candidates: Vec<usize> = (0..self.tasks.len()).filter(|&i| eligible[i]).collect();
+        let chosen = candidates
+            .iter()
+            .copied()
+            .find(|&i| self.planned[i] == 0)
+            .or_else(|| {
+                candidates
+                    .iter()
+                    .copied()
+                    .min_by(|&a, &b| self.gradient(a).total_cmp(&self.gradient(b)))
+            })?;
+        self.planned[chosen] += 1;
+        Some(chosen)
+    }
+
+    /// Records the best latency of task `i` after one of its rounds.
+    pub fn observe(&mut self, i: usize, best_us: Option<f64>) {
+        self.history[i].push(best_us.unwrap_or(NO_KERNEL_US));
+    }
+
+    pub fn rounds(&self, i: usize) -> usize {
+        self.planned[i]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched(weights: &[f64]) -> TaskScheduler {
+        TaskScheduler::new(
+            weights
+                .iter()
+                .map(|&w| SchedTask {
+                    weight: w,
+                    flops: 1e9,
+                    op: "conv2d",
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn warm_up_visits_every_task_once_in_order() {
+        let mut s = sched(&[1.0, 1.0, 1.0]);
+        let all = [true; 3];
+        assert_eq!(
+            (s.next(&all), s.next(&all), s.next(&all)),
+            (Some(0), Some(1), Some(2))
+        );
+        assert_eq!(s.next(&[false, false, false]), None);
+    }
+
+    #[test]
+    fn rounds_go_where_the_weighted_latency_falls_fastest() {
+        // Task 0 is stuck at 100 µs; task 1 keeps improving from 400 µs.
+        let mut s = sched(&[1.0, 1.0]);
+        let all = [true; 2];
+        s.next(&all);
+        s.next(&all);
+        for r in 0..5 {
+            s.observe(0, Some(100.0));
+            s.observe(1, Some(400.0 - 50.0 * r as f64));
+        }
+        assert_eq!(s.next(&all), Some(1));
+        // A task that counts 10 times in the network outweighs it.
+        let mut s = sched(&[10.0, 1.0]);
+        s.next(&all);
+        s.next(&all);
+        for r in 0..5 {
+            s.observe(0, Some(100.0));
+            s.observe(1, Some(400.0 - 50.0 * r as f64));
+        }
+        assert_eq!(s.next(&all), Some(0));
+    }
+
+    #[test]
+    fn a_task_without_a_kernel_is_tried_again_and_ineligible_tasks_never() {
+        let mut s = sched(&[1.0, 1.0]);
+        let all = [true; 2];
+        s.next(&all);
+        s.next(&all);
+        s.observe(0, Some(50.0));
+        s.observe(1, None);
+        assert_eq!(s.next(&all), Some(1));
+        assert_eq!(s.next(&[true, false]), Some(0));
+        assert_eq!(s.rounds(0), 2);
+    }
+}
