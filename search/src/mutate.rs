@@ -22,7 +22,7 @@ fn prime_factors(mut n: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let mut p = 2;
     while p * p <= n {
-        while n % p == 0 {
+        while n.is_multiple_of(p) {
             out.push(p);
             n /= p;
         }
@@ -101,7 +101,7 @@ pub fn mutate(
     rng: &mut ChaCha8Rng,
 ) -> Option<State> {
     let mut s = state.clone();
-    if rng.next_u64() % 10 == 0 {
+    if rng.next_u64().is_multiple_of(10) {
         let others: Vec<u32> = UNROLL_STEPS
             .into_iter()
             .filter(|&u| u != s.unroll_max_step)

@@ -9,6 +9,7 @@
 //!   `best / rounds` (diminishing returns) and of reaching β × the time it would take
 //!   at the best FLOP rate any task of the same operator achieved (β = 2);
 //! - gradient = w_i · (α · backward + (1 − α) · forward), α = 0.2; the most negative wins.
+//!
 //! A task without a correct kernel yet counts as 1e10 µs, so it is tried again soon.
 
 /// Ansor's constants.
