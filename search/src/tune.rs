@@ -403,14 +403,14 @@ pub fn tune(
         ),
         _ => (cfg.trials.max(prior_done), prior_done),
     };
-    // The model learns from what the log already holds.
+    // The model learns from what the log already holds (random search needs none).
     let mut known = Dataset::new(features::FEATURE_COUNT);
     for run in &runs {
         let key = run.task.key();
         let mine: Vec<Record> = prior.iter().filter(|r| r.task == key).cloned().collect();
         known.extend(&dataset(run, &mine));
     }
-    if !known.is_empty() {
+    if !known.is_empty() && cfg.strategy != Strategy::Random {
         model.update(&known)?;
     }
     let mut scheduler = TaskScheduler::new(
