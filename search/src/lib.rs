@@ -6,6 +6,7 @@
 //! gradient task scheduler that shares a network's trials among its layers.
 
 pub mod build;
+pub mod dgd;
 pub mod evolution;
 pub mod inject;
 pub mod mutate;

@@ -8,6 +8,7 @@
 //! log already holds, trains the model on it, and never re-measures a state it has.
 
 use crate::build::{self, Candidate};
+use crate::dgd::{Dgd, DgdParams};
 use crate::evolution::{self, EvolutionParams, TaskSpace};
 use crate::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
 use crate::scheduler::{SchedTask, TaskScheduler};
@@ -45,6 +46,8 @@ pub enum Strategy {
     Random,
     /// Ansor's evolutionary search guided by the cost model.
     Evolution,
+    /// Ansor-AF-DS's walk over the divisor lattice guided by the cost model.
+    Dgd,
 }
 
 /// How a tuning run proceeds.
@@ -66,6 +69,7 @@ pub struct TuneConfig {
     pub workdir: PathBuf,
     pub strategy: Strategy,
     pub evolution: EvolutionParams,
+    pub dgd: DgdParams,
 }
 
 /// Where tuning stands, for a progress display.
@@ -168,8 +172,9 @@ struct TaskRun {
     contraction: Contraction,
     extractor: FeatureExtractor,
     rng: ChaCha8Rng,
-    /// The best measured states, fastest first (seeds of the evolution).
+    /// The best measured states, fastest first (seeds of the evolution, DGD's starts).
     best_states: Vec<(f64, State)>,
+    dgd: Dgd,
     trials: usize,
     done: usize,
     /// Done plus in flight.
@@ -247,7 +252,11 @@ impl Planner {
                 if self.planned >= cfg.trials {
                     return None;
                 }
-                let eligible: Vec<bool> = runs.iter().map(|r| !r.exhausted).collect();
+                // A DGD walk moves on results: never plan a task whose round is in flight.
+                let eligible: Vec<bool> = runs
+                    .iter()
+                    .map(|r| !r.exhausted && (cfg.strategy != Strategy::Dgd || r.planned == r.done))
+                    .collect();
                 self.scheduler.next(&eligible)
             }
         }
@@ -271,6 +280,29 @@ impl Planner {
             };
             let states = match cfg.strategy {
                 Strategy::Random => run.draw(n),
+                Strategy::Dgd => {
+                    let space = TaskSpace {
+                        contraction: &run.contraction,
+                        gpu: spec,
+                        extractor: &run.extractor,
+                    };
+                    let states = run.dgd.propose(
+                        n,
+                        &cfg.dgd,
+                        &space,
+                        &mut run.sampler,
+                        &run.measured,
+                        &run.best_states,
+                        model,
+                    );
+                    for s in &states {
+                        run.measured.insert(s.id());
+                    }
+                    if states.is_empty() {
+                        run.exhausted = true;
+                    }
+                    states
+                }
                 Strategy::Evolution => {
                     let space = TaskSpace {
                         contraction: &run.contraction,
@@ -376,6 +408,7 @@ pub fn tune(
                 extractor: FeatureExtractor::new(task, &spec),
                 rng: ChaCha8Rng::seed_from_u64(task_seed(cfg.seed ^ 0x5eed, &key)),
                 best_states: Vec::new(),
+                dgd: Dgd::default(),
                 trials,
                 done: mine.len(),
                 planned: mine.len(),
@@ -461,6 +494,7 @@ pub fn tune(
     let first = planner.plan(&mut runs, cfg, &spec, &arch, model, &mut stats)?;
     let mut pending = first.map(build_batch);
     let mut next_id = 0u64;
+    let mut unlearned = Dataset::new(features::FEATURE_COUNT);
     while let Some((batch, candidates, build_time)) = pending.take() {
         stats.build_time += build_time;
         let next = if cfg.time_budget.is_some_and(|b| started.elapsed() >= b) {
@@ -531,7 +565,25 @@ pub fn tune(
         planner.scheduler.observe(batch.run, run.best_us);
         let t = Instant::now();
         if cfg.strategy != Strategy::Random {
-            model.update(&dataset(run, &records))?;
+            // Retrain once a batch's worth of rows has come in (every round for evolution;
+            // every few windows for DGD, whose rounds are small).
+            unlearned.extend(&dataset(run, &records));
+            if unlearned.len() >= cfg.batch {
+                model.update(&unlearned)?;
+                unlearned = Dataset::new(features::FEATURE_COUNT);
+            }
+        }
+        if cfg.strategy == Strategy::Dgd {
+            let space = TaskSpace {
+                contraction: &run.contraction,
+                gpu: &spec,
+                extractor: &run.extractor,
+            };
+            let results: Vec<(State, Option<f64>)> = records
+                .iter()
+                .map(|r| (r.state.clone(), r.median_us()))
+                .collect();
+            run.dgd.observe(&results, &space, &run.measured, model);
         }
         let train_ms = t.elapsed().as_secs_f64() * 1e3;
         stats.rounds.push(RoundStats {
@@ -555,6 +607,16 @@ pub fn tune(
             total,
         });
         new_records.extend(records);
+        // Nothing was plannable while this round was in flight (a DGD task waiting for
+        // its results): plan now that they are in.
+        if pending.is_none() && !stats.stopped_by_budget {
+            pending = planner
+                .plan(&mut runs, cfg, &spec, &arch, model, &mut stats)?
+                .map(build_batch);
+        }
+    }
+    if !unlearned.is_empty() {
+        model.update(&unlearned)?;
     }
     stats.wall = started.elapsed();
     Ok((new_records, stats))

@@ -9,6 +9,7 @@ use costmodel::{CostModel, RandomModel, XgbModel, XgbParams};
 use gpu::{Pool, PoolError, TimingConfig, WorkerCommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use schedule::Epilogue;
+use search::dgd::DgdParams;
 use search::evolution::EvolutionParams;
 use search::record::{LogWriter, read_log};
 use search::report::{summarize, tune_table};
@@ -22,6 +23,8 @@ enum SearchArg {
     Random,
     /// Ansor's evolutionary search guided by the cost model, gradient task scheduler.
     Evolution,
+    /// Ansor-AF-DS's divisor-lattice walk guided by the cost model, gradient task scheduler.
+    Dgd,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -155,6 +158,7 @@ pub fn run(args: Args) -> Result<()> {
     let strategy = match args.search {
         SearchArg::Random => Strategy::Random,
         SearchArg::Evolution => Strategy::Evolution,
+        SearchArg::Dgd => Strategy::Dgd,
     };
     let feature_names: Vec<String> = features::FEATURE_NAMES
         .iter()
@@ -271,6 +275,7 @@ pub fn run(args: Args) -> Result<()> {
             population: args.population.max(1),
             ..EvolutionParams::default()
         },
+        dgd: DgdParams::default(),
     };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(

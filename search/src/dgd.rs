@@ -1,0 +1,358 @@
+//! DGD search (Ansor-AF-DS, ICS'24): a walk over the divisor lattice of tile sizes.
+//!
+//! Measure a random initial sample, take its best states as starting points, and from
+//! the current point rank every 1- and 2-hop neighbour (one tile factor moved one step
+//! along the sorted divisors of its axis' extent, or the unroll depth one step) with the
+//! cost model. Neighbours are measured in windows of 3, best predicted first; a window
+//! stops at the first neighbour predicted under 0.6 × the current point's score. The walk
+//! moves to the best measured neighbour that beats the current point; when the ranked
+//! neighbours run out it falls back to 3-hop neighbours, then restarts from the next
+//! starting point. Measured states are never proposed again (the tuner's measured set,
+//! keyed by the canonical state id, is the cache).
+//!
+//! Left out from the paper: its "stop after 9 measured when the window's best is under
+//! 0.6 × the global best" rule.
+
+use crate::evolution::{TaskSpace, score};
+use costmodel::CostModel;
+use schedule::state::{UNROLL_STEPS, VECTOR_WIDTHS};
+use schedule::tiling::Tiling;
+use schedule::{Sampler, State, validate};
+use std::collections::HashSet;
+
+/// AF-DS's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct DgdParams {
+    /// Random states measured before the walk.
+    pub initial: usize,
+    /// Starting points taken from the best measured states.
+    pub starts: usize,
+    pub window: usize,
+    /// A window stops under this fraction of the current point's predicted score.
+    pub stop_ratio: f32,
+}
+
+impl Default for DgdParams {
+    fn default() -> Self {
+        DgdParams {
+            initial: 64,
+            starts: 5,
+            window: 3,
+            stop_ratio: 0.6,
+        }
+    }
+}
+
+/// The walk of one task.
+#[derive(Debug, Default)]
+pub struct Dgd {
+    /// Starting points not used yet, best first.
+    starts: Vec<State>,
+    started: bool,
+    /// The current point and its measured time.
+    current: Option<(State, f64)>,
+    /// Ranked unmeasured neighbours of the current point, best first, and its score.
+    queue: Vec<(State, f32)>,
+    current_score: f32,
+    hops: usize,
+    /// Points the walk has stood on.
+    visited: HashSet<String>,
+}
+
+/// The sorted divisors of `n`.
+fn divisors(n: u32) -> Vec<u32> {
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
+}
+
+/// Every state one step away from `s`: one tile factor to the next smaller or larger
+/// divisor of its axis' extent, or the unroll depth to a neighbouring value; valid ones
+/// only, vector widths lowered to the widest still feasible.
+pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
+    let c = space.contraction;
+    let mut out = Vec::new();
+    let mut push = |mut n: State| {
+        let tiling = Tiling::new(c, &n);
+        for input in 0..2 {
+            n.vector_width[input] = VECTOR_WIDTHS
+                .into_iter()
+                .filter(|&w| w <= s.vector_width[input] && tiling.vector_feasible(c, input, w))
+                .max()
+                .unwrap_or(1);
+        }
+        if validate(c, &n, space.gpu).is_ok() {
+            out.push(n);
+        }
+    };
+    let steps = |value: u32, extent: u32| -> Vec<u32> {
+        let d = divisors(extent);
+        let at = d.partition_point(|&x| x < value);
+        let mut v = Vec::new();
+        if at > 0 {
+            v.push(d[at - 1]);
+        }
+        let next = if d.get(at) == Some(&value) {
+            at + 1
+        } else {
+            at
+        };
+        if let Some(&x) = d.get(next) {
+            v.push(x);
+        }
+        v
+    };
+    for (axis, split) in s.spatial.iter().enumerate() {
+        let extent = c.spatial[axis].extent;
+        let levels = [split.vthread, split.thread, split.outer, split.inner];
+        for level in 0..4 {
+            for v in steps(levels[level], extent) {
+                let mut n = s.clone();
+                let t = &mut n.spatial[axis];
+                *[&mut t.vthread, &mut t.thread, &mut t.outer, &mut t.inner][level] = v;
+                if t.block_tile() <= extent + extent / 4
+                    && t.inner <= space.gpu.max_innermost_factor
+                {
+                    push(n);
+                }
+            }
+        }
+    }
+    for (axis, split) in s.reduction.iter().enumerate() {
+        let extent = c.reduction[axis].extent;
+        for level in 0..2 {
+            let value = if level == 0 {
+                split.middle
+            } else {
+                split.inner
+            };
+            for v in steps(value, extent) {
+                let mut n = s.clone();
+                let r = &mut n.reduction[axis];
+                if level == 0 {
+                    r.middle = v;
+                } else {
+                    r.inner = v;
+                }
+                if r.stage_tile() <= extent + extent / 4 {
+                    push(n);
+                }
+            }
+        }
+    }
+    if let Some(i) = UNROLL_STEPS.iter().position(|&u| u == s.unroll_max_step) {
+        for j in [i.wrapping_sub(1), i + 1] {
+            if let Some(&u) = UNROLL_STEPS.get(j) {
+                push(State {
+                    unroll_max_step: u,
+                    ..s.clone()
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The states within `hops` steps of `s` (excluding `s`), deduplicated.
+pub fn within(s: &State, hops: usize, space: &TaskSpace) -> Vec<State> {
+    let mut seen: HashSet<String> = HashSet::from([s.id()]);
+    let mut frontier = vec![s.clone()];
+    let mut out = Vec::new();
+    for _ in 0..hops {
+        let mut next = Vec::new();
+        for f in &frontier {
+            for n in neighbours(f, space) {
+                if seen.insert(n.id()) {
+                    next.push(n.clone());
+                    out.push(n);
+                }
+            }
+        }
+        frontier = next;
+    }
+    out
+}
+
+impl Dgd {
+    /// Ranks the unmeasured states within `hops` of the current point.
+    fn rank(
+        &mut self,
+        hops: usize,
+        space: &TaskSpace,
+        measured: &HashSet<String>,
+        model: &mut dyn CostModel,
+    ) {
+        let Some((center, _)) = &self.current else {
+            return;
+        };
+        let center = center.clone();
+        let candidates: Vec<State> = within(&center, hops, space)
+            .into_iter()
+            .filter(|n| !measured.contains(&n.id()))
+            .collect();
+        let mut all = candidates.clone();
+        all.push(center);
+        let scores = score(space, model, &all);
+        self.current_score = *scores.last().unwrap_or(&0.0);
+        let mut ranked: Vec<(State, f32)> = candidates.into_iter().zip(scores).collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id().cmp(&b.0.id())));
+        self.queue = ranked;
+        self.hops = hops;
+    }
+
+    /// Up to `n` states to measure next.
+    #[allow(clippy::too_many_arguments)]
+    pub fn propose(
+        &mut self,
+        n: usize,
+        params: &DgdParams,
+        space: &TaskSpace,
+        sampler: &mut Sampler,
+        measured: &HashSet<String>,
+        best_measured: &[(f64, State)],
+        model: &mut dyn CostModel,
+    ) -> Vec<State> {
+        let random = |sampler: &mut Sampler, k: usize| {
+            let mut out: Vec<State> = Vec::new();
+            let mut misses = 0;
+            while out.len() < k && misses < 50 * k.max(1) {
+                match sampler.sample() {
+                    Some(s) if !measured.contains(&s.id()) && !out.contains(&s) => out.push(s),
+                    Some(_) => misses += 1,
+                    None => break,
+                }
+            }
+            out
+        };
+        if measured.len() < params.initial && !self.started {
+            return random(sampler, n.min(params.initial - measured.len()));
+        }
+        if !self.started {
+            self.started = true;
+            self.starts = best_measured
+                .iter()
+                .take(params.starts)
+                .map(|(_, s)| s.clone())
+                .collect();
+        }
+        for _ in 0..params.starts + 2 {
+            if self.current.is_none() {
+                if self.starts.is_empty() {
+                    break;
+                }
+                let start = self.starts.remove(0);
+                let us = best_measured
+                    .iter()
+                    .find(|(_, s)| *s == start)
+                    .map_or(f64::INFINITY, |(u, _)| *u);
+                self.visited.insert(start.id());
+                self.current = Some((start, us));
+                self.rank(2, space, measured, model);
+            }
+            let threshold = params.stop_ratio * self.current_score.max(0.0);
+            let window: Vec<State> = self
+                .queue
+                .iter()
+                .filter(|(s, _)| !measured.contains(&s.id()))
+                .take_while(|(_, sc)| *sc >= threshold)
+                .take(params.window.min(n))
+                .map(|(s, _)| s.clone())
+                .collect();
+            if !window.is_empty() {
+                let ids: HashSet<String> = window.iter().map(State::id).collect();
+                self.queue.retain(|(s, _)| !ids.contains(&s.id()));
+                return window;
+            }
+            // This neighbourhood is spent: widen once, then restart elsewhere.
+            if self.hops < 3 {
+                self.rank(3, space, measured, model);
+            } else {
+                self.current = None;
+            }
+        }
+        // Every starting point is spent: more random states feed new starts.
+        self.started = false;
+        random(sampler, n.min(params.initial))
+    }
+
+    /// Moves to the best measured state that beats the current point.
+    pub fn observe(
+        &mut self,
+        results: &[(State, Option<f64>)],
+        space: &TaskSpace,
+        measured: &HashSet<String>,
+        model: &mut dyn CostModel,
+    ) {
+        let Some((_, current_us)) = &self.current else {
+            return;
+        };
+        let best = results
+            .iter()
+            .filter_map(|(s, us)| us.map(|u| (u, s)))
+            .filter(|(u, s)| *u < *current_us && !self.visited.contains(&s.id()))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((us, s)) = best {
+            self.visited.insert(s.id());
+            self.current = Some((s.clone(), us));
+            self.rank(2, space, measured, model);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use features::FeatureExtractor;
+    use schedule::{GpuSpec, Task, parse_shape};
+
+    #[test]
+    fn divisors_are_sorted() {
+        assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors(7), vec![1, 7]);
+    }
+
+    #[test]
+    fn neighbours_move_one_factor_one_divisor_step() {
+        let gpu = GpuSpec::h100();
+        let task = Task::new(
+            parse_shape("matmul", "256,256,256").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let c = task.contraction();
+        let ex = FeatureExtractor::new(&task, &gpu);
+        let space = TaskSpace {
+            contraction: &c,
+            gpu: &gpu,
+            extractor: &ex,
+        };
+        let s = Sampler::new(&task, &gpu, 2).sample().unwrap();
+        let n1 = neighbours(&s, &space);
+        assert!(!n1.is_empty());
+        for n in &n1 {
+            assert_ne!(*n, s);
+            assert!(validate(&c, n, &gpu).is_ok());
+            // Exactly one tile factor or the unroll depth differs.
+            let mut diffs = 0;
+            for (a, b) in n.spatial.iter().zip(&s.spatial) {
+                diffs += [
+                    a.vthread != b.vthread,
+                    a.thread != b.thread,
+                    a.outer != b.outer,
+                    a.inner != b.inner,
+                ]
+                .iter()
+                .filter(|&&d| d)
+                .count();
+            }
+            for (a, b) in n.reduction.iter().zip(&s.reduction) {
+                diffs += usize::from(a.middle != b.middle) + usize::from(a.inner != b.inner);
+            }
+            diffs += usize::from(n.unroll_max_step != s.unroll_max_step);
+            assert_eq!(diffs, 1, "{n:?} vs {s:?}");
+        }
+        let n2 = within(&s, 2, &space);
+        assert!(n2.len() > n1.len());
+        let ids: HashSet<String> = n2.iter().map(State::id).collect();
+        assert_eq!(ids.len(), n2.len(), "deduplicated");
+        assert!(!ids.contains(&s.id()));
+    }
+}
