@@ -395,3 +395,30 @@ fn features_and_model_eval_read_logs_and_sample_states() {
     assert!(out.contains("matmul_m256_n128_k64"), "{out}");
     assert!(out.lines().last().unwrap().starts_with("mean"), "{out}");
 }
+
+#[test]
+fn dgd_walks_after_its_random_start_and_never_remeasures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("dgd.jsonl");
+    let out = ok(&[
+        "tune",
+        "conv2d",
+        "--shape",
+        "1,64,28,28,64,3,3,1,1",
+        "--search",
+        "dgd",
+        "--trials",
+        "82",
+        "--simulate",
+        "--min-repeats",
+        "2",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let records = records(&log);
+    assert_eq!(records.len(), 82);
+    let ids: HashSet<String> = records.iter().map(|r| r["state"].to_string()).collect();
+    assert_eq!(ids.len(), 82, "no state measured twice");
+    // One round of 64 random states, then windows of 3.
+    assert!(out.contains("search overhead: 7 rounds"), "{out}");
+}
