@@ -14,9 +14,9 @@
 //! 0.6 × the global best" rule.
 
 use crate::evolution::{TaskSpace, score};
+use crate::mutate::fit_vector_widths;
 use costmodel::CostModel;
-use schedule::state::{UNROLL_STEPS, VECTOR_WIDTHS};
-use schedule::tiling::Tiling;
+use schedule::state::UNROLL_STEPS;
 use schedule::{Sampler, State, validate};
 use std::collections::HashSet;
 
@@ -71,14 +71,7 @@ pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
     let c = space.contraction;
     let mut out = Vec::new();
     let mut push = |mut n: State| {
-        let tiling = Tiling::new(c, &n);
-        for input in 0..2 {
-            n.vector_width[input] = VECTOR_WIDTHS
-                .into_iter()
-                .filter(|&w| w <= s.vector_width[input] && tiling.vector_feasible(c, input, w))
-                .max()
-                .unwrap_or(1);
-        }
+        fit_vector_widths(c, &mut n);
         if validate(c, &n, space.gpu).is_ok() {
             out.push(n);
         }

@@ -93,6 +93,19 @@ fn mutate_tile(state: &mut State, c: &Contraction, gpu: &GpuSpec, rng: &mut ChaC
     product <= extent + extent / 4 && innermost <= gpu.max_innermost_factor
 }
 
+/// Lowers each input's fetch vector width to the widest one the (changed) tiles still
+/// allow.
+pub fn fit_vector_widths(c: &Contraction, s: &mut State) {
+    let tiling = Tiling::new(c, s);
+    for input in 0..2 {
+        s.vector_width[input] = VECTOR_WIDTHS
+            .into_iter()
+            .filter(|&w| w <= s.vector_width[input] && tiling.vector_feasible(c, input, w))
+            .max()
+            .unwrap_or(1);
+    }
+}
+
 /// A valid mutant of `state`, or None if the drawn mutation gave none.
 pub fn mutate(
     state: &State,
@@ -110,14 +123,7 @@ pub fn mutate(
     } else if !mutate_tile(&mut s, c, gpu, rng) {
         return None;
     }
-    let tiling = Tiling::new(c, &s);
-    for input in 0..2 {
-        s.vector_width[input] = VECTOR_WIDTHS
-            .into_iter()
-            .filter(|&w| w <= s.vector_width[input] && tiling.vector_feasible(c, input, w))
-            .max()
-            .unwrap_or(1);
-    }
+    fit_vector_widths(c, &mut s);
     (s != *state && validate(c, &s, gpu).is_ok()).then_some(s)
 }
 
