@@ -5,6 +5,8 @@
 #    disassemble without a GPU or a CUDA toolkit. Skipped where a CUDA 13 toolkit's
 #    libnvrtc.so.13 is already present (the GPU machine).
 #  - cmake and libclang (apt), which the xgboost-rs crate needs to build XGBoost 1.6.2.
+#  - fonts-dejavu-core (apt): DejaVu Sans, read at run time for the text of the
+#    benchmark plots (benchmarks/src/plot.rs).
 # The cache is $TILESCHED_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/tilesched.
 set -euo pipefail
 
@@ -24,6 +26,14 @@ if ! command -v cmake >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq cmake libclang-dev >/dev/null
+fi
+
+if ! [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
+  echo "setup: installing fonts-dejavu-core (the font of the benchmark plots)"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq fonts-dejavu-core >/dev/null
 fi
 
 if [ -f "$stamp" ]; then
