@@ -33,6 +33,7 @@ fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u3
         reduction,
         unroll_max_step: 0,
         vector_width: widths,
+        split_k: 1,
     }
 }
 
@@ -352,6 +353,7 @@ proptest! {
             reduction: (0..c.reduction.len()).map(|_| rd(next(), next())).collect(),
             unroll_max_step: unroll,
             vector_width: widths,
+            split_k: next(),
         };
         let values = FeatureExtractor::new(task, &GpuSpec::h100()).extract(&state);
         all_finite(&values)?;
@@ -403,6 +405,7 @@ fn every_feature_varies_over_states_and_tasks() {
             reduction: c.reduction.iter().map(|_| rd(1, 1)).collect(),
             unroll_max_step: 0,
             vector_width: [1, 1],
+            split_k: 1,
         });
         for state in &states {
             for (column, value) in columns.iter_mut().zip(extractor.extract(state)) {

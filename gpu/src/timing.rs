@@ -140,6 +140,7 @@ pub fn time_kernel(
             grid: 1,
             block: 1,
             dynamic_shared_bytes: 0,
+            zero_output: false,
         };
         ctx.launch(spin, one_thread, &[], &[cycles])?;
         let issued = Instant::now();

@@ -2,7 +2,8 @@
 //!
 //! The output is deterministic (the same kernel gives byte-identical text) and starts
 //! with a comment that names the task, carries the state's JSON and the launch
-//! configuration, so that a `.cu` file found on disk can be replayed.
+//! configuration (including, for split-K kernels, that the output must be zeroed before
+//! each launch), so that a `.cu` file found on disk can be replayed.
 
 use crate::ir::{Cond, Expr, Kernel, Scope, Stmt};
 use std::fmt::Write;
@@ -19,6 +20,13 @@ pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
         "// launch: grid ({}, 1, 1), block ({}, 1, 1), dynamic shared memory {} bytes",
         l.grid, l.block, l.dynamic_shared_bytes
     );
+    if l.zero_output {
+        let _ = writeln!(
+            out,
+            "// split-K: {} blocks add into each output element; zero `out` before every launch",
+            kernel.split_k
+        );
+    }
     let p = &kernel.params;
     let mut params: Vec<String> = p
         .inputs
@@ -108,6 +116,21 @@ impl Printer<'_> {
                 parts.push(format!("{e} < {hi}"));
             }
         }
+        parts.join(" && ")
+    }
+
+    /// Like `conds`, but a test `x < 1` of a non-negative `x` (the split-K bias's
+    /// "chunk 0") reads `x == 0`.
+    fn chunk_conds(&self, conds: &[Cond]) -> String {
+        let parts: Vec<String> = conds
+            .iter()
+            .map(|c| match (c.lo, c.hi) {
+                (None, Some(1)) if self.scope().range(&c.expr).0 >= 0 => {
+                    format!("{} == 0", self.expr(&c.expr))
+                }
+                _ => self.conds(std::slice::from_ref(c)),
+            })
+            .collect();
         parts.join(" && ")
     }
 
@@ -206,16 +229,28 @@ impl Printer<'_> {
                 acc,
                 out: index,
                 bias,
+                bias_when,
                 valid,
+                atomic,
             } => {
                 let mut value = format!("acc[{}]", self.expr(acc));
                 if let Some(b) = bias {
-                    value = format!("{value} + bias[{}]", self.expr(b));
+                    let load = format!("bias[{}]", self.expr(b));
+                    if bias_when.is_empty() {
+                        value = format!("{value} + {load}");
+                    } else {
+                        let when = self.chunk_conds(bias_when);
+                        value = format!("{value} + ({when} ? {load} : 0.0f)");
+                    }
                 }
                 if self.kernel.params.relu {
                     value = format!("fmaxf({value}, 0.0f)");
                 }
-                let store = format!("out[{}] = {value};", self.expr(index));
+                let store = if *atomic {
+                    format!("atomicAdd(&out[{}], {value});", self.expr(index))
+                } else {
+                    format!("out[{}] = {value};", self.expr(index))
+                };
                 if valid.is_empty() {
                     let _ = writeln!(out, "{pad}{store}");
                 } else {

@@ -6,8 +6,13 @@
 //! bounds, every shared read was written in the current barrier interval by the
 //! fetch, no thread overwrites a shared element another thread read since the last
 //! barrier (a missing `__syncthreads`), no barrier is reached by only some threads, and
-//! every output element is written exactly once. Tests compare its output with
-//! `reference`, the contraction evaluated straight from its definition.
+//! every output element is written exactly once — or, for a split-K kernel, added into
+//! exactly `split_k` times. A split-K kernel's output starts zeroed (as the launch's
+//! `zero_output` asks) and its atomic stores add, in the interpreter's block order; with
+//! small-integer data every order gives the same sums, so the result is exact. A branch
+//! that no thread of a block takes is skipped whole (as on the GPU, where a uniform
+//! branch around a barrier is legal). Tests compare its output with `reference`, the
+//! contraction evaluated straight from its definition.
 
 use crate::ir::{Cond, Expr, Kernel, Stmt};
 use crate::task::Contraction;
@@ -42,8 +47,12 @@ pub enum InterpError {
     },
     #[error("block {block}: barrier inside a branch that not all threads take")]
     DivergentBarrier { block: usize },
-    #[error("output element {index} written {count} times")]
-    OutputWrites { index: usize, count: u32 },
+    #[error("output element {index} written {count} times, expected {expected}")]
+    OutputWrites {
+        index: usize,
+        count: u32,
+        expected: u32,
+    },
     #[error("accumulator index {index} outside 0..{len}")]
     Accumulator { index: i64, len: i64 },
 }
@@ -76,7 +85,13 @@ struct Block<'k> {
 
 /// Runs `kernel` on the CPU and returns its output (`out_len` elements).
 pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>, InterpError> {
-    let mut out = vec![f32::NAN; out_len];
+    // Poisoned like the GPU worker's output, unless the launch zeroes it.
+    let initial = if kernel.launch.zero_output {
+        0.0
+    } else {
+        f32::NAN
+    };
+    let mut out = vec![initial; out_len];
     let mut writes = vec![0u32; out_len];
     let threads = kernel.launch.block as usize;
     let blank = Cell {
@@ -100,8 +115,13 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         let active = vec![true; threads];
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
     }
-    if let Some((index, &count)) = writes.iter().enumerate().find(|(_, c)| **c != 1) {
-        return Err(InterpError::OutputWrites { index, count });
+    let expected = kernel.split_k.max(1);
+    if let Some((index, &count)) = writes.iter().enumerate().find(|(_, c)| **c != expected) {
+        return Err(InterpError::OutputWrites {
+            index,
+            count,
+            expected,
+        });
     }
     Ok(out)
 }
@@ -200,7 +220,9 @@ impl Block<'_> {
                         .clone()
                         .map(|t| active[t] && self.holds(conds, t))
                         .collect();
-                    self.exec(body, &inner, inputs, out, writes)?;
+                    if inner.contains(&true) {
+                        self.exec(body, &inner, inputs, out, writes)?;
+                    }
                 }
                 Stmt::Sync => {
                     if active.iter().any(|a| !a) {
@@ -258,7 +280,9 @@ impl Block<'_> {
                     acc,
                     out: index,
                     bias,
+                    bias_when,
                     valid,
+                    atomic,
                 } => {
                     for t in threads
                         .clone()
@@ -266,7 +290,9 @@ impl Block<'_> {
                     {
                         let i = self.acc_slot(acc, t)?;
                         let mut v = self.acc[t][i];
-                        if let (Some(b), Some(data)) = (bias, inputs.bias) {
+                        if let (Some(b), Some(data)) = (bias, inputs.bias)
+                            && self.holds(bias_when, t)
+                        {
                             let bi = self.eval(b, t);
                             v += *usize::try_from(bi).ok().and_then(|i| data.get(i)).ok_or(
                                 InterpError::OutOfBounds {
@@ -291,7 +317,11 @@ impl Block<'_> {
                                 len: out.len(),
                             },
                         )?;
-                        out[o] = v;
+                        if *atomic {
+                            out[o] += v;
+                        } else {
+                            out[o] = v;
+                        }
                         writes[o] += 1;
                     }
                 }

@@ -60,12 +60,18 @@ pub enum Stmt {
     },
     /// `acc[acc] += tile0[a] * tile1[b]` (offsets within each input's shared tile).
     Fma { acc: Expr, a: Expr, b: Expr },
-    /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`.
+    /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`; with `atomic`,
+    /// `if (valid) atomicAdd(&out[out], acc[acc] (+ bias[bias]))` instead (split-K: the
+    /// blocks of one output tile add their partial sums into the zeroed output). The
+    /// bias is added only where every condition of `bias_when` holds (always when it
+    /// is empty), so that exactly one of the blocks adding into an element adds it.
     Store {
         acc: Expr,
         out: Expr,
         bias: Option<Expr>,
+        bias_when: Vec<Cond>,
         valid: Vec<Cond>,
+        atomic: bool,
     },
 }
 
@@ -247,6 +253,9 @@ pub struct Kernel {
     pub tile_offsets: [i64; 2],
     pub tile_elements: [i64; 2],
     pub accumulators: i64,
+    /// Blocks that add into each output element (the state's `split_k`); 1 when the
+    /// epilogue stores rather than adds.
+    pub split_k: u32,
     pub body: Vec<Stmt>,
     pub launch: LaunchConfig,
 }
@@ -257,4 +266,8 @@ pub struct LaunchConfig {
     pub grid: u32,
     pub block: u32,
     pub dynamic_shared_bytes: u32,
+    /// The output buffer must be zeroed before every launch: the kernel adds into it
+    /// (split-K). The zeroing is part of the operation, so it is timed with the kernel.
+    #[serde(default)]
+    pub zero_output: bool,
 }

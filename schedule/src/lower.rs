@@ -18,6 +18,15 @@
 //! Register-tile loops are always unrolled (they index the accumulator array, which
 //! must stay in registers); reduction and fetch loops are unrolled when the work they
 //! would replicate is at most `unroll_max_step` multiply-adds.
+//!
+//! Split-K (`split_k > 1`): the grid holds `split_k` blocks per output tile, the split
+//! coordinate outermost in `blockIdx.x` (so that the blocks of one tile run far apart
+//! and their atomics rarely meet). The per-axis stage loops become one flattened loop
+//! over the block's chunk of `ceil(stages / split_k)` stages, decomposed back into
+//! per-axis stage coordinates; when the split does not divide the stages, a uniform
+//! branch skips the stages past the end (every thread of a block takes it alike, so
+//! its barriers are safe). The epilogue adds into the output with `atomicAdd`, the bias
+//! only from chunk 0. Without a split the nest is exactly the one above.
 
 use crate::ir::{Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
 use crate::state::State;
@@ -41,7 +50,7 @@ struct Lowering<'a> {
 
 impl<'a> Lowering<'a> {
     fn new(task: &Task, c: &'a Contraction, state: &'a State, tiling: &'a Tiling) -> Self {
-        let grid = tiling.blocks.iter().product();
+        let grid = tiling.blocks.iter().product::<i64>() * i64::from(state.split_k);
         let threads = i64::from(state.threads());
         Lowering {
             c,
@@ -100,7 +109,22 @@ impl<'a> Lowering<'a> {
         let spatial_names: Vec<String> = c.spatial.iter().map(|a| a.name.to_string()).collect();
         let block_names: Vec<String> = spatial_names.iter().map(|n| format!("b_{n}")).collect();
         let thread_names: Vec<String> = spatial_names.iter().map(|n| format!("t_{n}")).collect();
-        let block = self.decompose(&mut body, Expr::BlockIdx, &tiling.blocks, &block_names);
+        let split = i64::from(state.split_k);
+        // The split coordinate (the reduction chunk), outermost in blockIdx.x.
+        let (split_coord, block) = if split > 1 {
+            let extents: Vec<i64> = std::iter::once(split)
+                .chain(tiling.blocks.iter().copied())
+                .collect();
+            let names: Vec<String> = std::iter::once("b_split".to_string())
+                .chain(block_names)
+                .collect();
+            let mut coords = self.decompose(&mut body, Expr::BlockIdx, &extents, &names);
+            let split_coord = coords.remove(0);
+            (Some(split_coord), coords)
+        } else {
+            let block = self.decompose(&mut body, Expr::BlockIdx, &tiling.blocks, &block_names);
+            (None, block)
+        };
         let thread_extents: Vec<i64> = state.spatial.iter().map(|s| i64::from(s.thread)).collect();
         let thread = self.decompose(&mut body, Expr::ThreadIdx, &thread_extents, &thread_names);
         let block_base: Vec<Expr> = block
@@ -109,33 +133,29 @@ impl<'a> Lowering<'a> {
             .map(|(b, &t)| self.scope.mul(b.clone(), t))
             .collect();
 
-        // Outer reduction loops: one shared-memory stage per iteration.
-        let stage_vars: Vec<Option<Var>> = (0..c.reduction.len())
-            .map(|r| {
-                let name = format!("ro_{}", c.reduction[r].name);
-                self.loop_var(&name, tiling.stages[r])
-            })
-            .collect();
-        let stage_base: Vec<Expr> = stage_vars
-            .iter()
-            .zip(&tiling.stage_tile)
-            .map(|(v, &t)| self.scope.mul(var_or_zero(*v), t))
-            .collect();
-
-        let mut stage = Vec::new();
-        for input in 0..2 {
-            self.fetch(&mut stage, input, &block_base, &stage_base);
+        match &split_coord {
+            None => {
+                // Outer reduction loops: one shared-memory stage per iteration.
+                let stage_vars: Vec<Option<Var>> = (0..c.reduction.len())
+                    .map(|r| {
+                        let name = format!("ro_{}", c.reduction[r].name);
+                        self.loop_var(&name, tiling.stages[r])
+                    })
+                    .collect();
+                let stage_coords: Vec<Expr> = stage_vars.iter().map(|v| var_or_zero(*v)).collect();
+                let mut stage = Vec::new();
+                self.stage(&mut stage, &block_base, &stage_coords, &thread);
+                body.extend(wrap_loops(&stage_vars, &tiling.stages, |_| false, stage));
+            }
+            Some(z) => body.extend(self.split_stages(z.clone(), &block_base, &thread)),
         }
-        stage.push(Stmt::Sync);
-        stage.extend(self.compute(&thread));
-        stage.push(Stmt::Sync);
-        body.extend(wrap_loops(&stage_vars, &tiling.stages, |_| false, stage));
 
-        body.extend(self.store(&block_base, &thread));
+        body.extend(self.store(&block_base, &thread, split_coord.as_ref()));
         let launch = LaunchConfig {
             grid: u32::try_from(self.scope.grid).expect("grid checked by validation"),
             block: state.threads(),
             dynamic_shared_bytes: tiling.shared_bytes() as u32,
+            zero_output: split > 1,
         };
         Kernel {
             name: self.name,
@@ -147,10 +167,73 @@ impl<'a> Lowering<'a> {
             tile_offsets: [tiling.tiles[0].offset, tiling.tiles[1].offset],
             tile_elements: [tiling.tiles[0].elements(), tiling.tiles[1].elements()],
             accumulators: i64::from(state.accumulators()),
+            split_k: state.split_k,
             scope: self.scope,
             body,
             launch,
         }
+    }
+
+    /// One shared-memory stage at the given per-axis stage coordinates: both inputs'
+    /// cooperative fetch, a barrier, the inner product, a barrier.
+    fn stage(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        block_base: &[Expr],
+        stage_coords: &[Expr],
+        thread: &[Expr],
+    ) {
+        let stage_base: Vec<Expr> = stage_coords
+            .iter()
+            .zip(&self.tiling.stage_tile)
+            .map(|(v, &t)| self.scope.mul(v.clone(), t))
+            .collect();
+        for input in 0..2 {
+            self.fetch(out, input, block_base, &stage_base);
+        }
+        out.push(Stmt::Sync);
+        out.extend(self.compute(thread));
+        out.push(Stmt::Sync);
+    }
+
+    /// The stage loop of a split-K block with split coordinate `z`: flattened stages
+    /// `z * chunk + ro` for `ro` in `0..chunk` (`chunk = ceil(stages / split_k)`, see
+    /// `state::stage_chunk`), those past the last stage skipped by a branch that is
+    /// uniform over the block.
+    fn split_stages(&mut self, z: Expr, block_base: &[Expr], thread: &[Expr]) -> Vec<Stmt> {
+        let c = self.c;
+        let stages: i64 = self.tiling.stages.iter().product();
+        let chunk = (stages + i64::from(self.state.split_k) - 1) / i64::from(self.state.split_k);
+        let ro = self.loop_var("ro", chunk);
+        let flat = self.scope.add(self.scope.mul(z, chunk), var_or_zero(ro));
+        let tail = self.scope.bound(&flat, 0, stages);
+        // Bound inside the guard, where it is known to be below `stages`: the per-axis
+        // decomposition then needs no remainder on its outermost axis.
+        let mut stage = Vec::new();
+        let flat = if matches!(flat, Expr::Const(_) | Expr::Var(_)) {
+            flat
+        } else {
+            let (lo, hi) = self.scope.range(&flat);
+            let var = self.scope.var("ro_flat", lo, hi.min(stages - 1));
+            stage.push(Stmt::Let { var, value: flat });
+            Expr::Var(var)
+        };
+        let names: Vec<String> = c
+            .reduction
+            .iter()
+            .map(|a| format!("ro_{}", a.name))
+            .collect();
+        let extents = self.tiling.stages.clone();
+        let coords = self.decompose(&mut stage, flat, &extents, &names);
+        self.stage(&mut stage, block_base, &coords, thread);
+        let iteration = match tail {
+            None => stage,
+            Some(tail) => vec![Stmt::If {
+                conds: vec![tail],
+                body: stage,
+            }],
+        };
+        wrap_loops(&[ro], &[chunk], |_| false, iteration)
     }
 
     /// The cooperative fetch of one input's stage tile into shared memory.
@@ -354,8 +437,10 @@ impl<'a> Lowering<'a> {
         acc
     }
 
-    /// Writes each thread's register tile through the epilogue.
-    fn store(&mut self, block_base: &[Expr], thread: &[Expr]) -> Vec<Stmt> {
+    /// Writes each thread's register tile through the epilogue; under split-K (`split`
+    /// is the block's split coordinate) adds it into the output atomically, the bias
+    /// from chunk 0 only.
+    fn store(&mut self, block_base: &[Expr], thread: &[Expr], split: Option<&Expr>) -> Vec<Stmt> {
         let c = self.c;
         let reg = self.register_loops("_out");
         let local = self.local_spatial(thread, &reg);
@@ -385,11 +470,17 @@ impl<'a> Lowering<'a> {
                     }),
             )
         });
+        let bias_when = match (split, &bias) {
+            (Some(z), Some(_)) => self.scope.bound(z, 0, 1).into_iter().collect(),
+            _ => Vec::new(),
+        };
         body.push(Stmt::Store {
             acc,
             out,
             bias,
+            bias_when,
             valid,
+            atomic: split.is_some(),
         });
         let (v, o, i) = self.register_extents();
         let vars: Vec<Option<Var>> = reg

@@ -137,6 +137,7 @@ pub fn reference_kernel(task: &Task) -> GeneratedKernel {
             grid: outputs.div_ceil(u64::from(BLOCK)) as u32,
             block: BLOCK,
             dynamic_shared_bytes: 0,
+            zero_output: false,
         },
     }
 }

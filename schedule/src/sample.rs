@@ -1,4 +1,4 @@
-//! Sampling: uniformly random valid states of a task, reproducible from a seed.
+//! Sampling: random valid states of a task, reproducible from a seed.
 //!
 //! Each axis's split is drawn uniformly from all ordered factorizations of a "tiled
 //! extent": the extent itself (perfect splits, as Ansor draws them) or the extent
@@ -7,9 +7,22 @@
 //! predicated. Innermost factors are bounded. Invalid draws are rejected and redrawn.
 //! Random choices come straight from the ChaCha8 stream, so the same seed gives the same
 //! states whatever version of a distribution library is in use.
+//!
+//! The reduction split (`split_k`) is a power of two up to 64 and the stage count, not
+//! uniform: it pays when the tiles leave too few blocks for the GPU and the reduction
+//! is long enough to share. Uniformly drawn tiles are large (median grids of 10–100
+//! blocks even for ResNet's big layers), so the state's grid alone would split nearly
+//! everything; the task's shape tempers it. With `g` blocks per split (the drawn
+//! tiles' grid) on `sm` SMs, and `depth` = reduction length / (output elements / sm)
+//! (24 for ResNet's 512→512 3x3 at 7x7, 0.4 for its 64→64 3x3 at 56x56, 0.02 for the
+//! stem), a split is drawn with probability `min(1, depth) × (1 - g / (4 sm))`, clamped
+//! to 0.05..=0.9. Its size then favours the split that brings the grid to about two
+//! blocks per SM (weight halving per factor of two away). ReLU tasks never split
+//! (validation forbids it). The split comes from a second ChaCha8 stream of the same
+//! seed, so the tiles drawn for a seed are those drawn before split-K existed.
 
 use crate::gpu_spec::GpuSpec;
-use crate::state::{ReductionSplit, SpatialSplit, State, UNROLL_STEPS, VECTOR_WIDTHS};
+use crate::state::{MAX_SPLIT_K, ReductionSplit, SpatialSplit, State, UNROLL_STEPS, VECTOR_WIDTHS};
 use crate::task::{Contraction, Task};
 use crate::tiling::Tiling;
 use crate::validate::validate;
@@ -25,18 +38,57 @@ pub struct Sampler {
     contraction: Contraction,
     gpu: GpuSpec,
     rng: ChaCha8Rng,
+    /// The reduction split's own stream (stream 1 of the seed), so that adding it left
+    /// the tile draws of every seed as they were.
+    split_rng: ChaCha8Rng,
     /// Factorizations per (tiled extent, parts), computed once.
     factorizations: HashMap<(u32, usize), Vec<Vec<u32>>>,
 }
 
 impl Sampler {
     pub fn new(task: &Task, gpu: &GpuSpec, seed: u64) -> Self {
+        let mut split_rng = ChaCha8Rng::seed_from_u64(seed);
+        split_rng.set_stream(1);
         Sampler {
             contraction: task.contraction(),
             gpu: gpu.clone(),
             rng: ChaCha8Rng::seed_from_u64(seed),
+            split_rng,
             factorizations: HashMap::new(),
         }
+    }
+
+    /// A reduction split for the drawn tiles of `state` (see the module docs).
+    fn split_k(&mut self, state: &State) -> u32 {
+        let c = &self.contraction;
+        let choices = split_k_choices(state.stages(c));
+        // Drawn even when there is no choice, so that the stream advances once per draw.
+        let split = unit(self.split_rng.next_u64());
+        let size = unit(self.split_rng.next_u64());
+        if c.relu || choices.len() < 2 {
+            return 1;
+        }
+        let sm = f64::from(self.gpu.sm_count.max(1));
+        let grid = state.spatial_blocks(c) as f64;
+        let reduction: f64 = c.reduction.iter().map(|a| f64::from(a.extent)).product();
+        let depth = reduction * sm / c.output_elements().max(1) as f64;
+        let small_grid = (1.0 - grid / (4.0 * sm)).max(0.0);
+        if split >= (depth.min(1.0) * small_grid).clamp(0.05, 0.9) {
+            return 1;
+        }
+        let target = (2.0 * sm / grid).log2();
+        let weights: Vec<f64> = choices[1..]
+            .iter()
+            .map(|&k| 0.5f64.powf((f64::from(k).log2() - target).abs()))
+            .collect();
+        let mut left = size * weights.iter().sum::<f64>();
+        for (&k, w) in choices[1..].iter().zip(&weights) {
+            if left < *w {
+                return k;
+            }
+            left -= w;
+        }
+        choices[choices.len() - 1]
     }
 
     fn pick(&mut self, n: usize) -> usize {
@@ -104,6 +156,7 @@ impl Sampler {
             reduction,
             unroll_max_step,
             vector_width: [1, 1],
+            split_k: 1,
         };
         let tiling = Tiling::new(&self.contraction, &state);
         for input in 0..2 {
@@ -113,6 +166,7 @@ impl Sampler {
                 .collect();
             state.vector_width[input] = feasible[self.pick(feasible.len())];
         }
+        state.split_k = self.split_k(&state);
         state
     }
 
@@ -140,6 +194,20 @@ impl Sampler {
         }
         out
     }
+}
+
+/// The reduction splits the search uses for a reduction of `stages` shared-memory
+/// stages: the powers of two up to `MAX_SPLIT_K` and `stages`, in increasing order.
+pub fn split_k_choices(stages: u64) -> Vec<u32> {
+    (0..=MAX_SPLIT_K.ilog2())
+        .map(|e| 1u32 << e)
+        .filter(|&k| u64::from(k) <= stages.max(1))
+        .collect()
+}
+
+/// A uniform value in `[0, 1)` from 53 random bits.
+fn unit(bits: u64) -> f64 {
+    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// All ordered tuples of `parts` factors whose product divides `n`, with the last
@@ -182,6 +250,65 @@ mod tests {
         // (a, b) with a*b | 8: 1x{1,2,4,8}, 2x{1,2,4}, 4x{1,2}, 8x1 = 10
         assert_eq!(f.len(), 10);
         assert!(f.iter().all(|v| 8 % (v[0] * v[1]) == 0));
+    }
+
+    #[test]
+    fn split_choices_are_powers_of_two_within_the_stages() {
+        assert_eq!(split_k_choices(1), vec![1]);
+        assert_eq!(split_k_choices(5), vec![1, 2, 4]);
+        assert_eq!(split_k_choices(64), vec![1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(split_k_choices(100_000), vec![1, 2, 4, 8, 16, 32, 64]);
+    }
+
+    /// Fraction of sampled states with a split, and the mean split, over `n` states.
+    fn split_stats(op: &str, shape: &str, relu: bool, n: usize) -> (f64, f64) {
+        use crate::shape::parse_shape;
+        use crate::task::Epilogue;
+        let epilogue = Epilogue { bias: false, relu };
+        let task = Task::new(parse_shape(op, shape).unwrap(), epilogue).unwrap();
+        let mut sampler = Sampler::new(&task, &GpuSpec::h100(), 1);
+        let states: Vec<State> = (0..n).map(|_| sampler.sample().unwrap()).collect();
+        let split = states.iter().filter(|s| s.split_k > 1).count() as f64 / n as f64;
+        let mean = states.iter().map(|s| f64::from(s.split_k)).sum::<f64>() / n as f64;
+        (split, mean)
+    }
+
+    #[test]
+    fn small_grids_often_split_big_grids_rarely() {
+        // ResNet's deepest 3x3 layer: 25k outputs over a 4608-long reduction.
+        let (deep, deep_mean) = split_stats("conv2d", "1,512,7,7,512,3,3,1,1", false, 300);
+        // A strided 1x1 with C=1024: 25k outputs over a 1024-long reduction.
+        let (strided, _) = split_stats("conv2d", "1,1024,14,14,512,1,1,2,0", false, 300);
+        // Its first 3x3 layer: 200k outputs over a 576-long reduction.
+        let (wide, _) = split_stats("conv2d", "1,64,56,56,64,3,3,1,1", false, 300);
+        // The stem: 800k outputs over a 147-long reduction.
+        let (stem, _) = split_stats("conv2d", "1,3,224,224,64,7,7,2,3", false, 300);
+        let (relu, _) = split_stats("conv2d", "1,512,7,7,512,3,3,1,1", true, 100);
+        eprintln!("split fractions: deep {deep}, strided {strided}, wide {wide}, stem {stem}");
+        assert!(deep > 0.6, "deep layer: {deep} split");
+        assert!(strided > 0.6, "strided 1x1: {strided} split");
+        assert!(deep_mean > 4.0, "deep layer: mean split {deep_mean}");
+        assert!(wide < 0.45, "wide layer: {wide} split");
+        assert!(stem < 0.15, "stem: {stem} split");
+        assert_eq!(relu, 0.0);
+    }
+
+    #[test]
+    fn drawn_splits_are_reproducible_choices() {
+        use crate::shape::parse_shape;
+        let task = Task::new(
+            parse_shape("conv2d", "1,512,7,7,512,3,3,1,1").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let gpu = GpuSpec::h100();
+        let mut a = Sampler::new(&task, &gpu, 9);
+        let mut b = Sampler::new(&task, &gpu, 9);
+        for _ in 0..50 {
+            let (x, y) = (a.draw(), b.draw());
+            assert_eq!(x, y);
+            assert!(split_k_choices(x.stages(&task.contraction())).contains(&x.split_k));
+        }
     }
 
     #[test]

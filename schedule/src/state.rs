@@ -9,10 +9,18 @@
 //! inner factors: the outermost level is whatever remains, rounded up, so extents need
 //! not be divisible (the tail is predicated).
 //!
+//! Beyond Ansor, the reduction may also be split across thread blocks ("split-K"):
+//! `split_k` blocks share one output tile, each running a contiguous chunk of the
+//! shared-memory stage loop and adding its partial sums into the (zeroed) output with
+//! atomics. Deep layers with few output pixels and long reductions (ResNet's 512→512
+//! 3x3 at 7x7: 25k outputs, 4608-long sums) otherwise launch too few blocks to fill
+//! the GPU.
+//!
 //! A state serializes to JSON and replays into the identical kernel.
 
 use crate::task::Contraction;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// Inner split factors of one spatial axis; the block level is
 /// `ceil(extent / (vthread * thread * outer * inner))`.
@@ -59,6 +67,19 @@ pub const UNROLL_STEPS: [u32; 5] = [0, 16, 64, 512, 1024];
 /// Vector widths (in floats) of the cooperative global-to-shared fetch.
 pub const VECTOR_WIDTHS: [u32; 3] = [1, 2, 4];
 
+/// Largest reduction split (`State::split_k`) of the search space. Beyond 64 blocks per
+/// output tile the atomic traffic (output elements × split) outgrows any layer's gain in
+/// parallelism on a GPU of ~132 SMs.
+pub const MAX_SPLIT_K: u32 = 64;
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
 /// A concrete schedule of a task.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct State {
@@ -71,6 +92,13 @@ pub struct State {
     pub unroll_max_step: u32,
     /// Floats per global load of each input's cooperative fetch.
     pub vector_width: [u32; 2],
+    /// Thread blocks that share one output tile's reduction (split-K; 1 = no split).
+    /// The flattened shared-memory stage loop is cut into `split_k` contiguous chunks of
+    /// `ceil(stages / split_k)` stages (see `stage_chunk`); each block adds its partial
+    /// sums into the zeroed output with `atomicAdd`. Left out of the JSON when 1, so
+    /// that states written before split-K existed keep their JSON, hence their ids.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub split_k: u32,
 }
 
 impl State {
@@ -107,12 +135,37 @@ impl State {
             .collect()
     }
 
-    /// Thread blocks in the grid.
-    pub fn blocks(&self, c: &Contraction) -> u64 {
+    /// Shared-memory stages of one output tile's whole reduction: the product of the
+    /// stages per reduction axis (the flattened outer reduction loop).
+    pub fn stages(&self, c: &Contraction) -> u64 {
+        self.stages_per_axis(c)
+            .iter()
+            .map(|&s| u64::from(s))
+            .product()
+    }
+
+    /// Stages one block runs at most: `ceil(stages / split_k)`.
+    pub fn stages_per_block(&self, c: &Contraction) -> u64 {
+        self.stages(c).div_ceil(u64::from(self.split_k.max(1)))
+    }
+
+    /// The flattened stages that the blocks with split coordinate `z` run (see
+    /// `stage_chunk`).
+    pub fn split_chunk(&self, c: &Contraction, z: u32) -> Range<u64> {
+        stage_chunk(self.stages(c), self.split_k, z)
+    }
+
+    /// Thread blocks that together cover the output once: one per output tile.
+    pub fn spatial_blocks(&self, c: &Contraction) -> u64 {
         self.blocks_per_axis(c)
             .iter()
             .map(|&b| u64::from(b))
             .product()
+    }
+
+    /// Thread blocks in the grid: one per output tile and reduction chunk.
+    pub fn blocks(&self, c: &Contraction) -> u64 {
+        self.spatial_blocks(c) * u64::from(self.split_k)
     }
 
     /// The state as one line of JSON (its replayable form).
@@ -128,5 +181,71 @@ impl State {
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
         format!("{hash:016x}")
+    }
+}
+
+/// The flattened stages `0..stages` that split coordinate `z` of `split_k` runs: chunk
+/// `z` of length `ceil(stages / split_k)`, cut short (or empty) at the end so that the
+/// chunks cover every stage exactly once. Lowering generates exactly this loop.
+pub fn stage_chunk(stages: u64, split_k: u32, z: u32) -> Range<u64> {
+    let chunk = stages.div_ceil(u64::from(split_k.max(1)));
+    let start = (u64::from(z) * chunk).min(stages);
+    start..(start + chunk).min(stages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_every_stage_once_even_when_the_split_does_not_divide() {
+        // 5 stages over 4 blocks: chunks of 2, the last one empty.
+        let chunks: Vec<Range<u64>> = (0..4).map(|z| stage_chunk(5, 4, z)).collect();
+        assert_eq!(chunks, [0..2, 2..4, 4..5, 5..5]);
+        assert_eq!(stage_chunk(8, 1, 0), 0..8);
+        for stages in 1..200u64 {
+            for split_k in [1, 2, 3, 4, 8, 16, 64] {
+                let mut covered = vec![0u32; stages as usize];
+                for z in 0..split_k {
+                    for s in stage_chunk(stages, split_k, z) {
+                        covered[s as usize] += 1;
+                    }
+                }
+                assert!(covered.iter().all(|&n| n == 1), "{stages} / {split_k}");
+            }
+        }
+    }
+
+    #[test]
+    fn no_split_serializes_as_before_split_k_existed() {
+        let state = State {
+            spatial: vec![SpatialSplit {
+                vthread: 1,
+                thread: 32,
+                outer: 1,
+                inner: 2,
+            }],
+            reduction: vec![ReductionSplit {
+                middle: 4,
+                inner: 2,
+            }],
+            unroll_max_step: 16,
+            vector_width: [1, 2],
+            split_k: 1,
+        };
+        let old = r#"{"spatial":[{"vthread":1,"thread":32,"outer":1,"inner":2}],"reduction":[{"middle":4,"inner":2}],"unroll_max_step":16,"vector_width":[1,2]}"#;
+        assert_eq!(state.to_json(), old);
+        let read: State = serde_json::from_str(old).unwrap();
+        assert_eq!(read, state);
+        let split = State {
+            split_k: 8,
+            ..state.clone()
+        };
+        assert!(split.to_json().ends_with(r#","split_k":8}"#));
+        assert_ne!(split.id(), state.id());
+        assert_eq!(
+            serde_json::from_str::<State>(&split.to_json()).unwrap(),
+            split
+        );
     }
 }

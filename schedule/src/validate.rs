@@ -1,10 +1,11 @@
 //! Validation: rejects states that cannot run (or cannot run well) on a GPU before
 //! anything is compiled — wrong arity, thread counts outside the hardware's range, too
 //! many virtual threads, shared memory over the opt-in limit, an estimated register
-//! count that would spill, infeasible fetch vector widths.
+//! count that would spill, infeasible fetch vector widths, a reduction split (split-K)
+//! over the stage count or combined with ReLU (partial sums cannot be rectified).
 
 use crate::gpu_spec::GpuSpec;
-use crate::state::{State, UNROLL_STEPS, VECTOR_WIDTHS};
+use crate::state::{MAX_SPLIT_K, State, UNROLL_STEPS, VECTOR_WIDTHS};
 use crate::task::{AxisRef, Contraction};
 use crate::tiling::{ReductionUnroll, Tiling};
 use thiserror::Error;
@@ -42,6 +43,14 @@ pub enum InvalidState {
     VectorWidth { input: usize, width: u32 },
     #[error("{blocks} thread blocks, over the grid limit")]
     Grid { blocks: u64 },
+    #[error(
+        "split_k {split_k} outside 1..={max}: the reduction has {stages} shared-memory stages (at most {MAX_SPLIT_K} splits)"
+    )]
+    SplitK { split_k: u32, stages: u64, max: u64 },
+    #[error(
+        "split_k {split_k} with a ReLU epilogue: split-K blocks add partial sums into the output, and max(0, x) of a partial sum is not the ReLU of the whole; use split_k 1"
+    )]
+    SplitKRelu { split_k: u32 },
 }
 
 /// Registers besides accumulators and operands: indices, addresses, loop counters.
@@ -114,7 +123,7 @@ pub fn check_structure(c: &Contraction, state: &State) -> Result<(), InvalidStat
         .reduction
         .iter()
         .any(|r| r.middle == 0 || r.inner == 0);
-    if spatial_zero || reduction_zero {
+    if spatial_zero || reduction_zero || state.split_k == 0 {
         return Err(InvalidState::ZeroFactor);
     }
     Ok(())
@@ -155,6 +164,22 @@ pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), Inv
     }
     if !UNROLL_STEPS.contains(&state.unroll_max_step) {
         return Err(InvalidState::UnrollStep(state.unroll_max_step));
+    }
+    // Split-K: no more splits than stages (more would only add empty blocks), and an
+    // epilogue that distributes over the partial sums.
+    let stages = state.stages(c);
+    let max_split = stages.min(u64::from(MAX_SPLIT_K));
+    if u64::from(state.split_k) > max_split {
+        return Err(InvalidState::SplitK {
+            split_k: state.split_k,
+            stages,
+            max: max_split,
+        });
+    }
+    if state.split_k > 1 && c.relu {
+        return Err(InvalidState::SplitKRelu {
+            split_k: state.split_k,
+        });
     }
     let blocks: u64 = state.blocks(c);
     if blocks > i32::MAX as u64 {

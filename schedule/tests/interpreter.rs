@@ -1,13 +1,17 @@
 //! The CPU interpreter of lowered kernels equals the naive definition, for many random
 //! states of small shapes of every operator: non-divisible extents, stride 2, padding,
-//! dilation, asymmetric kernels and the fused epilogue included.
+//! dilation, asymmetric kernels and the fused epilogue included. Small tasks have small
+//! grids, so the sampler splits their reductions often (split-K); every sampled state is
+//! also checked with splits that do not divide its stage count and with one block per
+//! stage, where the task allows them.
 
 use proptest::prelude::*;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
+use schedule::state::{ReductionSplit, SpatialSplit};
 use schedule::task::Conv2d;
-use schedule::{Epilogue, GpuSpec, Operator, Sampler, Task, lower::lower};
+use schedule::{Epilogue, GpuSpec, Operator, Sampler, State, Task, lower::lower, validate};
 
 /// Small integers in -3..=3: float32 sums of their products are exact in any order, so
 /// the comparison can be exact.
@@ -17,9 +21,10 @@ fn small_ints(len: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
         .collect()
 }
 
-/// Runs `states` sampled states of `task` through the interpreter and compares each
-/// output with the reference, exactly.
-fn check_task(task: &Task, states: usize, seed: u64) {
+/// Runs `states` sampled states of `task` through the interpreter, each also with a
+/// split of 3 and of its stage count (when valid), and compares each output with the
+/// reference, exactly. Returns how many split-K kernels were checked.
+fn check_task(task: &Task, states: usize, seed: u64) -> usize {
     let gpu = GpuSpec::h100();
     let c = task.contraction();
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
@@ -36,7 +41,26 @@ fn check_task(task: &Task, states: usize, seed: u64) {
     let expected = interp::reference(&c, &inputs);
     let sampled = Sampler::new(task, &gpu, seed).sample_distinct(states);
     assert!(!sampled.is_empty(), "no valid state for {task}");
+    let mut split_kernels = 0;
+    let mut variants = Vec::new();
     for state in sampled {
+        let stages = state.stages(&c).min(64) as u32;
+        for split_k in [3, stages] {
+            let forced = State {
+                split_k,
+                ..state.clone()
+            };
+            if split_k != state.split_k
+                && !variants.contains(&forced)
+                && validate(&c, &forced, &gpu).is_ok()
+            {
+                variants.push(forced);
+            }
+        }
+        variants.push(state);
+    }
+    for state in variants {
+        split_kernels += usize::from(state.split_k > 1);
         let kernel = lower(task, &state);
         let got = interp::run(&kernel, &inputs, expected.len())
             .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
@@ -49,6 +73,7 @@ fn check_task(task: &Task, states: usize, seed: u64) {
             );
         }
     }
+    split_kernels
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -168,6 +193,74 @@ fn batch_matmul() {
     )
     .unwrap();
     check_task(&t, 60, 8);
+}
+
+/// Split-K kernels ran in the fixed cases (the sampler splits these small grids often).
+#[test]
+fn sampled_states_include_split_k_ones() {
+    let t = conv(1, 64, (4, 4), 8, (3, 3), (1, 1), (1, 1), (1, 1), NONE);
+    let gpu = GpuSpec::h100();
+    let sampled = Sampler::new(&t, &gpu, 11).sample_distinct(40);
+    let split = sampled.iter().filter(|s| s.split_k > 1).count();
+    assert!(
+        split >= 10,
+        "only {split} of 40 sampled states split the reduction"
+    );
+    assert!(check_task(&t, 12, 11) >= 12);
+}
+
+/// 5 stages over 4 blocks: chunks of 2, 2, 1 and an empty one, with a bias that only
+/// chunk 0 adds; and one block per stage.
+#[test]
+fn split_k_with_short_and_empty_chunks() {
+    let bias = Epilogue {
+        bias: true,
+        relu: false,
+    };
+    let t = Task::new(Operator::Matmul { m: 8, n: 32, k: 40 }, bias).unwrap();
+    let c = t.contraction();
+    let gpu = GpuSpec::h100();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let a = small_ints(c.inputs[0].elements() as usize, &mut rng);
+    let b = small_ints(c.inputs[1].elements() as usize, &mut rng);
+    let bias_values = small_ints(c.bias.as_ref().unwrap().elements() as usize, &mut rng);
+    let inputs = Inputs {
+        inputs: [&a, &b],
+        bias: Some(&bias_values),
+    };
+    let expected = interp::reference(&c, &inputs);
+    for split_k in [1, 2, 3, 4, 5] {
+        let state = State {
+            spatial: vec![
+                SpatialSplit {
+                    vthread: 1,
+                    thread: 4,
+                    outer: 1,
+                    inner: 2,
+                },
+                SpatialSplit {
+                    vthread: 1,
+                    thread: 16,
+                    outer: 1,
+                    inner: 2,
+                },
+            ],
+            reduction: vec![ReductionSplit {
+                middle: 2,
+                inner: 4,
+            }],
+            unroll_max_step: 0,
+            vector_width: [1, 1],
+            split_k,
+        };
+        assert_eq!(validate(&c, &state, &gpu), Ok(()));
+        assert_eq!(state.stages(&c), 5);
+        let kernel = lower(&t, &state);
+        assert_eq!(kernel.launch.zero_output, split_k > 1);
+        let got = interp::run(&kernel, &inputs, expected.len())
+            .unwrap_or_else(|e| panic!("split_k {split_k}: {e}"));
+        assert_eq!(got, expected, "split_k {split_k}");
+    }
 }
 
 proptest! {

@@ -78,6 +78,7 @@ fn snapshot_conv2d_deep_layer() {
         reduction: vec![rd(4, 2), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
         vector_width: [1, 1],
+        split_k: 1,
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("conv2d_deep_layer", k.source);
@@ -99,6 +100,7 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
         reduction: vec![rd(4, 4)],
         unroll_max_step: 64,
         vector_width: [1, 4],
+        split_k: 1,
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("conv2d_strided_1x1_epilogue", k.source);
@@ -114,6 +116,7 @@ fn snapshot_matmul_tails() {
         reduction: vec![rd(2, 8)],
         unroll_max_step: 1024,
         vector_width: [1, 1],
+        split_k: 1,
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("matmul_tails", k.source);
@@ -127,9 +130,51 @@ fn snapshot_batch_matmul() {
         reduction: vec![rd(4, 4)],
         unroll_max_step: 16,
         vector_width: [4, 2],
+        split_k: 1,
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("batch_matmul", k.source);
+}
+
+/// Split-K on the deep layer with a bias: 22 stages (a tail in c) over 4 splits of 6,
+/// so the last chunk is short and guarded; the bias is added by chunk 0 only and the
+/// epilogue adds atomically.
+#[test]
+fn snapshot_conv2d_deep_layer_split_k() {
+    let t = task(
+        "conv2d",
+        "1,512,7,7,512,3,3,1,1",
+        Epilogue {
+            bias: true,
+            relu: false,
+        },
+    );
+    let state = State {
+        spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
+        reduction: vec![rd(8, 3), rd(1, 3), rd(1, 3)],
+        unroll_max_step: 512,
+        vector_width: [1, 1],
+        split_k: 4,
+    };
+    let c = t.contraction();
+    assert_eq!(state.stages(&c), 22);
+    assert_eq!(state.blocks(&c), 4 * state.spatial_blocks(&c));
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    assert!(k.launch.zero_output);
+    assert_eq!(u64::from(k.launch.grid), state.blocks(&c));
+    insta::assert_snapshot!("conv2d_deep_layer_split_k", k.source);
+}
+
+#[test]
+fn kernels_without_split_need_no_zeroed_output() {
+    let gpu = GpuSpec::h100();
+    let t = task("matmul", "333,777,555", Epilogue::default());
+    for state in Sampler::new(&t, &gpu, 4).sample_distinct(30) {
+        let k = generate(&t, &state, &gpu).unwrap();
+        assert_eq!(k.launch.zero_output, state.split_k > 1);
+        assert_eq!(u64::from(k.launch.grid), state.blocks(&t.contraction()));
+        assert_eq!(k.source.contains("atomicAdd"), state.split_k > 1);
+    }
 }
 
 #[test]
@@ -142,6 +187,7 @@ fn validation_rejects_what_the_gpu_cannot_run() {
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
         vector_width: [4, 4],
+        split_k: 1,
     };
     assert_eq!(validate(&c, &base, &gpu), Ok(()));
     let with = |f: &dyn Fn(&mut State)| {
@@ -189,6 +235,53 @@ fn validation_rejects_what_the_gpu_cannot_run() {
         with(&|s| s.spatial[0].inner = 0),
         Err(InvalidState::ZeroFactor)
     ));
+    // 64 stages: splits up to 64 are fine, more are not, nor is none.
+    assert_eq!(with(&|s| s.split_k = 64), Ok(()));
+    assert_eq!(with(&|s| s.split_k = 3), Ok(()));
+    assert!(matches!(
+        with(&|s| s.split_k = 0),
+        Err(InvalidState::ZeroFactor)
+    ));
+    assert!(matches!(
+        with(&|s| {
+            s.split_k = 32;
+            s.reduction[0].middle = 32;
+        }),
+        Err(InvalidState::SplitK { stages: 4, .. })
+    ));
+    assert!(matches!(
+        with(&|s| s.split_k = 128),
+        Err(InvalidState::SplitK { max: 64, .. })
+    ));
+}
+
+#[test]
+fn split_k_with_relu_is_rejected_with_a_reason() {
+    let gpu = GpuSpec::h100();
+    let relu = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let t = task("matmul", "256,256,1024", relu);
+    let state = State {
+        spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
+        reduction: vec![rd(2, 8)],
+        unroll_max_step: 64,
+        vector_width: [4, 4],
+        split_k: 2,
+    };
+    let err = validate(&t.contraction(), &state, &gpu).unwrap_err();
+    assert_eq!(err, InvalidState::SplitKRelu { split_k: 2 });
+    assert!(err.to_string().contains("ReLU"), "{err}");
+    let bias_only = task(
+        "matmul",
+        "256,256,1024",
+        Epilogue {
+            bias: true,
+            relu: false,
+        },
+    );
+    assert_eq!(validate(&bias_only.contraction(), &state, &gpu), Ok(()));
 }
 
 fn any_task() -> impl Strategy<Value = Task> {
@@ -232,8 +325,9 @@ fn any_task() -> impl Strategy<Value = Task> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// Every sampled state validates, covers every axis with its tiles, and respects
-    /// the hardware's limits; sampling is a function of the seed.
+    /// Every sampled state validates, covers every axis with its tiles (and, split or
+    /// not, every reduction stage exactly once), and respects the hardware's limits;
+    /// sampling is a function of the seed.
     #[test]
     fn sampled_states_are_valid_and_cover_the_task(t in any_task(), seed in any::<u64>()) {
         let gpu = GpuSpec::h100();
@@ -251,6 +345,17 @@ proptest! {
             for (r, axis) in c.reduction.iter().enumerate() {
                 prop_assert!(tiling.stages[r] * tiling.stage_tile[r] >= i64::from(axis.extent));
             }
+            // The split's chunks cover every stage of the reduction exactly once.
+            prop_assert!(s.split_k.is_power_of_two() && s.split_k <= 64);
+            prop_assert!(u64::from(s.split_k) <= s.stages(&c));
+            let mut next = 0;
+            for z in 0..s.split_k {
+                let chunk = s.split_chunk(&c, z);
+                prop_assert_eq!(chunk.start, next);
+                prop_assert!(chunk.end - chunk.start <= s.stages_per_block(&c));
+                next = chunk.end;
+            }
+            prop_assert_eq!(next, s.stages(&c));
             prop_assert!(s.threads() <= gpu.max_threads_per_block);
             prop_assert!(s.vthreads() <= gpu.max_vthread);
             prop_assert!(tiling.shared_bytes() <= u64::from(gpu.shared_bytes_per_block_optin));

@@ -53,9 +53,10 @@ pub fn faulty_kernel(
     state: &State,
     gpu: &GpuSpec,
 ) -> Result<GeneratedKernel, InvalidState> {
-    if kind == ErrorKind::WrongAnswer {
+    if kind == ErrorKind::WrongAnswer && state.split_k == 1 {
         // A plausible bug: the epilogue's ReLU dropped (or added). Inputs of both signs
-        // make outputs of both signs, so the answer differs.
+        // make outputs of both signs, so the answer differs. (A split-K state cannot
+        // take a ReLU: see below.)
         let flipped = Task {
             epilogue: Epilogue {
                 relu: !task.epilogue.relu,
@@ -77,7 +78,10 @@ pub fn faulty_kernel(
         }
         ErrorKind::Timeout => "  for (;;) { __nanosleep(1000); } // injected hang",
         ErrorKind::Compile => "  injected_compile_error; // injected",
-        ErrorKind::WrongAnswer => unreachable!("handled above"),
+        // Split-K kernels add into the zeroed output: one more addition is a wrong sum.
+        ErrorKind::WrongAnswer => {
+            "  if (blockIdx.x == 0 && threadIdx.x == 0) { atomicAdd(out, 1.0f); } // injected wrong answer"
+        }
     };
     kernel.source = prepend_to_body(&kernel.source, line);
     Ok(kernel)
@@ -114,10 +118,28 @@ mod tests {
             assert_eq!((&k.name, k.launch), (&clean.name, clean.launch), "{kind}");
             assert_ne!(k.source, clean.source, "{kind}");
         }
-        let wrong = faulty_kernel(ErrorKind::WrongAnswer, &task, &state, &gpu).unwrap();
+        let plain = State {
+            split_k: 1,
+            ..state.clone()
+        };
+        let wrong = faulty_kernel(ErrorKind::WrongAnswer, &task, &plain, &gpu).unwrap();
         assert!(
             wrong.source.contains("fmaxf"),
             "the wrong kernel adds a ReLU"
         );
+        // A split-K kernel cannot take a ReLU: it adds once more instead.
+        let mut sampler = Sampler::new(&task, &gpu, 2);
+        let multi_stage = (0..500)
+            .filter_map(|_| sampler.sample())
+            .find(|s| s.stages(&task.contraction()) >= 2)
+            .unwrap();
+        let split = State {
+            split_k: 2,
+            ..multi_stage
+        };
+        let clean = generate(&task, &split, &gpu).unwrap();
+        let wrong = faulty_kernel(ErrorKind::WrongAnswer, &task, &split, &gpu).unwrap();
+        assert_eq!(wrong.launch, clean.launch);
+        assert!(wrong.source.contains("atomicAdd(out, 1.0f)"));
     }
 }
