@@ -26,8 +26,10 @@ pub enum ModelError {
     Read { path: String, message: String },
     #[error("cannot write model {path}: {message}")]
     Write { path: String, message: String },
-    #[error("the model was trained on other features ({0})")]
-    Features(String),
+    #[error(
+        "model {path} was trained on other features than this build computes ({difference}); save a new one with this build (`tilesched tune --model-out`)"
+    )]
+    Features { path: String, difference: String },
 }
 
 /// Predicts the throughput of feature rows; learns from measured ones.

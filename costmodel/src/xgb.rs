@@ -94,12 +94,11 @@ impl XgbModel {
                 file.format
             )));
         }
-        if file.feature_names != feature_names {
-            return Err(ModelError::Features(format!(
-                "{} saved, {} now",
-                file.feature_names.len(),
-                feature_names.len()
-            )));
+        if let Some(difference) = feature_difference(&file.feature_names, feature_names) {
+            return Err(ModelError::Features {
+                path: path.display().to_string(),
+                difference,
+            });
         }
         let booster = file
             .booster
@@ -138,6 +137,24 @@ impl XgbModel {
         self.booster = Some(booster);
         Ok(())
     }
+}
+
+/// How the features a model was saved with differ from this build's, if they do: a
+/// model's trees index features by position, so any change of count, order or meaning
+/// (names stand for meanings) makes its predictions garbage rather than merely worse.
+fn feature_difference(saved: &[String], now: &[String]) -> Option<String> {
+    if saved.len() != now.len() {
+        return Some(format!(
+            "{} features saved, {} in this build",
+            saved.len(),
+            now.len()
+        ));
+    }
+    let i = saved.iter().zip(now).position(|(a, b)| a != b)?;
+    Some(format!(
+        "feature {i} is '{}' in the model, '{}' in this build",
+        saved[i], now[i]
+    ))
 }
 
 impl CostModel for XgbModel {
@@ -239,10 +256,16 @@ mod tests {
         assert_eq!(loaded.training_rows(), 200);
         assert_eq!(loaded.predict(&probe), m.predict(&probe));
         let other = vec!["x".to_string()];
-        assert!(matches!(
-            XgbModel::load(&path, &other, 1),
-            Err(ModelError::Features(_))
-        ));
+        let err = XgbModel::load(&path, &other, 1).err().unwrap();
+        assert!(matches!(err, ModelError::Features { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("3 features saved, 1 in this build"),
+            "{err}"
+        );
+        let renamed = vec!["a".to_string(), "b".to_string(), "d".to_string()];
+        let err = XgbModel::load(&path, &renamed, 1).err().unwrap();
+        assert!(err.to_string().contains("feature 2 is 'c'"), "{err}");
         assert!(XgbModel::load(&dir.path().join("none"), &names(), 1).is_err());
     }
 }

@@ -1,6 +1,11 @@
 //! The extractor: everything that depends only on the task and the GPU is computed
 //! once in `new`; `extract` combines the per-state simulations (fetch, inner-product
 //! reads, stores) with occupancy and the structural values into the named row.
+//!
+//! Split-K changes the counts, not the simulations: the grid (blocks, waves, occupancy
+//! of the SMs) is `split_k` times the output tiles, each block runs its chunk of the
+//! stages, every block adds its tile into the output with atomics, and the output is
+//! zeroed before the launch.
 
 use crate::fetch::{FetchCost, fetch_cost};
 use crate::geometry::Geometry;
@@ -85,14 +90,20 @@ impl FeatureExtractor {
 
         let threads = geo.threads as f64;
         let warps = geo.warps as f64;
-        let blocks = geo.blocks as f64;
-        let stages = geo.stages as f64;
+        // Per-block values follow one block (under split-K, over its chunk of the
+        // stages: the longest one); totals count what the whole grid executes, each
+        // (tile, stage) once however the stages are split.
+        let blocks = geo.grid_blocks as f64;
+        let stages = geo.block_stages as f64;
+        let tile_stages = (geo.tiles * geo.stages) as f64;
+        let split_k = geo.split_k as f64;
         let steps_per_stage = geo.steps_per_stage as f64;
         let accumulators = f64::from(state.accumulators());
         let block_tile: f64 = geo.tiling.block_tile.iter().map(|&t| t as f64).product();
 
         // Structure.
         row.thread_blocks = blocks;
+        row.split_k = split_k;
         row.threads_per_block = threads;
         row.warps_per_block = warps;
         row.vthreads = f64::from(state.vthreads());
@@ -132,8 +143,9 @@ impl FeatureExtractor {
         row.shared_bytes_per_block = shared_bytes as f64;
         row.barriers_per_block = 2.0 * stages;
         // Multiply-adds executed per block, tile padding included.
-        let fma_per_block = threads * accumulators * stages * steps_per_stage;
-        let executed = fma_per_block * blocks;
+        let fma_per_stage = threads * accumulators * steps_per_stage;
+        let fma_per_block = fma_per_stage * stages;
+        let executed = fma_per_stage * tile_stages;
         row.work_efficiency = ratio(self.task_row.task_flops / 2.0, executed);
 
         // Global memory.
@@ -143,21 +155,35 @@ impl FeatureExtractor {
         row.input_sectors_per_fetch = fetch[0].sectors_per_instruction;
         row.input_fetch_coalescing = fetch[0].coalescing;
         row.input_sectors_per_block = fetch_sectors_per_block[0];
-        row.input_sectors = fetch_sectors_per_block[0] * blocks;
+        row.input_sectors = fetch[0].sectors_per_stage * tile_stages;
         row.weight_sectors_per_fetch = fetch[1].sectors_per_instruction;
         row.weight_fetch_coalescing = fetch[1].coalescing;
         row.weight_sectors_per_block = fetch_sectors_per_block[1];
-        row.weight_sectors = fetch_sectors_per_block[1] * blocks;
+        row.weight_sectors = fetch[1].sectors_per_stage * tile_stages;
         row.output_sectors_per_store = store.sectors_per_instruction;
         row.output_store_coalescing = store.coalescing;
         row.output_sectors_per_block = store.sectors_per_block;
+        // Under split-K every block of a tile adds its partial tile into the output
+        // (atomics resolved in L2), the bias is loaded by chunk 0 only, and the output
+        // is zeroed (a timed memset) before the launch.
         row.output_sectors = store.sectors_per_block * blocks;
-        row.bias_sectors = store.bias_sectors_per_block * blocks;
+        row.bias_sectors = store.bias_sectors_per_block * geo.tiles as f64;
+        let split = geo.split_k > 1;
+        row.atomic_output_sectors = if split { row.output_sectors } else { 0.0 };
+        row.zeroed_output_sectors = if split {
+            (self.task_row.task_output_elements * FLOAT_BYTES / SECTOR_BYTES).ceil()
+        } else {
+            0.0
+        };
         let global_sectors_per_block = fetch_sectors_per_block[0]
             + fetch_sectors_per_block[1]
             + store.sectors_per_block
             + store.bias_sectors_per_block;
-        row.global_sectors = global_sectors_per_block * blocks;
+        row.global_sectors = row.input_sectors
+            + row.weight_sectors
+            + row.output_sectors
+            + row.bias_sectors
+            + row.zeroed_output_sectors;
         row.global_sectors_log2 = log2_1p(row.global_sectors);
         row.global_bytes = row.global_sectors * SECTOR_BYTES;
         row.global_traffic_ratio = ratio(row.global_bytes, row.ideal_global_bytes);
@@ -172,20 +198,26 @@ impl FeatureExtractor {
             .map(|r| r.wavefronts_per_step * warps * stages * steps_per_stage);
         row.input_store_bank_conflict = fetch[0].store_conflict;
         row.weight_store_bank_conflict = fetch[1].store_conflict;
-        row.input_shared_store_wavefronts = store_wavefronts_per_block[0] * blocks;
-        row.weight_shared_store_wavefronts = store_wavefronts_per_block[1] * blocks;
+        row.input_shared_store_wavefronts = fetch[0].store_wavefronts_per_stage * tile_stages;
+        row.weight_shared_store_wavefronts = fetch[1].store_wavefronts_per_stage * tile_stages;
         row.input_shared_loads_per_step = reads[0].loads_per_step;
         row.weight_shared_loads_per_step = reads[1].loads_per_step;
         row.input_shared_load_width = ratio(reads[0].floats_per_step, reads[0].loads_per_step);
         row.weight_shared_load_width = ratio(reads[1].floats_per_step, reads[1].loads_per_step);
         row.input_bank_conflict = reads[0].conflict;
         row.weight_bank_conflict = reads[1].conflict;
-        row.input_shared_load_wavefronts = load_wavefronts_per_block[0] * blocks;
-        row.weight_shared_load_wavefronts = load_wavefronts_per_block[1] * blocks;
+        let load_wavefronts_per_stage = reads
+            .each_ref()
+            .map(|r| r.wavefronts_per_step * warps * steps_per_stage);
+        row.input_shared_load_wavefronts = load_wavefronts_per_stage[0] * tile_stages;
+        row.weight_shared_load_wavefronts = load_wavefronts_per_stage[1] * tile_stages;
         let shared_wavefronts_per_block = store_wavefronts_per_block.iter().sum::<f64>()
             + load_wavefronts_per_block.iter().sum::<f64>();
         row.shared_wavefronts_per_block = shared_wavefronts_per_block;
-        row.shared_wavefronts = shared_wavefronts_per_block * blocks;
+        row.shared_wavefronts = row.input_shared_store_wavefronts
+            + row.weight_shared_store_wavefronts
+            + row.input_shared_load_wavefronts
+            + row.weight_shared_load_wavefronts;
         row.shared_wavefronts_log2 = log2_1p(row.shared_wavefronts);
         row.shared_transfer_bytes = row.shared_wavefronts * WAVEFRONT_BYTES;
         row.fma_per_shared_load = ratio(
@@ -218,10 +250,10 @@ impl FeatureExtractor {
         row.active_warps_per_sm = occupancy.active_warps as f64;
         row.occupancy = occupancy.fraction();
         let sm_count = u64::from(gpu.sm_count.max(1));
-        let (wave_count, wave_efficiency) = waves(geo.blocks as u64, bps * sm_count);
+        let (wave_count, wave_efficiency) = waves(geo.grid_blocks as u64, bps * sm_count);
         row.waves = wave_count;
         row.wave_efficiency = wave_efficiency;
-        let busiest_sm_blocks = (geo.blocks as u64).div_ceil(sm_count) as f64;
+        let busiest_sm_blocks = (geo.grid_blocks as u64).div_ceil(sm_count) as f64;
         row.busiest_sm_blocks = busiest_sm_blocks;
         row.sm_utilization = (blocks / sm_count as f64).min(1.0);
 

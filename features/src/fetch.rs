@@ -112,7 +112,7 @@ pub(crate) fn fetch_cost(
     let sampled = warp_instructions(fetch.rounds, geo.threads, SAMPLES, R3[0])
         .enumerate()
         .map(|(k, (j, weight))| {
-            let block = scattered(k, geo.blocks, R3[1]);
+            let block = scattered(k, geo.tiles, R3[1]);
             let stage = scattered(k, geo.stages, R3[2]);
             (fetch.instruction(j, block, stage), weight)
         });
@@ -196,8 +196,8 @@ mod tests {
                     let instructions = fetch.rounds * geo.warps;
                     // Every instruction of every block and stage, weighted so that the
                     // totals are per block and stage, as the sample's are.
-                    let weight = 1.0 / (geo.blocks * geo.stages) as f64;
-                    let all = (0..geo.blocks).flat_map(|b| {
+                    let weight = 1.0 / (geo.tiles * geo.stages) as f64;
+                    let all = (0..geo.tiles).flat_map(|b| {
                         let fetch = &fetch;
                         (0..geo.stages).flat_map(move |s| {
                             (0..instructions).map(move |j| (fetch.instruction(j, b, s), weight))

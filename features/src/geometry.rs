@@ -1,6 +1,7 @@
 //! The numbers a state implies for its task, as the simulations need them: thread,
-//! block and stage counts, and the coordinates lowering gives to a thread, a block and
-//! a stage index.
+//! block and stage counts (output tiles, split-K blocks per tile, stages per tile and
+//! per block), and the coordinates lowering gives to a thread, a block and a stage
+//! index.
 //!
 //! It also decides which states are too malformed to describe (wrong arity, a zero
 //! factor, products that would overflow the schedule crate's arithmetic): those get a
@@ -30,9 +31,16 @@ pub(crate) struct Geometry<'a> {
     pub tiling: Tiling,
     pub threads: i64,
     pub warps: i64,
-    pub blocks: i64,
-    /// Shared-memory stages per block (outer reduction iterations).
+    /// Output tiles: the blocks of one reduction split (the grid without split-K).
+    pub tiles: i64,
+    /// Blocks sharing one tile's reduction (the state's `split_k`).
+    pub split_k: i64,
+    /// Thread blocks in the grid: `tiles x split_k`.
+    pub grid_blocks: i64,
+    /// Shared-memory stages of one tile's whole reduction (outer reduction iterations).
     pub stages: i64,
+    /// Stages one block runs at most: `ceil(stages / split_k)`.
+    pub block_stages: i64,
     pub steps_per_stage: i64,
     pub unroll: ReductionUnroll,
     /// Reduction steps in one straight-line (unrolled) body of the inner product.
@@ -53,12 +61,18 @@ impl<'a> Geometry<'a> {
         for (e, s) in thread_extents.iter_mut().zip(&state.spatial) {
             *e = i64::from(s.thread);
         }
+        let tiles: i64 = tiling.blocks.iter().product();
+        let stages: i64 = tiling.stages.iter().product();
+        let split_k = i64::from(state.split_k);
         Some(Geometry {
             state,
             threads,
             warps: (threads + WARP_LANES as i64 - 1) / WARP_LANES as i64,
-            blocks: tiling.blocks.iter().product(),
-            stages: tiling.stages.iter().product(),
+            tiles,
+            split_k,
+            grid_blocks: tiles * split_k,
+            stages,
+            block_stages: (stages + split_k - 1) / split_k,
             steps_per_stage: state
                 .reduction
                 .iter()
@@ -75,7 +89,8 @@ impl<'a> Geometry<'a> {
         self.state.spatial.len()
     }
 
-    /// Block coordinates of a linear block index (blockIdx.x, last axis fastest).
+    /// Block coordinates of a linear tile index (blockIdx.x without the split
+    /// coordinate, last axis fastest).
     pub(crate) fn block_coords(&self, linear: i64) -> Coords {
         row_major(linear, &self.tiling.blocks)
     }
@@ -156,7 +171,8 @@ fn describable(c: &Contraction, state: &State) -> bool {
         && bounded(state.spatial.iter().map(|s| s.thread))
         && bounded(state.spatial.iter().map(|s| s.register_tile()))
         && bounded(state.spatial.iter().map(|s| s.vthread));
-    let reduction_ok = bounded(state.reduction.iter().flat_map(|r| [r.middle, r.inner]));
+    let reduction_ok = bounded(state.reduction.iter().flat_map(|r| [r.middle, r.inner]))
+        && bounded([state.split_k]);
     if !spatial_ok || !reduction_ok {
         return false;
     }

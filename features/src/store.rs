@@ -70,7 +70,7 @@ pub(crate) fn store_cost(output: &Output, geo: &Geometry) -> StoreCost {
     for (k, (j, weight)) in sampled.enumerate() {
         let (position, warp) = (j / geo.warps, j % geo.warps);
         let position = row_major(position, &register_tiles[..axes]);
-        let block = geo.block_coords(scattered(k, geo.blocks, R2[1]));
+        let block = geo.block_coords(scattered(k, geo.tiles, R2[1]));
         // Output coordinate of thread coordinate 0 at this register position, and what
         // one step of the thread coordinate adds, per axis.
         let mut origin = [0; MAX_AXES];

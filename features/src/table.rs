@@ -9,7 +9,8 @@
 //!
 //! "input" is the contraction's first operand (conv2d data, matmul A), "weight" the
 //! second (conv2d weight, matmul B). Totals are over the whole grid; "per block" values
-//! cover the whole kernel for one thread block; "log2" values are `log2(1 + x)`.
+//! cover the whole kernel for one thread block (under split-K, one block's chunk of the
+//! reduction stages); "log2" values are `log2(1 + x)`.
 
 /// Declares the features: `name: "doc",` in vector order.
 macro_rules! feature_table {
@@ -59,7 +60,8 @@ feature_table! {
     valid: "1 when the state passes schedule validation for this GPU, else 0",
 
     // Structure of the schedule.
-    thread_blocks: "thread blocks in the grid (count)",
+    thread_blocks: "thread blocks in the grid: output tiles x split_k (count)",
+    split_k: "blocks sharing one output tile's reduction, adding into the output with atomics (split-K; 1 = none) (count)",
     threads_per_block: "threads per block: product of the thread factors (count)",
     warps_per_block: "warps per block: ceil(threads / 32) (count)",
     vthreads: "product of the virtual-thread factors (count)",
@@ -70,7 +72,7 @@ feature_table! {
     fast_axis_register_tile: "register tile (vthread x outer x inner) of the innermost output axis (elements)",
     reduction_middle_product: "product of the middle reduction factors (count)",
     reduction_inner_product: "product of the inner reduction factors (count)",
-    reduction_stages: "outer reduction iterations: shared-memory stages per block (count)",
+    reduction_stages: "outer reduction iterations: shared-memory stages per block, ceil(stages / split_k) under split-K (count)",
     reduction_steps_per_stage: "reduction steps (outer products) per stage: middle x inner (count)",
     reduction_steps: "reduction steps per thread over the kernel: stages x steps per stage (count)",
     unroll_max_step: "the state's auto-unroll limit (multiply-adds)",
@@ -101,9 +103,11 @@ feature_table! {
     output_sectors_per_store: "32-byte sectors one warp's output store touches, mean over warp stores (count)",
     output_store_coalescing: "ideal / actual sectors of the output stores (1 = fully coalesced)",
     output_sectors_per_block: "32-byte sectors the output stores write per block (count)",
-    output_sectors: "32-byte sectors the output stores write over the grid (count)",
-    bias_sectors: "32-byte sectors the epilogue's bias loads touch over the grid (count; 0 without bias)",
-    global_sectors: "all global-memory sectors: input, weight and bias loads plus output stores (count)",
+    output_sectors: "32-byte sectors the output stores (split-K: atomic adds) write over the grid (count)",
+    atomic_output_sectors: "32-byte sectors of the split-K blocks' atomic adds into the output over the grid: output_sectors under split-K, else 0 (count)",
+    zeroed_output_sectors: "32-byte sectors of the output zeroed (timed memset) before a split-K launch, else 0 (count)",
+    bias_sectors: "32-byte sectors the epilogue's bias loads touch over the grid, by chunk 0 only under split-K (count; 0 without bias)",
+    global_sectors: "all global-memory sectors: input, weight and bias loads, output stores or atomic adds, and the output's zeroing under split-K (count)",
     global_sectors_log2: "log2(1 + global_sectors)",
     global_bytes: "bytes moved by all global accesses: 32 x global_sectors (bytes)",
     ideal_global_bytes: "compulsory bytes: every touched input, weight and bias element read once, every output written once (bytes)",

@@ -305,6 +305,69 @@ fn one_block_past_a_full_wave_halves_the_wave_efficiency() {
     assert_eq!(f("sm_utilization"), 1.0);
 }
 
+// --- Split-K --------------------------------------------------------------------------
+
+#[test]
+fn split_k_multiplies_the_grid_and_adds_atomic_traffic_but_not_loads() {
+    // 64 x 2 tiles of one warp, 32 stages; split 4 ways: 8 stages per block.
+    let t = task("matmul", "64,64,1024");
+    let base = state(
+        vec![sp(1, 1, 1, 1), sp(1, 32, 1, 1)],
+        vec![rd(32, 1)],
+        [1, 1],
+    );
+    let split = State {
+        split_k: 4,
+        ..base.clone()
+    };
+    let (f1, f4) = (features(&t, &base), features(&t, &split));
+    assert_eq!((f1("split_k"), f4("split_k")), (1.0, 4.0));
+    assert_eq!(f1("thread_blocks"), 128.0);
+    assert_eq!(f4("thread_blocks"), 512.0);
+    assert_eq!(f4("reduction_stages"), 8.0);
+    assert_eq!(f4("barriers_per_block"), 16.0);
+    // Loads and shared traffic over the grid do not change; per block they shrink.
+    assert_eq!(f4("input_sectors"), f1("input_sectors"));
+    assert_eq!(
+        f4("input_sectors_per_block"),
+        f1("input_sectors_per_block") / 4.0
+    );
+    assert_eq!(f4("shared_wavefronts"), f1("shared_wavefronts"));
+    assert_eq!(f4("work_efficiency"), f1("work_efficiency"));
+    // Every block adds its 32 outputs (4 sectors): 4 x the stores, all atomic, plus
+    // the 4096 outputs zeroed (512 sectors).
+    assert_eq!(f1("atomic_output_sectors"), 0.0);
+    assert_eq!(f1("zeroed_output_sectors"), 0.0);
+    assert_eq!(f4("output_sectors"), 4.0 * f1("output_sectors"));
+    assert_eq!(f4("atomic_output_sectors"), f4("output_sectors"));
+    assert_eq!(f4("zeroed_output_sectors"), 512.0);
+    assert_eq!(
+        f4("global_sectors") - f1("global_sectors"),
+        3.0 * f1("output_sectors") + 512.0
+    );
+    // The grid fills more of the GPU.
+    assert!(f4("waves") > f1("waves"));
+    assert_eq!(f4("busiest_sm_blocks"), 4.0);
+}
+
+#[test]
+fn split_k_stages_per_block_round_up() {
+    // 5 stages over 4 splits: the longest block runs 2.
+    let t = task("matmul", "8,32,40");
+    let s = State {
+        split_k: 4,
+        ..state(
+            vec![sp(1, 4, 1, 2), sp(1, 16, 1, 2)],
+            vec![rd(2, 4)],
+            [1, 1],
+        )
+    };
+    let f = features(&t, &s);
+    assert_eq!(f("reduction_stages"), 2.0);
+    assert_eq!(f("thread_blocks"), 4.0);
+    assert_eq!(f("work_efficiency"), 1.0);
+}
+
 // --- Every state gets a finite vector -------------------------------------------------
 
 fn all_finite(values: &[f32; FEATURE_COUNT]) -> Result<(), TestCaseError> {
