@@ -2,8 +2,9 @@
 //!
 //! Measure a random initial sample, take its best states as starting points, and from
 //! the current point rank every 1- and 2-hop neighbour (one tile factor moved one step
-//! along the sorted divisors of its axis' extent, or the unroll depth one step) with the
-//! cost model. Neighbours are measured in windows of 3, best predicted first; a window
+//! along the sorted divisors of its axis' extent, the unroll depth one step, or the
+//! reduction split `split_k` doubled or halved — one more lattice dimension, of powers
+//! of two) with the cost model. Neighbours are measured in windows of 3, best predicted first; a window
 //! stops at the first neighbour predicted under 0.6 × the current point's score. The walk
 //! moves to the best measured neighbour that beats the current point; when the ranked
 //! neighbours run out it falls back to 3-hop neighbours, then restarts from the next
@@ -14,7 +15,7 @@
 //! 0.6 × the global best" rule.
 
 use crate::evolution::{TaskSpace, score};
-use crate::mutate::fit_vector_widths;
+use crate::mutate::{fit_split_k, fit_vector_widths, split_steps};
 use costmodel::CostModel;
 use schedule::state::UNROLL_STEPS;
 use schedule::{Sampler, State, validate};
@@ -65,14 +66,16 @@ fn divisors(n: u32) -> Vec<u32> {
 }
 
 /// Every state one step away from `s`: one tile factor to the next smaller or larger
-/// divisor of its axis' extent, or the unroll depth to a neighbouring value; valid ones
-/// only, vector widths lowered to the widest still feasible.
+/// divisor of its axis' extent, the unroll depth to a neighbouring value, or the
+/// reduction split doubled or halved; valid ones only, vector widths lowered to the
+/// widest still feasible and the split to the largest the stage count allows.
 pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
     let c = space.contraction;
     let mut out = Vec::new();
     let mut push = |mut n: State| {
         fit_vector_widths(c, &mut n);
-        if validate(c, &n, space.gpu).is_ok() {
+        fit_split_k(c, &mut n);
+        if validate(c, &n, space.gpu).is_ok() && n != *s {
             out.push(n);
         }
     };
@@ -140,6 +143,12 @@ pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
                 });
             }
         }
+    }
+    for split_k in split_steps(c, s) {
+        push(State {
+            split_k,
+            ..s.clone()
+        });
     }
     out
 }
@@ -297,6 +306,39 @@ mod tests {
     use schedule::{GpuSpec, Task, parse_shape};
 
     #[test]
+    fn split_k_is_a_lattice_dimension() {
+        let gpu = GpuSpec::h100();
+        let task = Task::new(
+            parse_shape("conv2d", "1,512,7,7,512,3,3,1,1").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let c = task.contraction();
+        let ex = FeatureExtractor::new(&task, &gpu);
+        let space = TaskSpace {
+            contraction: &c,
+            gpu: &gpu,
+            extractor: &ex,
+        };
+        let mut s = Sampler::new(&task, &gpu, 2).sample().unwrap();
+        s.split_k = 1;
+        while u64::from(s.split_k) * 4 <= s.stages(&c) && s.split_k < 8 {
+            s.split_k *= 2;
+        }
+        assert!(s.split_k > 1, "{s:?}");
+        let splits: Vec<u32> = neighbours(&s, &space)
+            .into_iter()
+            .filter(|n| n.spatial == s.spatial && n.reduction == s.reduction)
+            .filter(|n| n.unroll_max_step == s.unroll_max_step)
+            .map(|n| n.split_k)
+            .collect();
+        assert_eq!(splits, vec![s.split_k / 2, s.split_k * 2]);
+        // Two hops reach a quarter and four times the split.
+        let two: HashSet<u32> = within(&s, 2, &space).iter().map(|n| n.split_k).collect();
+        assert!(two.contains(&(s.split_k / 4).max(1)) && two.contains(&(s.split_k * 4)));
+    }
+
+    #[test]
     fn divisors_are_sorted() {
         assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
         assert_eq!(divisors(7), vec![1, 7]);
@@ -340,6 +382,11 @@ mod tests {
                 diffs += usize::from(a.middle != b.middle) + usize::from(a.inner != b.inner);
             }
             diffs += usize::from(n.unroll_max_step != s.unroll_max_step);
+            // A split move changes nothing else; a tile move may refit the split.
+            if diffs == 0 {
+                assert!(n.split_k == 2 * s.split_k || 2 * n.split_k == s.split_k);
+                diffs += 1;
+            }
             assert_eq!(diffs, 1, "{n:?} vs {s:?}");
         }
         let n2 = within(&s, 2, &space);

@@ -1,14 +1,17 @@
 //! Mutations of a state, as Ansor's evolutionary search uses them: move a prime factor
-//! of one tile level of an axis to another level of the same axis (tile-size mutation,
-//! weight 0.9), or pick another unroll depth (weight 0.1). The outermost level is
+//! of one tile level of an axis to another level of the same axis (tile-size mutation),
+//! or pick another unroll depth (weight 0.1); beyond Ansor, double or halve the
+//! reduction split `split_k` (weight 0.1 where the task can split at all: no ReLU and
+//! more than one stage; the tile mutation takes the rest). The outermost level is
 //! implicit (what remains of the extent), so moving a factor out of it means growing an
 //! inner level while the axis' inner product stays within its extent (+25% for tails,
 //! as the sampler allows). Mutants are validated; fetch vector widths are lowered to
-//! the widest one still feasible.
+//! the widest one still feasible, and a split to the largest one the (changed) stage
+//! count still allows.
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::Rng;
-use schedule::state::{UNROLL_STEPS, VECTOR_WIDTHS};
+use schedule::state::{MAX_SPLIT_K, UNROLL_STEPS, VECTOR_WIDTHS};
 use schedule::task::Contraction;
 use schedule::tiling::Tiling;
 use schedule::{GpuSpec, State, validate};
@@ -106,6 +109,34 @@ pub fn fit_vector_widths(c: &Contraction, s: &mut State) {
     }
 }
 
+/// Halves the reduction split until the state's stage count allows it (a tile change
+/// may have lengthened the stages); keeps a power of two a power of two.
+pub fn fit_split_k(c: &Contraction, s: &mut State) {
+    let stages = s.stages(c);
+    while s.split_k > 1 && (u64::from(s.split_k) > stages || s.split_k > MAX_SPLIT_K) {
+        s.split_k /= 2;
+    }
+}
+
+/// Whether `c` admits a reduction split at all: additive epilogue and at least two
+/// stages for `s`.
+pub fn can_split(c: &Contraction, s: &State) -> bool {
+    !c.relu && s.stages(c) > 1
+}
+
+/// The reduction splits one doubling or halving away from `s`'s that `c` allows:
+/// at least 1, at most `MAX_SPLIT_K` and the stage count.
+pub fn split_steps(c: &Contraction, s: &State) -> Vec<u32> {
+    if c.relu {
+        return Vec::new();
+    }
+    let max = s.stages(c).min(u64::from(MAX_SPLIT_K));
+    [s.split_k / 2, s.split_k.saturating_mul(2)]
+        .into_iter()
+        .filter(|&k| k >= 1 && k != s.split_k && u64::from(k) <= max)
+        .collect()
+}
+
 /// A valid mutant of `state`, or None if the drawn mutation gave none.
 pub fn mutate(
     state: &State,
@@ -114,16 +145,24 @@ pub fn mutate(
     rng: &mut ChaCha8Rng,
 ) -> Option<State> {
     let mut s = state.clone();
-    if rng.next_u64().is_multiple_of(10) {
+    let draw = rng.next_u64() % 10;
+    if draw == 0 {
         let others: Vec<u32> = UNROLL_STEPS
             .into_iter()
             .filter(|&u| u != s.unroll_max_step)
             .collect();
         s.unroll_max_step = others[pick(rng, others.len())];
+    } else if draw == 1 && can_split(c, &s) {
+        let steps = split_steps(c, &s);
+        if steps.is_empty() {
+            return None;
+        }
+        s.split_k = steps[pick(rng, steps.len())];
     } else if !mutate_tile(&mut s, c, gpu, rng) {
         return None;
     }
     fit_vector_widths(c, &mut s);
+    fit_split_k(c, &mut s);
     (s != *state && validate(c, &s, gpu).is_ok()).then_some(s)
 }
 
@@ -165,5 +204,73 @@ mod tests {
             }
             assert!(made > 50, "{op}: only {made} of 200 mutations succeeded");
         }
+    }
+
+    #[test]
+    fn split_mutations_double_or_halve_within_the_stages() {
+        let gpu = GpuSpec::h100();
+        let task = Task::new(
+            parse_shape("conv2d", "1,512,7,7,512,3,3,1,1").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let c = task.contraction();
+        let mut sampler = Sampler::new(&task, &gpu, 8);
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let (mut doubled, mut halved) = (0, 0);
+        for _ in 0..400 {
+            let s = sampler.sample().unwrap();
+            let Some(m) = mutate(&s, &c, &gpu, &mut rng) else {
+                continue;
+            };
+            assert!(m.split_k.is_power_of_two() && u64::from(m.split_k) <= m.stages(&c));
+            let same_tiles = m.spatial == s.spatial && m.reduction == s.reduction;
+            if same_tiles && m.split_k == 2 * s.split_k {
+                doubled += 1;
+            } else if same_tiles && 2 * m.split_k == s.split_k {
+                halved += 1;
+            }
+        }
+        assert!(
+            doubled > 5 && halved > 5,
+            "doubled {doubled}, halved {halved}"
+        );
+    }
+
+    #[test]
+    fn relu_tasks_never_split_and_tile_changes_refit_the_split() {
+        let gpu = GpuSpec::h100();
+        let relu = schedule::Epilogue {
+            bias: true,
+            relu: true,
+        };
+        let task = Task::new(parse_shape("matmul", "64,64,1024").unwrap(), relu).unwrap();
+        let c = task.contraction();
+        let mut sampler = Sampler::new(&task, &gpu, 1);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for _ in 0..200 {
+            let s = sampler.sample().unwrap();
+            if let Some(m) = mutate(&s, &c, &gpu, &mut rng) {
+                assert_eq!(m.split_k, 1);
+            }
+        }
+        // 64 stages split 64 ways; a stage 4x as long leaves 16 stages: split 16.
+        let plain = Task::new(
+            parse_shape("matmul", "64,64,1024").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let c = plain.contraction();
+        let mut s = sampler.sample().unwrap();
+        s.reduction[0] = schedule::state::ReductionSplit {
+            middle: 4,
+            inner: 4,
+        };
+        s.split_k = 64;
+        fit_split_k(&c, &mut s);
+        assert_eq!(s.split_k, 64);
+        s.reduction[0].middle = 16;
+        fit_split_k(&c, &mut s);
+        assert_eq!(s.split_k, 16);
     }
 }
