@@ -1,7 +1,9 @@
 //! On a real GPU (ignored in CI; `scripts/device-check` runs them on the device, with
 //! `TILESCHED_BIN` naming the release binary): every sampled state of several tasks
-//! passes the exact check against the reference kernel; injected faulting, hanging and
-//! wrong kernels become `launch`, `timeout` and `wrong_answer` while the run finishes;
+//! passes the exact check against the reference kernel, split-K states of deep
+//! layers (zeroed output, atomic adds, bias from one chunk) included; injected
+//! faulting, hanging and wrong kernels become `launch`, `timeout` and `wrong_answer`
+//! while the run finishes;
 //! with two GPUs (`TILESCHED_TEST_DEVICES=0,1`) both measure shares of a batch.
 
 use serde_json::Value;
@@ -63,6 +65,15 @@ fn every_sampled_state_passes_the_exact_check() {
                 "--relu",
             ],
         ),
+        // Deep layers without ReLU: the sampler splits most of their reductions.
+        (
+            "conv-deep-split-k",
+            &["conv2d", "--shape", "1,512,7,7,512,3,3,1,1", "--bias"],
+        ),
+        (
+            "conv-1x1-c1024-stride2-split-k",
+            &["conv2d", "--shape", "1,1024,14,14,512,1,1,2,0"],
+        ),
         (
             "conv-asymmetric",
             &[
@@ -88,6 +99,14 @@ fn every_sampled_state_passes_the_exact_check() {
         .concat();
         let records = tune(name, &args);
         assert_eq!(records.len(), 40, "{name}");
+        let split = records
+            .iter()
+            .filter(|r| r["state"]["split_k"].as_u64().unwrap_or(1) > 1)
+            .count();
+        println!("{name}: {split} of 40 states split the reduction");
+        if name.ends_with("split-k") {
+            assert!(split >= 10, "{name}: only {split} split-K states");
+        }
         for r in &records {
             assert_eq!(kind(r), None, "{name}: {}", r["result"]);
             let timing = &r["result"]["ok"];

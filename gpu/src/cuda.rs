@@ -134,6 +134,15 @@ impl Context {
             .map_err(err("cuMemsetD8"))
     }
 
+    /// Enqueues the zeroing of `buffer` (every float 0.0) on the context's stream, so
+    /// that it runs right before the next launch and between the same timing events:
+    /// split-K kernels add into their output, and zeroing it is part of the operation.
+    pub fn zero(&self, buffer: &Buffer) -> Result<(), CudaError> {
+        // SAFETY: the buffer is live; all-zero bytes are the float 0.0.
+        unsafe { result::memset_d8_async(buffer.ptr, 0, buffer.len * 4, self.stream) }
+            .map_err(err("cuMemsetD8"))
+    }
+
     /// Loads a cubin (or NUL-terminated PTX) image.
     pub fn load(&self, image: &[u8]) -> Result<Module, CudaError> {
         let mut owned = image.to_vec();

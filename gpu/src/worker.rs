@@ -6,14 +6,17 @@
 //!
 //! Per task the worker keeps the inputs (small integers), the reference kernel's output,
 //! and enough copies of the buffers to exceed twice the L2 cache, rotated between timed
-//! launches. A simulated backend speaks the same protocol without a GPU, for tests of
-//! the tuner's side.
+//! launches. A launch with `zero_output` (split-K: the kernel adds into its output)
+//! gets its output zeroed on the same stream right before every run, the check's and
+//! each timed one's, so the memset is timed as part of the operation. A simulated
+//! backend speaks the same protocol without a GPU, for tests of the tuner's side.
 
 use crate::check::{Problem, first_mismatch};
-use crate::cuda::{self, Buffer, Context, CudaError, Module};
+use crate::cuda::{self, Buffer, Context, CudaError, Function, Module};
 use crate::device::DeviceInfo;
 use crate::protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Request, Response, Timing};
 use crate::timing::{self, SPIN_PTX};
+use schedule::LaunchConfig;
 use std::io::{BufRead, Write};
 
 /// Exit status of a worker that lost its context after answering.
@@ -191,6 +194,21 @@ impl CudaBackend {
     }
 }
 
+/// Enqueues one run of a candidate on `set` (its inputs, then its output): the zeroing
+/// of the output first when the launch asks for it (split-K kernels add into it), so
+/// that each timed run includes it, as the operation does.
+fn launch(
+    ctx: &Context,
+    function: &Function,
+    config: LaunchConfig,
+    set: &[&Buffer],
+) -> Result<(), CudaError> {
+    if config.zero_output {
+        ctx.zero(set.last().expect("a set ends with its output"))?;
+    }
+    ctx.launch(function, config, set, &[])
+}
+
 impl Backend for CudaBackend {
     fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
         let reusable = self
@@ -220,12 +238,13 @@ impl Backend for CudaBackend {
             Ok(f) => f,
             Err(e) => return launch_error(e),
         };
-        // Exact check on copy 0, output poisoned first.
+        // Exact check on copy 0, output poisoned first (zeroed instead for a kernel
+        // that adds into it).
         let set: Vec<&Buffer> = buffers.sets[0].iter().collect();
         let output = set.last().expect("a set ends with its output");
         let checked = ctx
             .poison(output)
-            .and_then(|()| ctx.launch(&function, candidate.launch, &set, &[]))
+            .and_then(|()| launch(ctx, &function, candidate.launch, &set))
             .and_then(|()| ctx.download(output));
         let got = match checked {
             Ok(got) => got,
@@ -241,7 +260,7 @@ impl Backend for CudaBackend {
         let sets: Vec<Vec<&Buffer>> = buffers.sets.iter().map(|s| s.iter().collect()).collect();
         let timed =
             timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &request.timing, |i| {
-                ctx.launch(&function, candidate.launch, &sets[i % sets.len()], &[])
+                launch(ctx, &function, candidate.launch, &sets[i % sets.len()])
             });
         match timed {
             Ok(t) => (Outcome::Ok(t), false),

@@ -1,7 +1,9 @@
 //! `tilesched export --log FILE --task KEY --format cuda|ptx|cubin --out PATH`: the best
 //! kernel of a task, regenerated from its recorded state (generation is deterministic),
 //! as CUDA source, PTX or a cubin for the architecture it was measured on, with its
-//! launch configuration in `PATH.json` (and, for source, in a comment too).
+//! launch configuration in `PATH.json` (and, for source, in a comment too). A split-K
+//! kernel adds into its output: the launch configuration says so (`zero_output`), and
+//! the caller must zero the output before every launch.
 
 use anyhow::{Context, Result, bail};
 use schedule::generate;
@@ -44,6 +46,8 @@ struct Sidecar<'a> {
     grid: [u32; 3],
     block: [u32; 3],
     dynamic_shared_bytes: u32,
+    /// Zero the output before every launch (split-K: the kernel adds into it).
+    zero_output: bool,
     median_us: Option<f64>,
     device: &'a str,
     state: &'a schedule::State,
@@ -107,6 +111,7 @@ pub fn run(args: Args) -> Result<()> {
         grid: [kernel.launch.grid, 1, 1],
         block: [kernel.launch.block, 1, 1],
         dynamic_shared_bytes: kernel.launch.dynamic_shared_bytes,
+        zero_output: kernel.launch.zero_output,
         median_us: best.median_us(),
         device: &best.device.name,
         state: &best.state,
@@ -119,8 +124,13 @@ pub fn run(args: Args) -> Result<()> {
         &json_path,
         serde_json::to_string_pretty(&sidecar)?.as_bytes(),
     )?;
+    let zero = if kernel.launch.zero_output {
+        "; zero the output before every launch"
+    } else {
+        ""
+    };
     println!(
-        "{}: wrote {} and {} (grid {}, block {}, {} B dynamic shared memory; {:.2} µs on {})",
+        "{}: wrote {} and {} (grid {}, block {}, {} B dynamic shared memory{zero}; {:.2} µs on {})",
         args.task,
         args.out.display(),
         json_path.display(),
