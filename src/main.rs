@@ -29,6 +29,8 @@ enum Command {
     Best(cmd::best::Args),
     /// Write the best kernel of a task as CUDA source, PTX or cubin.
     Export(cmd::export::Args),
+    /// Our best kernels against cuDNN / cuBLAS, side by side on this GPU.
+    Bench(cmd::bench::Args),
     /// Write the analytical features of measured or sampled states as CSV.
     Features(cmd::features::Args),
     /// Cost-model tools.
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Best(args) => cmd::best::run(args),
         Command::Export(args) => cmd::export::run(args),
         Command::Features(args) => cmd::features::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
         Command::Model(command) => cmd::model::run(command),
         Command::Worker(args) => return cmd::worker::run(args),
     };

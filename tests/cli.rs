@@ -203,6 +203,21 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
             "cannot read tuning log",
         ),
         ("export --log x --task t --format sass --out y", "sass"),
+        ("bench conv3d --shape 1 --log x", "unknown operator"),
+        (
+            "bench conv2d --network resnet --log /nonexistent/l.jsonl",
+            "cannot read tuning log",
+        ),
+        (
+            "bench conv2d --network resnet --log /dev/null --rounds 0",
+            "--rounds",
+        ),
+        ("bench matmul --network resnet --log /dev/null", "no matmul tasks"),
+        // No GPU here: one line, and no report directory left behind.
+        (
+            "bench conv2d --network resnet --log /dev/null --out OUT/bench",
+            "no GPU",
+        ),
     ];
     for (command, expected) in cases {
         let args: Vec<&str> = command
@@ -212,6 +227,7 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
         let err = fails(&args);
         assert!(err.contains(expected), "{command}: {err}");
     }
+    assert!(!tmp.path().join("bench").exists());
 }
 
 #[test]

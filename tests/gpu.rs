@@ -49,7 +49,7 @@ fn kind(r: &Value) -> Option<&str> {
 #[test]
 #[ignore = "needs a GPU (run by scripts/device-check)"]
 fn every_sampled_state_passes_the_exact_check() {
-    let cases: [(&str, &[&str]); 6] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("matmul-tails", &["matmul", "--shape", "333,777,555"]),
         (
             "conv-stem",
@@ -183,4 +183,66 @@ fn two_devices_share_a_batch() {
         "devices used: {used:?}"
     );
     assert!(records.iter().all(|r| kind(r).is_none()));
+}
+
+/// Runs `bench` on a log and returns its bench.json.
+fn bench(name: &str, args: &[&str], log_of: &str) -> Value {
+    let dir = std::env::var_os("TILESCHED_TEST_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let log = dir.join(format!("gpu-test-{log_of}.jsonl"));
+    let out = dir.join(format!("gpu-test-bench-{name}"));
+    let o = Command::new(bin())
+        .arg("bench")
+        .args(args)
+        .arg("--log")
+        .arg(&log)
+        .arg("--out")
+        .arg(&out)
+        .args(["--min-time-ms", "20", "--min-repeats", "8"])
+        .output()
+        .expect("tilesched runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("bench {name}:\n{text}");
+    assert!(o.status.success(), "bench {name}: {text}");
+    assert!(out.join("bench.md").is_file());
+    serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap()
+}
+
+#[test]
+#[ignore = "needs a GPU, cuDNN and cuBLAS (run by scripts/device-check)"]
+fn baselines_run_and_agree_with_our_kernels() {
+    // Our kernels are checked exactly against the reference kernel and the vendor's
+    // output against the same exact result (to its rounding), on the same inputs.
+    let cases: [(&str, &[&str]); 4] = [
+        ("conv3x3", &["conv2d", "--shape", "1,128,28,28,128,3,3,1,1"]),
+        (
+            "conv1x1s2",
+            &["conv2d", "--shape", "1,256,56,56,128,1,1,2,0"],
+        ),
+        ("matmul", &["matmul", "--shape", "333,777,555"]),
+        ("bmm", &["batch_matmul", "--shape", "12,128,128,64"]),
+    ];
+    for (name, shape) in cases {
+        let args = [shape, &["--trials", "16", "--min-time-ms", "2"]].concat();
+        tune(&format!("for-bench-{name}"), &args);
+        let report = bench(name, shape, &format!("for-bench-{name}"));
+        let rows = report["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 1, "{name}");
+        let row = &rows[0];
+        assert!(row["problem"].is_null(), "{name}: {}", row["problem"]);
+        assert!(row["ours"]["median_us"].as_f64().unwrap() > 0.0, "{name}");
+        assert!(row["vendor"]["median_us"].as_f64().unwrap() > 0.0, "{name}");
+        assert!(row["speedup"].as_f64().unwrap() > 0.0, "{name}");
+        let err = row["vendor_max_abs_error"].as_f64().unwrap();
+        // The exact results are integers: the vendor must round to each of them.
+        assert!(err < 0.5, "{name}: vendor differs by {err}");
+        let peaks = &report["peaks"];
+        assert!(peaks["fp32_tflops"].as_f64().unwrap() > 1.0);
+        assert!(peaks["bandwidth_gbs"].as_f64().unwrap() > 100.0);
+    }
 }

@@ -194,12 +194,25 @@ impl Context {
         // SAFETY: the event and stream are live and belong to this context.
         unsafe { result::event::record(event.event, self.stream) }.map_err(err("cuEventRecord"))
     }
+
+    /// The stream every call of this context enqueues on, for vendor libraries (cuDNN,
+    /// cuBLAS) whose work must be timed between the same events.
+    pub fn raw_stream(&self) -> sys::CUstream {
+        self.stream
+    }
 }
 
 /// Device memory holding `len` floats, freed on drop.
 pub struct Buffer {
     ptr: sys::CUdeviceptr,
     pub len: usize,
+}
+
+impl Buffer {
+    /// The device address, for vendor libraries that take raw pointers.
+    pub fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
 }
 
 impl Drop for Buffer {

@@ -1,5 +1,6 @@
 //! Subcommands, one per file.
 
+pub mod bench;
 pub mod best;
 pub mod codegen;
 pub mod export;

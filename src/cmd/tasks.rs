@@ -12,10 +12,10 @@ pub struct TaskArgs {
     /// bert-base).
     #[arg(long)]
     pub network: Option<String>,
-    /// One shape: N,C,H,W,K,R,S,stride,pad (or key=value) for conv2d, M,N,K for matmul,
-    /// B,M,N,K for batch_matmul.
+    /// A shape: N,C,H,W,K,R,S,stride,pad (or key=value) for conv2d, M,N,K for matmul,
+    /// B,M,N,K for batch_matmul; repeat it for several tasks.
     #[arg(long)]
-    pub shape: Option<String>,
+    pub shape: Vec<String>,
 }
 
 /// Checks the operator name.
@@ -30,7 +30,7 @@ pub fn check_op(op: &str) -> Result<()> {
 }
 
 /// The tasks named by the arguments with their counts in the network (1 for a
-/// shape); `name` is a short label for file names.
+/// shape; a shape given twice is one task); `name` is a short label for file names.
 pub fn resolve(
     op: &str,
     args: &TaskArgs,
@@ -38,10 +38,19 @@ pub fn resolve(
     epilogue: Epilogue,
 ) -> Result<(Vec<Workload>, String)> {
     check_op(op)?;
-    if let Some(shape) = &args.shape {
-        let task = Task::new(parse_shape(op, shape)?, epilogue)?;
-        let key = task.key();
-        return Ok((vec![Workload { task, count: 1 }], key));
+    if !args.shape.is_empty() {
+        let mut tasks: Vec<Workload> = Vec::new();
+        for shape in &args.shape {
+            let task = Task::new(parse_shape(op, shape)?, epilogue)?;
+            if !tasks.iter().any(|w| w.task == task) {
+                tasks.push(Workload { task, count: 1 });
+            }
+        }
+        let name = match tasks.as_slice() {
+            [one] => one.task.key(),
+            _ => format!("{op}-shapes"),
+        };
+        return Ok((tasks, name));
     }
     let name = args
         .network

@@ -1,0 +1,432 @@
+//! The bench report: per task our time, the vendor's, the speedup, TFLOP/s and the
+//! fraction of the roofline floor, plus totals and geometric means; written as JSON
+//! (everything, for tools) and Markdown (for people).
+//!
+//! Totals weight each task by its count in the network (the time of one forward pass);
+//! geometric means are over tasks, unweighted (each distinct shape is one data point),
+//! and only over tasks where both sides ran.
+
+use crate::peaks::Peaks;
+use gpu::DeviceInfo;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+
+/// One side's timing of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    pub median_us: f64,
+    pub p10_us: f64,
+    pub p90_us: f64,
+    pub samples: usize,
+}
+
+impl Side {
+    /// The summary of timed samples (µs); `None` when there are none.
+    pub fn from_samples(samples: &[f32]) -> Option<Side> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut sorted: Vec<f64> = samples.iter().map(|&s| f64::from(s)).collect();
+        sorted.sort_by(f64::total_cmp);
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+        Some(Side {
+            median_us: gpu::timing::median(samples),
+            p10_us: at(0.1),
+            p90_us: at(0.9),
+            samples: samples.len(),
+        })
+    }
+}
+
+/// What was measured for one task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    pub task: String,
+    pub count: u32,
+    pub flops: u64,
+    /// Bytes of the inputs and the output, each moved once: the memory floor.
+    pub min_bytes: u64,
+    /// Our best kernel from the log (its state id) and the log's own time for it.
+    pub state_id: Option<String>,
+    pub tuned_us: Option<f64>,
+    /// Records of the task in the log.
+    pub trials: usize,
+    pub ours: Option<Side>,
+    pub vendor: Option<Side>,
+    /// The vendor routine that ran, e.g. `cudnn IMPLICIT_PRECOMP_GEMM`.
+    pub vendor_algorithm: Option<String>,
+    /// Largest |vendor − exact| over the output (the vendor's rounding; ours is exact).
+    pub vendor_max_abs_error: Option<f64>,
+    /// Why a side is missing or wrong, when one is.
+    pub problem: Option<String>,
+}
+
+/// A task's row: what was measured and what follows from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub roofline_us: f64,
+    /// vendor µs / our µs (> 1: we are faster).
+    pub speedup: Option<f64>,
+    pub ours_tflops: Option<f64>,
+    pub vendor_tflops: Option<f64>,
+    /// roofline µs / our µs (1.0 = at the floor).
+    pub ours_roofline_fraction: Option<f64>,
+    pub vendor_roofline_fraction: Option<f64>,
+}
+
+impl Row {
+    pub fn new(measured: Measured, peaks: &Peaks) -> Row {
+        let roofline_us = peaks.floor_us(measured.flops, measured.min_bytes);
+        let tflops = |s: &Side| measured.flops as f64 / (s.median_us * 1e6);
+        let ours = measured.ours;
+        let vendor = measured.vendor;
+        Row {
+            roofline_us,
+            speedup: ours.zip(vendor).map(|(o, v)| v.median_us / o.median_us),
+            ours_tflops: ours.as_ref().map(tflops),
+            vendor_tflops: vendor.as_ref().map(tflops),
+            ours_roofline_fraction: ours.map(|o| roofline_us / o.median_us),
+            vendor_roofline_fraction: vendor.map(|v| roofline_us / v.median_us),
+            measured,
+        }
+    }
+}
+
+/// Totals and means over the rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub tasks: usize,
+    /// Tasks where both sides ran (the rest have a `problem`).
+    pub compared: usize,
+    /// Count-weighted sums over the compared tasks.
+    pub ours_total_us: f64,
+    pub vendor_total_us: f64,
+    pub roofline_total_us: f64,
+    pub total_speedup: Option<f64>,
+    pub geomean_speedup: Option<f64>,
+    pub min_speedup: Option<f64>,
+    pub min_speedup_task: Option<String>,
+    /// Compared tasks where the vendor is faster.
+    pub slower_than_vendor: usize,
+    pub geomean_ours_roofline_fraction: Option<f64>,
+    pub geomean_vendor_roofline_fraction: Option<f64>,
+}
+
+/// The geometric mean of positive values; `None` for none.
+pub fn geomean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values
+        .into_iter()
+        .fold((0.0, 0usize), |(s, n), v| (s + v.ln(), n + 1));
+    (n > 0).then(|| (sum / n as f64).exp())
+}
+
+impl Summary {
+    pub fn of(rows: &[Row]) -> Summary {
+        let compared: Vec<&Row> = rows.iter().filter(|r| r.speedup.is_some()).collect();
+        let weighted = |f: &dyn Fn(&Row) -> f64| {
+            compared
+                .iter()
+                .map(|r| f64::from(r.measured.count) * f(r))
+                .sum::<f64>()
+        };
+        let ours_total_us = weighted(&|r| r.measured.ours.map_or(0.0, |s| s.median_us));
+        let vendor_total_us = weighted(&|r| r.measured.vendor.map_or(0.0, |s| s.median_us));
+        let min = compared
+            .iter()
+            .min_by(|a, b| a.speedup.unwrap().total_cmp(&b.speedup.unwrap()));
+        Summary {
+            tasks: rows.len(),
+            compared: compared.len(),
+            ours_total_us,
+            vendor_total_us,
+            roofline_total_us: weighted(&|r| r.roofline_us),
+            total_speedup: (!compared.is_empty()).then(|| vendor_total_us / ours_total_us),
+            geomean_speedup: geomean(compared.iter().filter_map(|r| r.speedup)),
+            min_speedup: min.and_then(|r| r.speedup),
+            min_speedup_task: min.map(|r| r.measured.task.clone()),
+            slower_than_vendor: compared
+                .iter()
+                .filter(|r| r.speedup.is_some_and(|s| s < 1.0))
+                .count(),
+            geomean_ours_roofline_fraction: geomean(
+                compared.iter().filter_map(|r| r.ours_roofline_fraction),
+            ),
+            geomean_vendor_roofline_fraction: geomean(
+                compared.iter().filter_map(|r| r.vendor_roofline_fraction),
+            ),
+        }
+    }
+}
+
+/// How the two sides were timed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Protocol {
+    /// Alternating rounds per task (ours, vendor, vendor, ours, ...).
+    pub rounds: u32,
+    /// Timed milliseconds per side and round (at least `min_repeats` launches).
+    pub min_time_ms_per_round: f64,
+    pub min_repeats_per_round: u32,
+    /// Buffer copies rotated between launches so that L2 starts cold, as in tuning.
+    pub l2_rotation: bool,
+}
+
+/// Everything one `bench` run measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub tool_version: String,
+    /// RFC 3339, UTC.
+    pub date: String,
+    pub command: String,
+    pub device: DeviceInfo,
+    /// e.g. `cuDNN 9.19.0 (FMA math, fastest of 6 algorithms per shape)`.
+    pub vendor: String,
+    pub log: String,
+    pub peaks: Peaks,
+    pub protocol: Protocol,
+    pub rows: Vec<Row>,
+    pub summary: Summary,
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{:.1}%", v * 100.0))
+}
+
+impl Report {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report always serializes")
+    }
+
+    /// The Markdown table with a header that says what, where and how.
+    pub fn to_markdown(&self) -> String {
+        let mut md = String::new();
+        let d = &self.device;
+        let s = &self.summary;
+        let _ = writeln!(md, "# `tilesched bench`: {}\n", self.command);
+        let _ = writeln!(
+            md,
+            "{} (sm_{}{}, {} SMs, driver {} / CUDA {}), {}; tilesched {}; baseline {}; log `{}`.\n",
+            d.name,
+            d.compute_capability.0,
+            d.compute_capability.1,
+            d.sm_count,
+            d.kernel_driver.as_deref().unwrap_or("?"),
+            d.cuda_driver,
+            self.date,
+            self.tool_version,
+            self.vendor,
+            self.log
+        );
+        let p = &self.protocol;
+        let _ = writeln!(
+            md,
+            "Both sides in one process on the same inputs, alternating {} rounds per task of ≥ {} ms and ≥ {} launches each (CUDA events per launch{}), median of all samples. Roofline floor per task = max(FLOPs / {:.1} TFLOP/s, bytes / {:.0} GB/s), both peaks measured in this run (FMA chains; float4 copy).\n",
+            p.rounds,
+            p.min_time_ms_per_round,
+            p.min_repeats_per_round,
+            if p.l2_rotation {
+                ", buffers rotated so L2 starts cold"
+            } else {
+                ""
+            },
+            self.peaks.fp32_tflops,
+            self.peaks.bandwidth_gbs
+        );
+        let _ = writeln!(
+            md,
+            "| task | × | ours µs | vendor µs | speedup | ours TFLOP/s | vendor TFLOP/s | roofline µs | ours % roofline | vendor % roofline | vendor routine | trials |"
+        );
+        let _ = writeln!(
+            md,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+        );
+        for r in &self.rows {
+            let m = &r.measured;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
+                m.task,
+                m.count,
+                opt(m.ours.map(|s| s.median_us), 2),
+                opt(m.vendor.map(|s| s.median_us), 2),
+                r.speedup
+                    .map_or_else(|| "-".to_string(), |v| format!("{v:.2}x")),
+                opt(r.ours_tflops, 2),
+                opt(r.vendor_tflops, 2),
+                r.roofline_us,
+                pct(r.ours_roofline_fraction),
+                pct(r.vendor_roofline_fraction),
+                m.vendor_algorithm.as_deref().unwrap_or("-"),
+                m.trials
+            );
+        }
+        let _ = writeln!(
+            md,
+            "| **total** (count-weighted, {} of {} tasks) | | **{:.2}** | **{:.2}** | **{}** | | | {:.2} | | | | |",
+            s.compared,
+            s.tasks,
+            s.ours_total_us,
+            s.vendor_total_us,
+            s.total_speedup
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.2}x")),
+            s.roofline_total_us
+        );
+        let _ = writeln!(
+            md,
+            "\nGeometric mean speedup {} over {} tasks; slowest {} ({}); {} task(s) slower than the vendor. Geometric mean fraction of the roofline: ours {}, vendor {}.",
+            s.geomean_speedup
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.2}x")),
+            s.compared,
+            s.min_speedup
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.2}x")),
+            s.min_speedup_task.as_deref().unwrap_or("-"),
+            s.slower_than_vendor,
+            pct(s.geomean_ours_roofline_fraction),
+            pct(s.geomean_vendor_roofline_fraction)
+        );
+        let problems: Vec<&Row> = self
+            .rows
+            .iter()
+            .filter(|r| r.measured.problem.is_some())
+            .collect();
+        if !problems.is_empty() {
+            let _ = writeln!(md, "\nProblems:\n");
+            for r in problems {
+                let _ = writeln!(
+                    md,
+                    "- {}: {}",
+                    r.measured.task,
+                    r.measured.problem.as_deref().unwrap_or("")
+                );
+            }
+        }
+        md
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(us: f64) -> Side {
+        Side {
+            median_us: us,
+            p10_us: us,
+            p90_us: us,
+            samples: 10,
+        }
+    }
+
+    fn measured(task: &str, count: u32, ours: Option<f64>, vendor: Option<f64>) -> Measured {
+        Measured {
+            task: task.to_string(),
+            count,
+            flops: 200_000_000,
+            min_bytes: 4_000_000,
+            state_id: ours.map(|_| "00000000deadbeef".to_string()),
+            tuned_us: ours,
+            trials: 64,
+            ours: ours.map(side),
+            vendor: vendor.map(side),
+            vendor_algorithm: vendor.map(|_| "cudnn IMPLICIT_PRECOMP_GEMM".to_string()),
+            vendor_max_abs_error: vendor.map(|_| 0.0),
+            problem: ours
+                .is_none()
+                .then(|| "no correct kernel in the log".to_string()),
+        }
+    }
+
+    const PEAKS: Peaks = Peaks {
+        fp32_tflops: 50.0,
+        bandwidth_gbs: 2000.0,
+    };
+
+    fn report() -> Report {
+        let rows: Vec<Row> = vec![
+            measured("conv_a", 1, Some(10.0), Some(20.0)),
+            measured("conv_b", 2, Some(8.0), Some(4.0)),
+            measured("conv_c", 1, None, Some(5.0)),
+        ]
+        .into_iter()
+        .map(|m| Row::new(m, &PEAKS))
+        .collect();
+        Report {
+            tool_version: "0.1.0".into(),
+            date: "2026-11-22T00:00:00Z".into(),
+            command: "tilesched bench conv2d --network demo --log demo.jsonl".into(),
+            device: gpu::worker::Simulated::device(),
+            vendor: "cuDNN 9.19.0".into(),
+            log: "demo.jsonl".into(),
+            peaks: PEAKS,
+            protocol: Protocol {
+                rounds: 4,
+                min_time_ms_per_round: 25.0,
+                min_repeats_per_round: 10,
+                l2_rotation: true,
+            },
+            summary: Summary::of(&rows),
+            rows,
+        }
+    }
+
+    #[test]
+    fn rows_derive_speedup_throughput_and_roofline() {
+        let r = &report().rows[0];
+        // 200 MFLOP: 4 µs at 50 TFLOP/s; 4 MB: 2 µs at 2000 GB/s → floor 4 µs.
+        assert!((r.roofline_us - 4.0).abs() < 1e-12);
+        assert_eq!(r.speedup, Some(2.0));
+        assert!((r.ours_tflops.unwrap() - 20.0).abs() < 1e-12);
+        assert!((r.vendor_tflops.unwrap() - 10.0).abs() < 1e-12);
+        assert!((r.ours_roofline_fraction.unwrap() - 0.4).abs() < 1e-12);
+        assert!((r.vendor_roofline_fraction.unwrap() - 0.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn summary_weights_totals_and_skips_incomplete_tasks() {
+        let s = report().summary;
+        assert_eq!((s.tasks, s.compared), (3, 2));
+        // conv_a once, conv_b twice; conv_c has no kernel of ours.
+        assert!((s.ours_total_us - 26.0).abs() < 1e-12);
+        assert!((s.vendor_total_us - 28.0).abs() < 1e-12);
+        assert!((s.total_speedup.unwrap() - 28.0 / 26.0).abs() < 1e-12);
+        // sqrt(2.0 * 0.5) = 1.
+        assert!((s.geomean_speedup.unwrap() - 1.0).abs() < 1e-12);
+        assert_eq!(s.min_speedup, Some(0.5));
+        assert_eq!(s.min_speedup_task.as_deref(), Some("conv_b"));
+        assert_eq!(s.slower_than_vendor, 1);
+        assert!((s.roofline_total_us - 12.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn geomean_of_nothing_is_none() {
+        assert_eq!(geomean([]), None);
+        assert!((geomean([1.0, 4.0, 16.0]).unwrap() - 4.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn side_quantiles() {
+        let s = Side::from_samples(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(
+            (s.median_us, s.p10_us, s.p90_us, s.samples),
+            (3.0, 1.0, 5.0, 5)
+        );
+        assert_eq!(Side::from_samples(&[]), None);
+    }
+
+    #[test]
+    fn markdown_and_json_formats() {
+        let report = report();
+        insta::assert_snapshot!(report.to_markdown());
+        let back: Report = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(back, report);
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(json["rows"][0]["speedup"], 2.0);
+        assert_eq!(json["rows"][0]["task"], "conv_a");
+        assert_eq!(json["summary"]["compared"], 2);
+    }
+}

@@ -1,0 +1,304 @@
+//! `tilesched bench <op> (--network NAME | --shape SPEC) --log FILE [--out DIR]`: the
+//! best kernel of each task from a tuning log against cuDNN (conv2d) or cuBLAS (matmul)
+//! side by side on this GPU; prints the table and writes `DIR/bench.json`,
+//! `DIR/bench.md` and the plots.
+
+use crate::cmd::tasks::{TaskArgs, resolve};
+use anyhow::{Context as _, Result, bail};
+use benchmarks::curves::network_curve;
+use benchmarks::plot;
+use benchmarks::report::{Measured, Protocol, Report, Row, Summary};
+use benchmarks::run::{BenchError, Options, OurKernel, Session};
+use gpu::TimingConfig;
+use rayon::prelude::*;
+use schedule::{Epilogue, generate, reference::reference_kernel};
+use search::record::{Record, now, read_log};
+use search::report::summarize;
+use search::tune::{gpu_spec, problem};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Operator: conv2d (against cuDNN), matmul or batch_matmul (against cuBLAS).
+    op: String,
+    #[command(flatten)]
+    tasks: TaskArgs,
+    /// Network batch size.
+    #[arg(long, default_value_t = 1)]
+    batch: u32,
+    /// Tuning log whose best kernels are compared.
+    #[arg(long)]
+    log: PathBuf,
+    /// Where bench.json, bench.md and the plots go (default: bench-<op>-<network>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Directory holding libcudnn.so.9 (default: the loader's path, then Python
+    /// environments under /opt, /usr/local, /usr/lib and ~/.local).
+    #[arg(long)]
+    cudnn: Option<PathBuf>,
+    /// Directory holding libcublas.so.13 (searched like --cudnn).
+    #[arg(long)]
+    cublas: Option<PathBuf>,
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: u32,
+    /// Alternating rounds per task (ours, vendor, vendor, ours, ...).
+    #[arg(long, default_value_t = 4)]
+    rounds: u32,
+    /// Timed milliseconds per side and task, over all rounds.
+    #[arg(long, default_value_t = 200.0)]
+    min_time_ms: f64,
+    /// Timed launches per side and task at least, over all rounds.
+    #[arg(long, default_value_t = 40)]
+    min_repeats: u32,
+    /// cuDNN algorithms (in the order of cuDNN's own benchmark) timed by our protocol.
+    #[arg(long, default_value_t = 8)]
+    algorithms: usize,
+    /// Seed of the input values.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// A task with its best log record and the kernels built for it.
+struct Prepared {
+    count: u32,
+    task: schedule::Task,
+    best: Option<Record>,
+    trials: usize,
+    reference: OurKernel,
+    ours: Option<OurKernel>,
+    problem: Option<String>,
+}
+
+fn build(
+    task: &schedule::Task,
+    best: Option<&Record>,
+    arch: &str,
+) -> Result<(OurKernel, Option<OurKernel>, Option<String>)> {
+    let kernel = reference_kernel(task);
+    let cubin = gpu::compile(&kernel.source, &kernel.name, arch)
+        .with_context(|| format!("the reference kernel of {} does not compile", task.key()))?
+        .cubin;
+    let reference = OurKernel {
+        cubin,
+        name: kernel.name,
+        launch: kernel.launch,
+    };
+    let Some(best) = best else {
+        return Ok((
+            reference,
+            None,
+            Some("no correct kernel in the log".to_string()),
+        ));
+    };
+    let ours = generate(&best.shape, &best.state, &gpu_spec(&best.device))
+        .map_err(|e| e.to_string())
+        .and_then(|k| {
+            gpu::compile(&k.source, &k.name, arch)
+                .map(|c| OurKernel {
+                    cubin: c.cubin,
+                    name: k.name,
+                    launch: k.launch,
+                })
+                .map_err(|e| e.to_string())
+        });
+    Ok(match ours {
+        Ok(ours) => (reference, Some(ours), None),
+        Err(e) => (
+            reference,
+            None,
+            Some(format!("the best state does not build: {e}")),
+        ),
+    })
+}
+
+/// "cuDNN" or "cuBLAS" from the vendor description.
+fn vendor_name(description: &str) -> &str {
+    description.split_whitespace().next().unwrap_or("vendor")
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let (workloads, name) = resolve(&args.op, &args.tasks, args.batch, Epilogue::default())?;
+    if args.rounds == 0 || args.min_time_ms.is_nan() || args.min_time_ms < 0.0 {
+        bail!("--rounds must be at least 1 and --min-time-ms not negative");
+    }
+    let log = read_log(&args.log)?;
+    if let Some(w) = log.warning(&args.log) {
+        eprintln!("{w}");
+    }
+    let keys: Vec<String> = workloads.iter().map(|w| w.task.key()).collect();
+    let summaries = summarize(&log.records, &keys);
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("bench-{name}")));
+
+    let options = Options {
+        device: args.device,
+        timing: TimingConfig {
+            warmup: 3,
+            min_time_ms: args.min_time_ms,
+            min_repeats: args.min_repeats,
+            max_repeats: 20_000,
+        },
+        rounds: args.rounds,
+        cudnn: args.cudnn.clone(),
+        cublas: args.cublas.clone(),
+        algorithms: args.algorithms,
+        seed: args.seed,
+    };
+    let mut session = Session::new(options.clone())?;
+    let device = session.device.clone();
+    let vendor = session.load_vendor(&workloads[0].task.op)?;
+    eprintln!(
+        "{} ({} SMs); baseline {vendor}",
+        device.name, device.sm_count
+    );
+    if let Some(other) = log
+        .records
+        .iter()
+        .find(|r| r.device.name != device.name)
+        .map(|r| r.device.name.clone())
+    {
+        eprintln!(
+            "warning: the log was measured on {other}; this GPU is {}",
+            device.name
+        );
+    }
+
+    let arch = device.arch();
+    let prepared: Vec<Prepared> = workloads
+        .par_iter()
+        .zip(summaries.par_iter())
+        .map(|(w, s)| {
+            let best = s.best.cloned();
+            let (reference, ours, problem) = build(&w.task, best.as_ref(), &arch)?;
+            Ok(Prepared {
+                count: w.count,
+                task: w.task,
+                best,
+                trials: s.trials,
+                reference,
+                ours,
+                problem,
+            })
+        })
+        .collect::<Result<_>>()?;
+
+    let peaks = session.peaks()?;
+    eprintln!(
+        "peaks: {:.1} TFLOP/s float32 FMA, {:.0} GB/s copy",
+        peaks.fp32_tflops, peaks.bandwidth_gbs
+    );
+    let mut rows = Vec::new();
+    for p in &prepared {
+        let prob = problem(&p.task, options.seed);
+        let base = Measured {
+            task: p.task.key(),
+            count: p.count,
+            flops: p.task.flops(),
+            min_bytes: prob.bytes(),
+            state_id: p.best.as_ref().map(|b| b.state.id()),
+            tuned_us: p.best.as_ref().and_then(Record::median_us),
+            trials: p.trials,
+            ours: None,
+            vendor: None,
+            vendor_algorithm: None,
+            vendor_max_abs_error: None,
+            problem: p.problem.clone(),
+        };
+        let measured = match session.task(&p.task, &prob, &p.reference, p.ours.as_ref()) {
+            Ok(times) => times.into_measured(base),
+            // A vendor routine that cannot run this shape is a row's problem, not the run's.
+            Err(BenchError::Vendor(e)) => Measured {
+                problem: Some(format!("vendor: {e}")),
+                ..base
+            },
+            Err(e) => return Err(e.into()),
+        };
+        let row = Row::new(measured, &peaks);
+        eprintln!(
+            "{}: ours {} µs, vendor {} µs{}",
+            row.measured.task,
+            row.measured
+                .ours
+                .map_or("-".to_string(), |s| format!("{:.2}", s.median_us)),
+            row.measured
+                .vendor
+                .map_or("-".to_string(), |s| format!("{:.2}", s.median_us)),
+            row.speedup.map_or(String::new(), |s| format!(" ({s:.2}x)"))
+        );
+        rows.push(row);
+    }
+    let round = options.round_timing();
+    let report = Report {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        date: now(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        device,
+        vendor,
+        log: args.log.display().to_string(),
+        peaks,
+        protocol: Protocol {
+            rounds: options.rounds,
+            min_time_ms_per_round: round.min_time_ms,
+            min_repeats_per_round: round.min_repeats,
+            l2_rotation: true,
+        },
+        summary: Summary::of(&rows),
+        rows,
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let markdown = report.to_markdown();
+    write(&out.join("bench.json"), &report.to_json())?;
+    write(&out.join("bench.md"), &markdown)?;
+    print!("{markdown}");
+    let bars: Vec<(String, f64)> = report
+        .rows
+        .iter()
+        .map(|r| (r.measured.task.clone(), r.speedup.unwrap_or(f64::NAN)))
+        .collect();
+    let title = format!(
+        "{name}: speedup over {} on {}",
+        vendor_name(&report.vendor),
+        report.device.name
+    );
+    plot::speedup_bars(&out.join("speedup.png"), &title, &bars)?;
+    let curve = network_curve(&log.records, &workloads);
+    let title = format!(
+        "{name}: tuning (sum of count × best µs), {}",
+        report.device.name
+    );
+    let label = args
+        .log
+        .file_name()
+        .map_or_else(|| "log".to_string(), |n| n.to_string_lossy().into_owned());
+    let plotted = plot::tuning_curves(&out.join("tuning.png"), &title, &[(label, curve)]);
+    match plotted {
+        Ok(()) => eprintln!(
+            "wrote {0}/bench.json, bench.md, speedup.png and tuning.png",
+            out.display()
+        ),
+        // A log with a task that never succeeded has no network curve; the rest stands.
+        Err(e @ plot::PlotError::NoData { .. }) => {
+            eprintln!(
+                "wrote {}/bench.json, bench.md and speedup.png; no tuning curve: {e}",
+                out.display()
+            )
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let problems = report
+        .rows
+        .iter()
+        .filter(|r| r.measured.problem.is_some())
+        .count();
+    if problems > 0 {
+        bail!("{problems} task(s) could not be compared (see Problems in bench.md)");
+    }
+    Ok(())
+}
