@@ -34,6 +34,7 @@ fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u3
         unroll_max_step: 0,
         vector_width: widths,
         split_k: 1,
+        shared_layout: Default::default(),
     }
 }
 
@@ -417,6 +418,7 @@ proptest! {
             unroll_max_step: unroll,
             vector_width: widths,
             split_k: next(),
+            shared_layout: Default::default(),
         };
         let values = FeatureExtractor::new(task, &GpuSpec::h100()).extract(&state);
         all_finite(&values)?;
@@ -469,6 +471,7 @@ fn every_feature_varies_over_states_and_tasks() {
             unroll_max_step: 0,
             vector_width: [1, 1],
             split_k: 1,
+            shared_layout: Default::default(),
         });
         for state in &states {
             for (column, value) in columns.iter_mut().zip(extractor.extract(state)) {

@@ -134,6 +134,50 @@ impl Printer<'_> {
         parts.join(" && ")
     }
 
+    /// A fetch whose vector is loaded whole from global memory and stored component by
+    /// component, `step` floats apart (a shared layout whose contiguous dimension is not
+    /// the vector's, or whose padded rows are not aligned to the vector).
+    fn scattered_fetch(&self, out: &mut String, stmt: &Stmt, depth: usize) {
+        let Stmt::Fetch {
+            input,
+            shared,
+            global,
+            valid,
+            width,
+            step,
+            ..
+        } = stmt
+        else {
+            return;
+        };
+        let pad = "  ".repeat(depth);
+        let name = self.kernel.params.inputs[*input];
+        let w = *width;
+        let load = format!(
+            "*reinterpret_cast<const float{w}*>({name} + {})",
+            self.expr_in(global, ADD)
+        );
+        let value = if valid.is_empty() {
+            load
+        } else {
+            let zero = format!("make_float{w}({})", vec!["0.0f"; w as usize].join(", "));
+            format!("({}) ? {load} : {zero}", self.conds(valid))
+        };
+        let _ = writeln!(out, "{pad}{{");
+        let _ = writeln!(out, "{pad}  const float{w} {name}_f = {value};");
+        for (j, component) in ["x", "y", "z", "w"].iter().take(w as usize).enumerate() {
+            let at = self
+                .scope()
+                .add(shared.clone(), Expr::Const(j as i64 * step));
+            let _ = writeln!(
+                out,
+                "{pad}  {name}_sh[{}] = {name}_f.{component};",
+                self.expr(&at)
+            );
+        }
+        let _ = writeln!(out, "{pad}}}");
+    }
+
     fn stmt(&self, out: &mut String, stmt: &Stmt, depth: usize) {
         let pad = "  ".repeat(depth);
         match stmt {
@@ -184,8 +228,14 @@ impl Printer<'_> {
                 global,
                 valid,
                 width,
+                vector_store,
+                ..
             } => {
                 let name = self.kernel.params.inputs[*input];
+                if *width > 1 && !*vector_store {
+                    self.scattered_fetch(out, stmt, depth);
+                    return;
+                }
                 let (s, g) = (self.expr(shared), self.expr(global));
                 let (lhs, load, zero) = match width {
                     1 => (

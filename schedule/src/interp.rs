@@ -241,6 +241,8 @@ impl Block<'_> {
                     global,
                     valid,
                     width,
+                    step,
+                    ..
                 } => {
                     let data = inputs.inputs[*input];
                     for t in threads.clone().filter(|&t| active[t]) {
@@ -262,7 +264,7 @@ impl Block<'_> {
                             } else {
                                 0.0
                             };
-                            self.write_shared(*input, s + j, t, value)?;
+                            self.write_shared(*input, s + j * step, t, value)?;
                         }
                     }
                 }

@@ -50,13 +50,18 @@ pub enum Stmt {
     Sync,
     /// Sets every accumulator to zero.
     ZeroAcc,
-    /// `shared_tile[input][shared .. shared+width] = valid ? global[input][global ..] : 0`.
+    /// `shared_tile[input][shared + j * step] = valid ? global[input][global + j] : 0` for
+    /// `j` in `0..width`: one vector load from global memory, stored as one vector when
+    /// `vector_store` (then `step` is 1 and the address aligned), else component by
+    /// component (a shared layout whose contiguous dimension is not the vector's).
     Fetch {
         input: usize,
         shared: Expr,
         global: Expr,
         valid: Vec<Cond>,
         width: u32,
+        step: i64,
+        vector_store: bool,
     },
     /// `acc[acc] += tile0[a] * tile1[b]` (offsets within each input's shared tile).
     Fma { acc: Expr, a: Expr, b: Expr },
@@ -251,6 +256,7 @@ pub struct Kernel {
     pub params: Params,
     /// Offset (in floats) of each input's tile in the shared pool.
     pub tile_offsets: [i64; 2],
+    /// Floats each input's tile occupies in the pool (its row padding included).
     pub tile_elements: [i64; 2],
     pub accumulators: i64,
     /// Blocks that add into each output element (the state's `split_k`); 1 when the

@@ -15,6 +15,15 @@
 //! step is one outer product whose live registers are the accumulators plus that step's
 //! operands. The outer level still decides which outputs a thread owns.
 //!
+//! Shared layouts (`state::SharedLayout`): the fetch keeps its coalesced order (vector
+//! `v` covers floats `v * width ..` of the box in the tensor's row-major order) and
+//! stores through the tile's strides — as one vector where the tensor's last dimension
+//! is contiguous and rows stay aligned, else component by component; the inner
+//! product's reads use the same strides. With a spatial dimension innermost (matmul A's
+//! `m`), one thread's register-tile operands along that axis are consecutive floats at
+//! an offset `((v * threads + t) * outer + o) * inner + i` that is a multiple of
+//! `inner` up to `i`, so the compiler can merge them into 64- and 128-bit loads.
+//!
 //! Register-tile loops are always unrolled (they index the accumulator array, which
 //! must stay in registers); reduction and fetch loops are unrolled when the work they
 //! would replicate is at most `unroll_max_step` multiply-adds.
@@ -165,7 +174,7 @@ impl<'a> Lowering<'a> {
                 relu: c.relu,
             },
             tile_offsets: [tiling.tiles[0].offset, tiling.tiles[1].offset],
-            tile_elements: [tiling.tiles[0].elements(), tiling.tiles[1].elements()],
+            tile_elements: [tiling.tiles[0].allocated(), tiling.tiles[1].allocated()],
             accumulators: i64::from(state.accumulators()),
             split_k: state.split_k,
             scope: self.scope,
@@ -278,12 +287,28 @@ impl<'a> Lowering<'a> {
             valid.extend(self.scope.bound(&g, 0, i64::from(access.shape[d])));
             global = self.scope.add(global, self.scope.mul(g, stride));
         }
+        // Where the vector lands in shared memory: through the layout's strides, or at
+        // its position in the row-major box when the layout is the tensor's own order.
+        let strides = tile.strides();
+        let shared = if tile.is_natural() {
+            element
+        } else {
+            let s = &self.scope;
+            s.sum(
+                coords
+                    .iter()
+                    .zip(&strides)
+                    .map(|(x, &st)| s.mul(x.clone(), st)),
+            )
+        };
         body.push(Stmt::Fetch {
             input,
-            shared: element,
+            shared,
             global,
             valid,
             width: width as u32,
+            step: strides.last().copied().unwrap_or(1),
+            vector_store: tile.vector_store(width),
         });
         match self.scope.bound(&vector, 0, vectors) {
             None => inner.extend(body),

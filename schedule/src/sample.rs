@@ -20,11 +20,24 @@
 //! blocks per SM (weight halving per factor of two away). ReLU tasks never split
 //! (validation forbids it). The split comes from a second ChaCha8 stream of the same
 //! seed, so the tiles drawn for a seed are those drawn before split-K existed.
+//!
+//! Shared layouts come from a third stream (stream 2), two draws per input and state:
+//! the tensor's own order with probability 1/2, else one of the input's spatial
+//! dimensions innermost (`tiling::innermost_choices`: matmul A's `m`, conv2d weight's
+//! `k`), uniformly; then a row padding, uniform over `SHARED_PADS` for a moved
+//! dimension and 0 with probability 3/4 in the tensor's order (padding there only
+//! spreads strided reads). Inputs without a spatial dimension to move (matmul B) draw
+//! only the padding. So about 3/8 of the inputs that can move a dimension keep the
+//! default layout, and the tiles and splits drawn for a seed are unchanged (only
+//! validation's verdict may change, through the padding's shared memory).
 
 use crate::gpu_spec::GpuSpec;
-use crate::state::{MAX_SPLIT_K, ReductionSplit, SpatialSplit, State, UNROLL_STEPS, VECTOR_WIDTHS};
+use crate::state::{
+    MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit, State, UNROLL_STEPS,
+    VECTOR_WIDTHS,
+};
 use crate::task::{Contraction, Task};
-use crate::tiling::Tiling;
+use crate::tiling::{Tiling, innermost_choices};
 use crate::validate::validate;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -41,6 +54,10 @@ pub struct Sampler {
     /// The reduction split's own stream (stream 1 of the seed), so that adding it left
     /// the tile draws of every seed as they were.
     split_rng: ChaCha8Rng,
+    /// The shared layouts' own stream (stream 2 of the seed).
+    layout_rng: ChaCha8Rng,
+    /// Innermost-dimension choices per input (`tiling::innermost_choices`).
+    innermost: [Vec<Option<u8>>; 2],
     /// Factorizations per (tiled extent, parts), computed once.
     factorizations: HashMap<(u32, usize), Vec<Vec<u32>>>,
 }
@@ -49,11 +66,16 @@ impl Sampler {
     pub fn new(task: &Task, gpu: &GpuSpec, seed: u64) -> Self {
         let mut split_rng = ChaCha8Rng::seed_from_u64(seed);
         split_rng.set_stream(1);
+        let mut layout_rng = ChaCha8Rng::seed_from_u64(seed);
+        layout_rng.set_stream(2);
+        let contraction = task.contraction();
         Sampler {
-            contraction: task.contraction(),
+            innermost: [0, 1].map(|i| innermost_choices(&contraction, i)),
+            contraction,
             gpu: gpu.clone(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             split_rng,
+            layout_rng,
             factorizations: HashMap::new(),
         }
     }
@@ -89,6 +111,26 @@ impl Sampler {
             left -= w;
         }
         choices[choices.len() - 1]
+    }
+
+    /// A shared layout for input `input` (see the module docs); always two draws.
+    fn layout(&mut self, input: usize) -> SharedLayout {
+        let order = unit(self.layout_rng.next_u64());
+        let pad = unit(self.layout_rng.next_u64());
+        let choices = &self.innermost[input];
+        let innermost = if order < 0.5 || choices.len() < 2 {
+            None
+        } else {
+            let moved = &choices[1..];
+            let at = ((order - 0.5) * 2.0 * moved.len() as f64) as usize;
+            moved[at.min(moved.len() - 1)]
+        };
+        let pad = match innermost {
+            None if pad < 0.75 => 0,
+            None => SHARED_PADS[1 + ((pad - 0.75) * 4.0 * 3.0) as usize % 3],
+            Some(_) => SHARED_PADS[(pad * 4.0) as usize % 4],
+        };
+        SharedLayout { innermost, pad }
     }
 
     fn pick(&mut self, n: usize) -> usize {
@@ -157,6 +199,7 @@ impl Sampler {
             unroll_max_step,
             vector_width: [1, 1],
             split_k: 1,
+            shared_layout: Default::default(),
         };
         let tiling = Tiling::new(&self.contraction, &state);
         for input in 0..2 {
@@ -167,6 +210,7 @@ impl Sampler {
             state.vector_width[input] = feasible[self.pick(feasible.len())];
         }
         state.split_k = self.split_k(&state);
+        state.shared_layout = [self.layout(0), self.layout(1)];
         state
     }
 

@@ -16,7 +16,19 @@
 //! 3x3 at 7x7: 25k outputs, 4608-long sums) otherwise launch too few blocks to fill
 //! the GPU.
 //!
-//! A state serializes to JSON and replays into the identical kernel.
+//! Each input's shared-memory tile also has a layout (`SharedLayout`): the tensor's own
+//! dimension order (the default), or one dimension moved innermost — for matmul's `A[m][k]`
+//! the `m` dimension, as cuBLAS-class kernels store A transposed — and optionally padded
+//! rows. In the tensor's order the inner product's lanes that differ in a spatial thread
+//! coordinate read addresses `stage tile × register tile` floats apart (often a multiple
+//! of 32: every lane in one bank), and one thread's register-tile operands along that
+//! axis are not contiguous, so the compiler cannot merge them into 64- or 128-bit loads.
+//! With that axis's dimension innermost they are contiguous, and padding the rows moves
+//! the fetch's stores (and any remaining strided reads) off a single bank.
+//!
+//! A state serializes to JSON and replays into the identical kernel. Annotations added
+//! after the first logs were written (`split_k`, `shared_layout`) are left out of the
+//! JSON at their default, so that older states keep their JSON, hence their ids.
 
 use crate::task::Contraction;
 use serde::{Deserialize, Serialize};
@@ -72,6 +84,46 @@ pub const VECTOR_WIDTHS: [u32; 3] = [1, 2, 4];
 /// parallelism on a GPU of ~132 SMs.
 pub const MAX_SPLIT_K: u32 = 64;
 
+/// Row paddings (floats added to each row of a shared tile's contiguous dimension) the
+/// search chooses from. 0 and 4 keep rows 16-byte aligned when the row length is a
+/// multiple of 4; 1 and 2 shift consecutive rows by one or two banks.
+pub const SHARED_PADS: [u32; 4] = [0, 1, 2, 4];
+
+/// How one input's shared-memory tile is laid out. The default is the tensor's own
+/// dimension order, unpadded: the row-major box every state had before layouts existed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SharedLayout {
+    /// The tile dimension (an index into the input tensor's dimensions) stored
+    /// contiguously in shared memory, the others keeping their order outside it; None:
+    /// the tensor's own order (its last dimension contiguous). Never the tensor's last
+    /// dimension (that is None; validation refuses the duplicate spelling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub innermost: Option<u8>,
+    /// Floats added after each row of the contiguous dimension (one of `SHARED_PADS`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pad: u32,
+}
+
+impl SharedLayout {
+    /// The tensor's own order, unpadded.
+    pub const NATURAL: SharedLayout = SharedLayout {
+        innermost: None,
+        pad: 0,
+    };
+
+    pub fn is_natural(&self) -> bool {
+        *self == Self::NATURAL
+    }
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
+fn natural_layouts(layouts: &[SharedLayout; 2]) -> bool {
+    layouts.iter().all(SharedLayout::is_natural)
+}
+
 fn one() -> u32 {
     1
 }
@@ -99,6 +151,11 @@ pub struct State {
     /// that states written before split-K existed keep their JSON, hence their ids.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub split_k: u32,
+    /// Shared-memory layout of each input's tile (see `SharedLayout`). Left out of the
+    /// JSON when both are natural, so that states written before layouts existed keep
+    /// their JSON, hence their ids.
+    #[serde(default, skip_serializing_if = "natural_layouts")]
+    pub shared_layout: [SharedLayout; 2],
 }
 
 impl State {
@@ -232,6 +289,7 @@ mod tests {
             unroll_max_step: 16,
             vector_width: [1, 2],
             split_k: 1,
+            shared_layout: Default::default(),
         };
         let old = r#"{"spatial":[{"vthread":1,"thread":32,"outer":1,"inner":2}],"reduction":[{"middle":4,"inner":2}],"unroll_max_step":16,"vector_width":[1,2]}"#;
         assert_eq!(state.to_json(), old);
@@ -246,6 +304,23 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<State>(&split.to_json()).unwrap(),
             split
+        );
+        // A layout is written only when not natural, and only its non-default fields.
+        let mut transposed = state.clone();
+        transposed.shared_layout[0] = SharedLayout {
+            innermost: Some(0),
+            pad: 4,
+        };
+        transposed.shared_layout[1].pad = 1;
+        assert!(
+            transposed
+                .to_json()
+                .ends_with(r#","shared_layout":[{"innermost":0,"pad":4},{"pad":1}]}"#)
+        );
+        assert_ne!(transposed.id(), state.id());
+        assert_eq!(
+            serde_json::from_str::<State>(&transposed.to_json()).unwrap(),
+            transposed
         );
     }
 }

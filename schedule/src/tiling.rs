@@ -1,35 +1,123 @@
 //! The geometry a state implies for its task: tile extents, block and stage counts, and
 //! the shared-memory tile of each input (the box its affine indices touch).
 //!
-//! Lowering, validation and (later) the analytical features all read these numbers, so
-//! they are computed in one place.
+//! Lowering, validation and the analytical features all read these numbers, so they are
+//! computed in one place.
+//!
+//! A shared tile is a box over the input's dimensions; its memory order follows the
+//! state's `SharedLayout`: the dimensions in the tensor's order with the layout's
+//! innermost one moved last, and each row of that contiguous dimension padded by `pad`
+//! floats. Everything that addresses the tile (the fetch's stores, the inner product's
+//! reads, the features' simulations) goes through `SharedTile::strides`; the box's own
+//! row-major order (`elements`, the fetch's vector numbering) stays the tensor's, so the
+//! global reads stay coalesced whatever the layout.
 
-use crate::state::State;
+use crate::state::{SharedLayout, State};
 use crate::task::{Access, AxisRef, Contraction};
 
-/// The shared-memory copy of one input for one stage: a row-major box over the input's
-/// dimensions starting at the stage's base index.
+/// The shared-memory copy of one input for one stage: a box over the input's dimensions
+/// starting at the stage's base index, laid out with `innermost` contiguous and rows
+/// padded by `pad` floats.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedTile {
     /// Extent of the box per input dimension.
     pub shape: Vec<i64>,
     /// Offset of the tile in the kernel's shared pool, in floats (16-byte aligned).
     pub offset: i64,
+    /// The dimension stored contiguously (the last one in the tensor's own order).
+    pub innermost: usize,
+    /// Floats after each row of the contiguous dimension.
+    pub pad: i64,
 }
 
 impl SharedTile {
+    /// A tile of `shape` with `layout` (whose innermost dimension must be one of the
+    /// shape's; see `validate::check_structure`).
+    pub fn new(shape: Vec<i64>, offset: i64, layout: SharedLayout) -> Self {
+        let last = shape.len().saturating_sub(1);
+        SharedTile {
+            innermost: layout.innermost.map_or(last, usize::from),
+            pad: i64::from(layout.pad),
+            shape,
+            offset,
+        }
+    }
+
+    /// Elements of the box (what the fetch loads), padding excluded.
     pub fn elements(&self) -> i64 {
         self.shape.iter().product()
     }
 
-    /// Row-major strides of the box.
+    /// Floats of one row of the contiguous dimension, padding included.
+    pub fn row(&self) -> i64 {
+        self.shape.get(self.innermost).copied().unwrap_or(1) + self.pad
+    }
+
+    /// Floats the tile occupies in shared memory: rows x padded row length.
+    pub fn allocated(&self) -> i64 {
+        let rows: i64 = self
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|&(d, _)| d != self.innermost)
+            .map(|(_, &e)| e)
+            .product();
+        rows * self.row()
+    }
+
+    /// Whether the layout is the tensor's own order without padding (the row-major
+    /// box, as before layouts existed).
+    pub fn is_natural(&self) -> bool {
+        self.pad == 0 && self.innermost + 1 >= self.shape.len()
+    }
+
+    /// Shared-memory strides of the box's dimensions, in floats: the innermost
+    /// dimension 1, the padded row length for the next one out, and so on outwards in
+    /// the tensor's order.
     pub fn strides(&self) -> Vec<i64> {
         let mut strides = vec![1i64; self.shape.len()];
-        for d in (0..self.shape.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * self.shape[d + 1];
+        let mut stride = self.row();
+        for d in (0..self.shape.len()).rev() {
+            if d != self.innermost {
+                strides[d] = stride;
+                stride *= self.shape[d];
+            }
         }
         strides
     }
+
+    /// Whether the fetch may store `width` consecutive floats of the tensor's last
+    /// dimension as one aligned vector: that dimension is contiguous in shared memory and
+    /// every row starts on a multiple of `width` (the tile offset is 16-byte aligned).
+    /// Otherwise the vector's components are stored one by one.
+    pub fn vector_store(&self, width: i64) -> bool {
+        width == 1 || (self.innermost + 1 == self.shape.len() && self.row() % width == 0)
+    }
+}
+
+/// The tile dimensions of input `input` that a layout may make innermost besides the
+/// tensor's own order (None, listed first): every dimension but the last whose index
+/// involves a spatial axis — matmul A's `m`, conv2d weight's `k`, conv2d data's `h`.
+/// Along those, the inner product's lanes (thread coordinates) and a thread's register
+/// tile read different elements; along a reduction-only dimension every lane reads the
+/// same element.
+pub fn innermost_choices(c: &Contraction, input: usize) -> Vec<Option<u8>> {
+    let access = &c.inputs[input];
+    let last = access.index.len().saturating_sub(1);
+    std::iter::once(None)
+        .chain(
+            access.index[..last]
+                .iter()
+                .enumerate()
+                .filter(|(_, index)| {
+                    index
+                        .terms
+                        .iter()
+                        .any(|(axis, _)| matches!(axis, AxisRef::Spatial(_)))
+                })
+                .filter_map(|(d, _)| u8::try_from(d).ok().map(Some)),
+        )
+        .collect()
 }
 
 /// Tile extents and shared-memory layout of a state.
@@ -91,15 +179,13 @@ impl Tiling {
                 })
                 .collect()
         };
-        let first = SharedTile {
-            shape: box_shape(&c.inputs[0]),
-            offset: 0,
-        };
-        let second_offset = round_up(first.elements(), ALIGN_FLOATS);
-        let second = SharedTile {
-            shape: box_shape(&c.inputs[1]),
-            offset: second_offset,
-        };
+        let first = SharedTile::new(box_shape(&c.inputs[0]), 0, state.shared_layout[0]);
+        let second_offset = round_up(first.allocated(), ALIGN_FLOATS);
+        let second = SharedTile::new(
+            box_shape(&c.inputs[1]),
+            second_offset,
+            state.shared_layout[1],
+        );
         Tiling {
             block_tile,
             stage_tile,
@@ -111,7 +197,7 @@ impl Tiling {
 
     /// Dynamic shared memory of the kernel in bytes.
     pub fn shared_bytes(&self) -> u64 {
-        let floats = self.tiles[1].offset + self.tiles[1].elements();
+        let floats = self.tiles[1].offset + self.tiles[1].allocated();
         (round_up(floats, ALIGN_FLOATS) * 4) as u64
     }
 

@@ -3,9 +3,11 @@
 //! many virtual threads, shared memory over the opt-in limit, an estimated register
 //! count that would spill, infeasible fetch vector widths, a reduction split (split-K)
 //! over the stage count or combined with ReLU (partial sums cannot be rectified).
+//! Shared-memory layouts are all allowed (any dimension but the last innermost, any of
+//! `SHARED_PADS`); their padding counts towards the shared-memory limit.
 
 use crate::gpu_spec::GpuSpec;
-use crate::state::{MAX_SPLIT_K, State, UNROLL_STEPS, VECTOR_WIDTHS};
+use crate::state::{MAX_SPLIT_K, SHARED_PADS, State, UNROLL_STEPS, VECTOR_WIDTHS};
 use crate::task::{AxisRef, Contraction};
 use crate::tiling::{ReductionUnroll, Tiling};
 use thiserror::Error;
@@ -51,6 +53,16 @@ pub enum InvalidState {
         "split_k {split_k} with a ReLU epilogue: split-K blocks add partial sums into the output, and max(0, x) of a partial sum is not the ReLU of the whole; use split_k 1"
     )]
     SplitKRelu { split_k: u32 },
+    #[error(
+        "shared layout of input {input}: innermost dimension {innermost} is not one of its first {dims} (the tensor's last dimension is the natural order, written without `innermost`)"
+    )]
+    LayoutDimension {
+        input: usize,
+        innermost: u8,
+        dims: usize,
+    },
+    #[error("shared layout of input {input}: row padding {pad} is not one of {SHARED_PADS:?}")]
+    LayoutPad { input: usize, pad: u32 },
 }
 
 /// Registers besides accumulators and operands: indices, addresses, loop counters.
@@ -98,8 +110,8 @@ pub fn register_cap(gpu: &GpuSpec, threads: u64) -> u64 {
     (per_thread / 8 * 8).min(u64::from(gpu.max_registers_per_thread))
 }
 
-/// Checks that the state has one nonzero split per axis (needed before any geometry
-/// can be computed).
+/// Checks that the state has one nonzero split per axis and shared layouts that name a
+/// dimension of their input (needed before any geometry can be computed).
 pub fn check_structure(c: &Contraction, state: &State) -> Result<(), InvalidState> {
     if state.spatial.len() != c.spatial.len() {
         return Err(InvalidState::Arity {
@@ -125,6 +137,24 @@ pub fn check_structure(c: &Contraction, state: &State) -> Result<(), InvalidStat
         .any(|r| r.middle == 0 || r.inner == 0);
     if spatial_zero || reduction_zero || state.split_k == 0 {
         return Err(InvalidState::ZeroFactor);
+    }
+    for (input, layout) in state.shared_layout.iter().enumerate() {
+        let dims = c.inputs[input].index.len().saturating_sub(1);
+        if let Some(innermost) = layout.innermost
+            && usize::from(innermost) >= dims
+        {
+            return Err(InvalidState::LayoutDimension {
+                input,
+                innermost,
+                dims,
+            });
+        }
+        if !SHARED_PADS.contains(&layout.pad) {
+            return Err(InvalidState::LayoutPad {
+                input,
+                pad: layout.pad,
+            });
+        }
     }
     Ok(())
 }

@@ -3,14 +3,18 @@
 //! dilation, asymmetric kernels and the fused epilogue included. Small tasks have small
 //! grids, so the sampler splits their reductions often (split-K); every sampled state is
 //! also checked with splits that do not divide its stage count and with one block per
-//! stage, where the task allows them.
+//! stage, where the task allows them. The sampler draws shared-memory layouts too; a
+//! focused test runs sampled states under every layout each input admits (each
+//! spatial dimension innermost or the tensor's order, each row padding), with tails,
+//! vectorized fetches scattered into transposed tiles, and conv2d stride and padding.
 
 use proptest::prelude::*;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
-use schedule::state::{ReductionSplit, SpatialSplit};
+use schedule::state::{ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit};
 use schedule::task::Conv2d;
+use schedule::tiling::innermost_choices;
 use schedule::{Epilogue, GpuSpec, Operator, Sampler, State, Task, lower::lower, validate};
 
 /// Small integers in -3..=3: float32 sums of their products are exact in any order, so
@@ -27,13 +31,7 @@ fn small_ints(len: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
 fn check_task(task: &Task, states: usize, seed: u64) -> usize {
     let gpu = GpuSpec::h100();
     let c = task.contraction();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
-    let a = small_ints(c.inputs[0].elements() as usize, &mut rng);
-    let b = small_ints(c.inputs[1].elements() as usize, &mut rng);
-    let bias = c
-        .bias
-        .as_ref()
-        .map(|x| small_ints(x.elements() as usize, &mut rng));
+    let (a, b, bias) = data(task, seed);
     let inputs = Inputs {
         inputs: [&a, &b],
         bias: bias.as_deref(),
@@ -59,10 +57,31 @@ fn check_task(task: &Task, states: usize, seed: u64) -> usize {
         }
         variants.push(state);
     }
-    for state in variants {
+    for state in &variants {
         split_kernels += usize::from(state.split_k > 1);
-        let kernel = lower(task, &state);
-        let got = interp::run(&kernel, &inputs, expected.len())
+    }
+    check_states(task, &inputs, &expected, &variants);
+    split_kernels
+}
+
+/// The task's random inputs (bias included) and the reference output.
+fn data(task: &Task, seed: u64) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    let c = task.contraction();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    let a = small_ints(c.inputs[0].elements() as usize, &mut rng);
+    let b = small_ints(c.inputs[1].elements() as usize, &mut rng);
+    let bias = c
+        .bias
+        .as_ref()
+        .map(|x| small_ints(x.elements() as usize, &mut rng));
+    (a, b, bias)
+}
+
+/// Interprets every state's kernel and compares its output with `expected`, exactly.
+fn check_states(task: &Task, inputs: &Inputs, expected: &[f32], states: &[State]) {
+    for state in states {
+        let kernel = lower(task, state);
+        let got = interp::run(&kernel, inputs, expected.len())
             .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
         if let Some(i) = (0..got.len()).find(|&i| got[i] != expected[i]) {
             panic!(
@@ -73,7 +92,6 @@ fn check_task(task: &Task, states: usize, seed: u64) -> usize {
             );
         }
     }
-    split_kernels
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -252,6 +270,7 @@ fn split_k_with_short_and_empty_chunks() {
             unroll_max_step: 0,
             vector_width: [1, 1],
             split_k,
+            shared_layout: Default::default(),
         };
         assert_eq!(validate(&c, &state, &gpu), Ok(()));
         assert_eq!(state.stages(&c), 5);
@@ -260,6 +279,148 @@ fn split_k_with_short_and_empty_chunks() {
         let got = interp::run(&kernel, &inputs, expected.len())
             .unwrap_or_else(|e| panic!("split_k {split_k}: {e}"));
         assert_eq!(got, expected, "split_k {split_k}");
+    }
+}
+
+/// Every layout input `input` of `task` admits: each innermost choice with each pad.
+fn layouts(task: &Task, input: usize) -> Vec<SharedLayout> {
+    innermost_choices(&task.contraction(), input)
+        .into_iter()
+        .flat_map(|innermost| SHARED_PADS.map(|pad| SharedLayout { innermost, pad }))
+        .collect()
+}
+
+/// Sampled states of `task`, each run under every layout of one input with the other
+/// input's layout cycling through its own, against the reference. Returns how many
+/// kernels ran, and how many of those stored a vector fetch component by component
+/// into a tile whose contiguous dimension is not the vector's.
+fn check_layouts(task: &Task, states: usize, seed: u64) -> (usize, usize) {
+    let gpu = GpuSpec::h100();
+    let c = task.contraction();
+    let (a, b, bias) = data(task, seed);
+    let inputs = Inputs {
+        inputs: [&a, &b],
+        bias: bias.as_deref(),
+    };
+    let expected = interp::reference(&c, &inputs);
+    let choices = [layouts(task, 0), layouts(task, 1)];
+    let mut variants = Vec::new();
+    for state in Sampler::new(task, &gpu, seed).sample_distinct(states) {
+        for input in 0..2 {
+            for (i, &layout) in choices[input].iter().enumerate() {
+                let other = &choices[1 - input];
+                let mut s = state.clone();
+                s.shared_layout[input] = layout;
+                s.shared_layout[1 - input] = other[(i * 5 + 1) % other.len()];
+                if !variants.contains(&s) && validate(&c, &s, &gpu).is_ok() {
+                    variants.push(s);
+                }
+            }
+        }
+    }
+    let scattered = variants
+        .iter()
+        .filter(|s| (0..2).any(|i| s.vector_width[i] > 1 && s.shared_layout[i].innermost.is_some()))
+        .count();
+    check_states(task, &inputs, &expected, &variants);
+    (variants.len(), scattered)
+}
+
+/// Transposed and padded shared tiles compute exactly the definition: matmul A with `m`
+/// contiguous (tails in M and N, vectorized K fetches scattered across rows), batch
+/// matmul, conv2d weight with `k` contiguous and data with `h` or `n` contiguous, under
+/// stride 2, padding, dilation and split-K.
+#[test]
+fn every_shared_layout_is_exact() {
+    let bias = Epilogue {
+        bias: true,
+        relu: false,
+    };
+    let cases = [
+        (
+            Task::new(
+                Operator::Matmul {
+                    m: 13,
+                    n: 20,
+                    k: 16,
+                },
+                bias,
+            )
+            .unwrap(),
+            6,
+        ),
+        (
+            Task::new(
+                Operator::BatchMatmul {
+                    b: 2,
+                    m: 12,
+                    n: 9,
+                    k: 8,
+                },
+                BOTH,
+            )
+            .unwrap(),
+            3,
+        ),
+        (
+            conv(2, 8, (9, 8), 6, (3, 3), (2, 2), (1, 1), (1, 1), NONE),
+            3,
+        ),
+        (
+            conv(1, 8, (8, 7), 12, (1, 1), (2, 2), (0, 0), (1, 1), bias),
+            4,
+        ),
+        (
+            conv(1, 3, (9, 10), 5, (3, 2), (2, 1), (1, 0), (1, 2), BOTH),
+            2,
+        ),
+    ];
+    let (mut kernels, mut scattered) = (0, 0);
+    for (i, (task, states)) in cases.iter().enumerate() {
+        let (k, s) = check_layouts(task, *states, 40 + i as u64);
+        assert!(k >= 4 * states, "{task}: only {k} layout variants ran");
+        kernels += k;
+        scattered += s;
+    }
+    eprintln!("{kernels} kernels, {scattered} with scattered vector stores");
+    assert!(scattered >= 10, "only {scattered} scattered vector fetches");
+}
+
+/// The sampler gives the inputs that can move a dimension every layout kind.
+#[test]
+fn sampled_states_include_transposed_and_padded_tiles() {
+    let gpu = GpuSpec::h100();
+    for task in [
+        Task::new(
+            Operator::Matmul {
+                m: 64,
+                n: 64,
+                k: 64,
+            },
+            NONE,
+        )
+        .unwrap(),
+        conv(1, 16, (8, 8), 32, (3, 3), (1, 1), (1, 1), (1, 1), NONE),
+    ] {
+        let states = Sampler::new(&task, &gpu, 3).sample_distinct(80);
+        let count = |f: &dyn Fn(&State) -> bool| states.iter().filter(|s| f(s)).count();
+        let natural = count(&|s| s.shared_layout.iter().all(SharedLayout::is_natural));
+        let moved = |i: usize| count(&|s| s.shared_layout[i].innermost.is_some());
+        let padded = count(&|s| s.shared_layout.iter().any(|l| l.pad > 0));
+        eprintln!(
+            "{task}: natural {natural}, A/data moved {}, B/weight moved {}, padded {padded}",
+            moved(0),
+            moved(1)
+        );
+        assert!(natural >= 4, "{task}: {natural} natural of 80");
+        assert!(padded >= 20, "{task}: {padded} padded of 80");
+        // Matmul's A (m) and conv2d's weight (k) can move a dimension.
+        let spatial_input = usize::from(matches!(task.op, Operator::Conv2d(_)));
+        assert!(
+            moved(spatial_input) >= 20,
+            "{task}: {} moved",
+            moved(spatial_input)
+        );
     }
 }
 

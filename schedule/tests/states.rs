@@ -3,7 +3,7 @@
 //! satisfy validation's invariants (proptest).
 
 use proptest::prelude::*;
-use schedule::state::{ReductionSplit, SpatialSplit};
+use schedule::state::{ReductionSplit, SharedLayout, SpatialSplit};
 use schedule::task::Conv2d;
 use schedule::tiling::Tiling;
 use schedule::validate::{InvalidState, validate};
@@ -79,6 +79,7 @@ fn snapshot_conv2d_deep_layer() {
         unroll_max_step: 512,
         vector_width: [1, 1],
         split_k: 1,
+        shared_layout: Default::default(),
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("conv2d_deep_layer", k.source);
@@ -101,6 +102,7 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
         unroll_max_step: 64,
         vector_width: [1, 4],
         split_k: 1,
+        shared_layout: Default::default(),
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("conv2d_strided_1x1_epilogue", k.source);
@@ -117,9 +119,45 @@ fn snapshot_matmul_tails() {
         unroll_max_step: 1024,
         vector_width: [1, 1],
         split_k: 1,
+        shared_layout: Default::default(),
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("matmul_tails", k.source);
+}
+
+/// A cuBLAS-like 128x128x8 matmul tile with A stored transposed (`m` contiguous) and
+/// its rows padded by 4 floats: the K-vectorized fetch of A scatters its components
+/// across rows, and each thread's A operands along `m` are 4 consecutive, aligned
+/// floats (one 128-bit shared load per outer register position).
+#[test]
+fn snapshot_matmul_transposed_padded_a() {
+    let t = task("matmul", "1024,1024,1024", Epilogue::default());
+    let state = State {
+        spatial: vec![sp(1, 16, 2, 4), sp(1, 16, 2, 4)],
+        reduction: vec![rd(8, 1)],
+        unroll_max_step: 512,
+        vector_width: [4, 4],
+        split_k: 1,
+        shared_layout: [
+            SharedLayout {
+                innermost: Some(0),
+                pad: 4,
+            },
+            SharedLayout::NATURAL,
+        ],
+    };
+    let tiling = Tiling::new(&t.contraction(), &state);
+    assert_eq!(tiling.tiles[0].strides(), vec![1, 132]);
+    assert_eq!(tiling.tiles[0].allocated(), 8 * 132);
+    assert_eq!(tiling.tiles[1].offset, 8 * 132);
+    assert_eq!(tiling.shared_bytes(), 4 * (8 * 132 + 8 * 128));
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    assert!(
+        k.source.contains("state: {")
+            && k.source
+                .contains(r#""shared_layout":[{"innermost":0,"pad":4},{}]"#)
+    );
+    insta::assert_snapshot!("matmul_transposed_padded_a", k.source);
 }
 
 #[test]
@@ -131,6 +169,7 @@ fn snapshot_batch_matmul() {
         unroll_max_step: 16,
         vector_width: [4, 2],
         split_k: 1,
+        shared_layout: Default::default(),
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("batch_matmul", k.source);
@@ -155,6 +194,7 @@ fn snapshot_conv2d_deep_layer_split_k() {
         unroll_max_step: 512,
         vector_width: [1, 1],
         split_k: 4,
+        shared_layout: Default::default(),
     };
     let c = t.contraction();
     assert_eq!(state.stages(&c), 22);
@@ -188,6 +228,7 @@ fn validation_rejects_what_the_gpu_cannot_run() {
         unroll_max_step: 64,
         vector_width: [4, 4],
         split_k: 1,
+        shared_layout: Default::default(),
     };
     assert_eq!(validate(&c, &base, &gpu), Ok(()));
     let with = |f: &dyn Fn(&mut State)| {
@@ -253,6 +294,42 @@ fn validation_rejects_what_the_gpu_cannot_run() {
         with(&|s| s.split_k = 128),
         Err(InvalidState::SplitK { max: 64, .. })
     ));
+    // Layouts: A (m, k) may put m innermost with any pad; k innermost is the natural
+    // order spelled twice; pads come from the set.
+    let transposed = SharedLayout {
+        innermost: Some(0),
+        pad: 4,
+    };
+    assert_eq!(with(&|s| s.shared_layout[0] = transposed), Ok(()));
+    assert_eq!(with(&|s| s.shared_layout[1].pad = 1), Ok(()));
+    assert!(matches!(
+        with(&|s| s.shared_layout[0].innermost = Some(1)),
+        Err(InvalidState::LayoutDimension {
+            input: 0,
+            innermost: 1,
+            dims: 1
+        })
+    ));
+    // B's k innermost is allowed (the sampler never draws a reduction-only dimension).
+    assert_eq!(with(&|s| s.shared_layout[1] = transposed), Ok(()));
+    assert!(matches!(
+        with(&|s| s.shared_layout[0].pad = 3),
+        Err(InvalidState::LayoutPad { input: 0, pad: 3 })
+    ));
+    // Padding counts towards the limit of 227 KB (58112 floats): 128x224 tiles of A
+    // and B take 57344 floats, padded by 4 (128 x 228 + 224 x 132) 58752.
+    let wide = |pad: u32| {
+        with(&|s| {
+            s.spatial[0] = sp(1, 16, 1, 8);
+            s.spatial[1] = sp(1, 16, 1, 8);
+            s.reduction[0] = rd(28, 8);
+            s.unroll_max_step = 0;
+            s.shared_layout[0].pad = pad;
+            s.shared_layout[1].pad = pad;
+        })
+    };
+    assert_eq!(wide(0), Ok(()));
+    assert!(matches!(wide(4), Err(InvalidState::SharedMemory { .. })));
 }
 
 #[test]
@@ -269,6 +346,7 @@ fn split_k_with_relu_is_rejected_with_a_reason() {
         unroll_max_step: 64,
         vector_width: [4, 4],
         split_k: 2,
+        shared_layout: Default::default(),
     };
     let err = validate(&t.contraction(), &state, &gpu).unwrap_err();
     assert_eq!(err, InvalidState::SplitKRelu { split_k: 2 });
