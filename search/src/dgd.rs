@@ -4,7 +4,8 @@
 //! the current point rank every 1- and 2-hop neighbour (one tile factor moved one step
 //! along the sorted divisors of its axis' extent, the unroll depth one step, or the
 //! reduction split `split_k` doubled or halved — one more lattice dimension, of powers
-//! of two) with the cost model. Neighbours are measured in windows of 3, best predicted first; a window
+//! of two — or one input's shared layout changed: another innermost dimension, or
+//! another row padding) with the cost model. Neighbours are measured in windows of 3, best predicted first; a window
 //! stops at the first neighbour predicted under 0.6 × the current point's score. The walk
 //! moves to the best measured neighbour that beats the current point; when the ranked
 //! neighbours run out it falls back to 3-hop neighbours, then restarts from the next
@@ -15,7 +16,7 @@
 //! 0.6 × the global best" rule.
 
 use crate::evolution::{TaskSpace, score};
-use crate::mutate::{fit_split_k, fit_vector_widths, split_steps};
+use crate::mutate::{fit_split_k, fit_vector_widths, layout_steps, split_steps};
 use costmodel::CostModel;
 use schedule::state::UNROLL_STEPS;
 use schedule::{Sampler, State, validate};
@@ -66,8 +67,9 @@ fn divisors(n: u32) -> Vec<u32> {
 }
 
 /// Every state one step away from `s`: one tile factor to the next smaller or larger
-/// divisor of its axis' extent, the unroll depth to a neighbouring value, or the
-/// reduction split doubled or halved; valid ones only, vector widths lowered to the
+/// divisor of its axis' extent, the unroll depth to a neighbouring value, the
+/// reduction split doubled or halved, or one input's layout one step away
+/// (`mutate::layout_steps`); valid ones only, vector widths lowered to the
 /// widest still feasible and the split to the largest the stage count allows.
 pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
     let c = space.contraction;
@@ -149,6 +151,13 @@ pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
             split_k,
             ..s.clone()
         });
+    }
+    for input in 0..2 {
+        for layout in layout_steps(c, s, input) {
+            let mut n = s.clone();
+            n.shared_layout[input] = layout;
+            push(n);
+        }
     }
     out
 }
@@ -330,12 +339,57 @@ mod tests {
             .into_iter()
             .filter(|n| n.spatial == s.spatial && n.reduction == s.reduction)
             .filter(|n| n.unroll_max_step == s.unroll_max_step)
+            .filter(|n| n.shared_layout == s.shared_layout)
             .map(|n| n.split_k)
             .collect();
         assert_eq!(splits, vec![s.split_k / 2, s.split_k * 2]);
         // Two hops reach a quarter and four times the split.
         let two: HashSet<u32> = within(&s, 2, &space).iter().map(|n| n.split_k).collect();
         assert!(two.contains(&(s.split_k / 4).max(1)) && two.contains(&(s.split_k * 4)));
+    }
+
+    #[test]
+    fn shared_layouts_are_a_lattice_dimension() {
+        let gpu = GpuSpec::h100();
+        let task = Task::new(
+            parse_shape("conv2d", "1,256,14,14,256,3,3,1,1").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let c = task.contraction();
+        let ex = FeatureExtractor::new(&task, &gpu);
+        let space = TaskSpace {
+            contraction: &c,
+            gpu: &gpu,
+            extractor: &ex,
+        };
+        let mut s = Sampler::new(&task, &gpu, 5).sample().unwrap();
+        s.shared_layout = Default::default();
+        let moved: Vec<State> = neighbours(&s, &space)
+            .into_iter()
+            .filter(|n| n.shared_layout != s.shared_layout)
+            .collect();
+        // Conv weight (k, c, r, s): k innermost or 3 other pads; data (c, h, w): h
+        // innermost or 3 other pads; each neighbour changes one input's layout once.
+        for n in &moved {
+            let rest = State {
+                shared_layout: s.shared_layout,
+                ..n.clone()
+            };
+            assert_eq!(rest, s);
+            let changed: Vec<usize> = (0..2)
+                .filter(|&i| n.shared_layout[i] != s.shared_layout[i])
+                .collect();
+            assert_eq!(changed.len(), 1);
+            let l = n.shared_layout[changed[0]];
+            assert!(l.innermost.is_none() != (l.pad == 0), "{l:?}");
+        }
+        assert!(moved.len() >= 6, "{} layout neighbours", moved.len());
+        assert!(
+            moved
+                .iter()
+                .any(|n| n.shared_layout[1].innermost == Some(0))
+        );
     }
 
     #[test]
@@ -382,6 +436,9 @@ mod tests {
                 diffs += usize::from(a.middle != b.middle) + usize::from(a.inner != b.inner);
             }
             diffs += usize::from(n.unroll_max_step != s.unroll_max_step);
+            diffs += (0..2)
+                .filter(|&i| n.shared_layout[i] != s.shared_layout[i])
+                .count();
             // A split move changes nothing else; a tile move may refit the split.
             if diffs == 0 {
                 assert!(n.split_k == 2 * s.split_k || 2 * n.split_k == s.split_k);

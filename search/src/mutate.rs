@@ -2,7 +2,9 @@
 //! of one tile level of an axis to another level of the same axis (tile-size mutation),
 //! or pick another unroll depth (weight 0.1); beyond Ansor, double or halve the
 //! reduction split `split_k` (weight 0.1 where the task can split at all: no ReLU and
-//! more than one stage; the tile mutation takes the rest). The outermost level is
+//! more than one stage; the tile mutation takes the rest), or give one input's shared
+//! tile another layout — another innermost dimension or row padding, uniformly among
+//! the input's layouts (weight 0.1). The outermost level is
 //! implicit (what remains of the extent), so moving a factor out of it means growing an
 //! inner level while the axis' inner product stays within its extent (+25% for tails,
 //! as the sampler allows). Mutants are validated; fetch vector widths are lowered to
@@ -11,9 +13,9 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::Rng;
-use schedule::state::{MAX_SPLIT_K, UNROLL_STEPS, VECTOR_WIDTHS};
+use schedule::state::{MAX_SPLIT_K, SHARED_PADS, SharedLayout, UNROLL_STEPS, VECTOR_WIDTHS};
 use schedule::task::Contraction;
-use schedule::tiling::Tiling;
+use schedule::tiling::{Tiling, innermost_choices};
 use schedule::{GpuSpec, State, validate};
 
 fn pick(rng: &mut ChaCha8Rng, n: usize) -> usize {
@@ -137,6 +139,25 @@ pub fn split_steps(c: &Contraction, s: &State) -> Vec<u32> {
         .collect()
 }
 
+/// Every shared layout input `input` of `c` may take: each innermost choice
+/// (`tiling::innermost_choices`) with each row padding.
+pub fn layouts(c: &Contraction, input: usize) -> Vec<SharedLayout> {
+    innermost_choices(c, input)
+        .into_iter()
+        .flat_map(|innermost| SHARED_PADS.map(|pad| SharedLayout { innermost, pad }))
+        .collect()
+}
+
+/// The layouts one step from input `input`'s in `s`: another innermost dimension with
+/// the same padding, or the same dimension with another padding.
+pub fn layout_steps(c: &Contraction, s: &State, input: usize) -> Vec<SharedLayout> {
+    let current = s.shared_layout[input];
+    layouts(c, input)
+        .into_iter()
+        .filter(|l| *l != current && (l.innermost == current.innermost || l.pad == current.pad))
+        .collect()
+}
+
 /// A valid mutant of `state`, or None if the drawn mutation gave none.
 pub fn mutate(
     state: &State,
@@ -158,6 +179,16 @@ pub fn mutate(
             return None;
         }
         s.split_k = steps[pick(rng, steps.len())];
+    } else if draw == 2 {
+        let input = pick(rng, 2);
+        let others: Vec<SharedLayout> = layouts(c, input)
+            .into_iter()
+            .filter(|l| *l != s.shared_layout[input])
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        s.shared_layout[input] = others[pick(rng, others.len())];
     } else if !mutate_tile(&mut s, c, gpu, rng) {
         return None;
     }
@@ -235,6 +266,45 @@ mod tests {
             doubled > 5 && halved > 5,
             "doubled {doubled}, halved {halved}"
         );
+    }
+
+    #[test]
+    fn layout_mutations_change_one_input_and_nothing_else() {
+        let gpu = GpuSpec::h100();
+        let task = Task::new(
+            parse_shape("matmul", "1024,1024,1024").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let c = task.contraction();
+        let mut sampler = Sampler::new(&task, &gpu, 4);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut changed = [0; 2];
+        for _ in 0..400 {
+            let s = sampler.sample().unwrap();
+            let Some(m) = mutate(&s, &c, &gpu, &mut rng) else {
+                continue;
+            };
+            let same_rest = State {
+                shared_layout: s.shared_layout,
+                ..m.clone()
+            } == s;
+            if same_rest {
+                let inputs: Vec<usize> = (0..2)
+                    .filter(|&i| m.shared_layout[i] != s.shared_layout[i])
+                    .collect();
+                assert_eq!(inputs.len(), 1, "{m:?} vs {s:?}");
+                assert!(layouts(&c, inputs[0]).contains(&m.shared_layout[inputs[0]]));
+                changed[inputs[0]] += 1;
+            }
+        }
+        assert!(changed[0] > 5 && changed[1] > 5, "changed {changed:?}");
+        // A: m innermost or not, 4 pads; B: 4 pads only. One step changes one of them.
+        assert_eq!(layouts(&c, 0).len(), 8);
+        assert_eq!(layouts(&c, 1).len(), 4);
+        let s = sampler.sample().unwrap();
+        assert_eq!(layout_steps(&c, &s, 0).len(), 4);
+        assert_eq!(layout_steps(&c, &s, 1).len(), 3);
     }
 
     #[test]
