@@ -6,6 +6,11 @@
 //! of the SMs) is `split_k` times the output tiles, each block runs its chunk of the
 //! stages, every block adds its tile into the output with atomics, and the output is
 //! zeroed before the launch.
+//!
+//! Shared layouts change the simulations, not the counts: the fetch's stores and the
+//! inner product's reads address the tiles through their layout strides (see `fetch`
+//! and `shared_reads`); the layout itself (transposed, row padding, store width) is in
+//! the row too, and the padding in the shared bytes that bound occupancy.
 
 use crate::fetch::{FetchCost, fetch_cost};
 use crate::geometry::Geometry;
@@ -132,6 +137,24 @@ impl FeatureExtractor {
         let tile_elements = geo.tiling.tiles.each_ref().map(|t| t.elements() as f64);
         row.input_tile_elements = tile_elements[0];
         row.weight_tile_elements = tile_elements[1];
+        let tiles = &geo.tiling.tiles;
+        let transposed = tiles
+            .each_ref()
+            .map(|t| flag(t.innermost + 1 < t.shape.len()));
+        row.input_transposed = transposed[0];
+        row.weight_transposed = transposed[1];
+        row.input_row_pad = tiles[0].pad as f64;
+        row.weight_row_pad = tiles[1].pad as f64;
+        let store_width = [0, 1].map(|i| {
+            let width = i64::from(state.vector_width[i]);
+            if tiles[i].vector_store(width) {
+                width as f64
+            } else {
+                1.0
+            }
+        });
+        row.input_fetch_store_width = store_width[0];
+        row.weight_fetch_store_width = store_width[1];
         let rounds = [0, 1].map(|i| geo.tiling.fetch_rounds(i, state));
         row.input_fetch_rounds = rounds[0] as f64;
         row.weight_fetch_rounds = rounds[1] as f64;

@@ -2,11 +2,15 @@
 //! loaded and shared-memory wavefronts stored.
 //!
 //! As lowering generates it, vector `v = round * threads + threadIdx.x` of the tile
-//! covers floats `v * width ..` of the row-major box, at shared offset `tile offset +
-//! v * width`; its global address is the tile's origin for the block and stage plus the
-//! box coordinates, through the tensor's strides; out-of-tensor vectors (padding) issue
-//! no load but still store zeros. A sample of warp instructions (see `sample`) is
-//! simulated lane by lane and scaled to the instructions a block issues per stage.
+//! covers floats `v * width ..` of the box in the tensor's row-major order; its global
+//! address is the tile's origin for the block and stage plus the box coordinates,
+//! through the tensor's strides; out-of-tensor vectors (padding) issue no load but
+//! still store zeros. It lands in shared memory through the tile's layout strides (for
+//! the natural layout that is `tile offset + v * width`): one vector store where the
+//! tensor's last dimension is contiguous and rows stay aligned, else `width` scalar
+//! stores `step` floats apart (a transposed tile), each its own warp instruction with
+//! its own bank conflicts. A sample of warp instructions (see `sample`) is simulated
+//! lane by lane and scaled to the instructions a block issues per stage.
 
 use crate::geometry::{Coords, Geometry, advance, row_major};
 use crate::indexing::Indexing;
@@ -42,6 +46,10 @@ struct Fetch<'a> {
     vectors: i64,
     rounds: i64,
     banks: u32,
+    /// Shared-memory strides of the box's dimensions (the tile's layout).
+    strides: Vec<i64>,
+    /// Whether each vector is stored whole (else component by component).
+    vector_store: bool,
 }
 
 /// One warp instruction's global load (None when every lane is padding) and shared
@@ -60,6 +68,8 @@ impl<'a> Fetch<'a> {
             vectors: tile.elements() / width,
             rounds: geo.tiling.fetch_rounds(input, geo.state),
             banks,
+            strides: tile.strides(),
+            vector_store: tile.vector_store(width),
         }
     }
 
@@ -86,7 +96,13 @@ impl<'a> Fetch<'a> {
             if lane > 0 {
                 advance(&mut coords, box_shape, self.width);
             }
-            shared.push(self.tile.offset + (first_vector + lane) * self.width);
+            let address = self.tile.offset
+                + coords[..rank]
+                    .iter()
+                    .zip(&self.strides)
+                    .map(|(c, s)| c * s)
+                    .sum::<i64>();
+            shared.push(address);
             let mut index: Coords = base;
             for (i, c) in index.iter_mut().zip(&coords).take(rank) {
                 *i += c;
@@ -96,7 +112,28 @@ impl<'a> Fetch<'a> {
             }
         }
         let load = (global.lanes() > 0).then(|| sectors(&global, self.width));
-        Some((load, wavefronts(&shared, self.width, self.banks)))
+        Some((load, self.stores(&shared)))
+    }
+
+    /// The shared stores of one warp instruction's vectors, whose first floats land at
+    /// `shared`: one vector store, or `width` scalar stores (components `step` floats
+    /// apart) whose wavefronts add up.
+    fn stores(&self, shared: &WarpAccess) -> Cost {
+        if self.vector_store {
+            return wavefronts(shared, self.width, self.banks);
+        }
+        let step = self.strides.last().copied().unwrap_or(1);
+        let mut total = Cost::default();
+        let mut component = shared.clone();
+        for j in 0..self.width {
+            if j > 0 {
+                component.shift(step);
+            }
+            let cost = wavefronts(&component, 1, self.banks);
+            total.actual += cost.actual;
+            total.ideal += cost.ideal;
+        }
+        total
     }
 }
 

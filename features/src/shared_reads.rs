@@ -16,6 +16,20 @@
 //! were within the compiler's own re-loads (e.g. `B_sh[k * 256 + t_n * 16 + o * 4 + i]`
 //! is four `LDS.128`, `data_sh[c * 560 + p * 10 + t_q * 2 + i_q + ri_s]` scalar loads).
 //!
+//! Addresses go through the tile's layout strides (`SharedTile::strides`), so a
+//! transposed or padded tile (`state::SharedLayout`) is modelled the same way; the
+//! padded row length enters both the constant addresses and the runtime alignment.
+//! Checked again after layouts were added, on 72 sampled states with a non-natural
+//! layout (matmul 1024³, BERT-base 128x3072x768 and 128x768x768, batch matmul
+//! 12x128x128x64, ResNet 3x3 conv at 14x14 and 56x56; NVRTC 13.0, sm_90, static `LDS`
+//! count of the cubin from nvdisasm): the count matched exactly for 62, with the same
+//! floats for 61; the others are within 20% — the compiler re-loading values, or
+//! widening a load over an unused neighbour (a pad of 1 or 2 misaligns every other
+//! row: `A_sh[k * 129 + ...]`). A 128x128x8 tile (16x16 threads, 2x4 registers per
+//! axis) with the reduction loop rolled reads A as 8 scalar `LDS` per step in the
+//! tensor's order and 2 `LDS.128` with `m` innermost (pad 0 or 4), as modelled; a
+//! ResNet conv weight with `k` innermost likewise goes from 8 `LDS` to 2 `LDS.128`.
+//!
 //! Bank conflicts depend only on how the lanes' addresses differ, i.e. on the thread
 //! coordinates: a register position or reduction step adds the same constant to every
 //! lane, which permutes the banks and leaves the conflict degree unchanged. So the lanes
@@ -87,7 +101,7 @@ pub(crate) fn read_cost(indexing: &Indexing, input: usize, geo: &Geometry, banks
     let floats = offsets
         .iter()
         .fold(1i64, |acc, o| acc.saturating_mul(o.len()));
-    let by_width = match body_addresses(&offsets, &strides, tile.elements(), floats) {
+    let by_width = match body_addresses(&offsets, &strides, tile.allocated(), floats) {
         Some(addresses) => aligned_groups(&addresses, align),
         None => [floats, 0, 0],
     };

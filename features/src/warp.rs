@@ -45,6 +45,13 @@ impl WarpAccess {
         }
     }
 
+    /// Adds `delta` to every lane's address.
+    pub(crate) fn shift(&mut self, delta: i64) {
+        for start in &mut self.starts[..self.len] {
+            *start += delta;
+        }
+    }
+
     pub(crate) fn lanes(&self) -> usize {
         self.len
     }

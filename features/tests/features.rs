@@ -5,7 +5,7 @@
 
 use features::{FEATURE_COUNT, FEATURE_DOCS, FEATURE_NAMES, FeatureExtractor, feature_index};
 use proptest::prelude::*;
-use schedule::state::{ReductionSplit, SpatialSplit};
+use schedule::state::{ReductionSplit, SharedLayout, SpatialSplit};
 use schedule::validate::validate;
 use schedule::{Epilogue, GpuSpec, Sampler, State, Task, network, parse_shape};
 use std::time::Instant;
@@ -39,7 +39,7 @@ fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u3
 }
 
 /// The named features of `state`, checked to be a valid state of `task` on an H100.
-fn features(task: &Task, state: &State) -> impl Fn(&str) -> f32 {
+fn features(task: &Task, state: &State) -> impl Fn(&str) -> f32 + use<> {
     let gpu = GpuSpec::h100();
     assert_eq!(validate(&task.contraction(), state, &gpu), Ok(()));
     let values = FeatureExtractor::new(task, &gpu).extract(state);
@@ -213,6 +213,67 @@ fn contiguous_register_tiles_are_read_with_128_bit_loads() {
     // Lanes 8 floats apart reading 4 floats each use every other group of 4 banks:
     // 8 wavefronts for 4 wavefronts' worth of data.
     assert_eq!(f("weight_bank_conflict"), 2.0);
+}
+
+/// The 128x128x8 matmul tile of 256 threads (16 x 16, 8 x 8 registers as 2 x 4) with A
+/// in each layout; the middle reduction loop is unrolled.
+fn matmul_128(layout: SharedLayout) -> (Task, State) {
+    let mut s = state(
+        vec![sp(1, 16, 2, 4), sp(1, 16, 2, 4)],
+        vec![rd(8, 1)],
+        [4, 4],
+    );
+    s.unroll_max_step = 512;
+    s.shared_layout[0] = layout;
+    (task("matmul", "1024,1024,1024"), s)
+}
+
+#[test]
+fn a_transposed_and_padded_a_tile_has_no_bank_conflicts() {
+    let natural = {
+        let (t, s) = matmul_128(SharedLayout::NATURAL);
+        features(&t, &s)
+    };
+    // A_sh[(t_m * 8 + r) * 8 + k]: a warp's two t_m rows are 64 floats apart, in the
+    // same banks: 2 wavefronts per 128-bit load. Each thread's 8 k of one row merge
+    // into 2 LDS.128 (NVRTC emits 16 LDS.128 for A per 8 steps, as modelled).
+    assert_eq!(natural("input_transposed"), 0.0);
+    assert_eq!(natural("input_bank_conflict"), 2.0);
+    assert_eq!(natural("input_shared_loads_per_step"), 2.0);
+    assert_eq!(natural("input_shared_load_width"), 4.0);
+    assert_eq!(natural("input_store_bank_conflict"), 1.0);
+    assert_eq!(natural("input_fetch_store_width"), 4.0);
+    let transposed = |pad: u32| {
+        let (t, s) = matmul_128(SharedLayout {
+            innermost: Some(0),
+            pad,
+        });
+        features(&t, &s)
+    };
+    // A_sh[k * (128 + pad) + t_m * 8 + r]: the two rows are 8 floats apart, no conflict,
+    // and still 2 LDS.128 per step. The fetch's float4 along k is stored as 4 scalars,
+    // rows apart: lane m and lane m + 16 (k + 4) are 4 rows apart, 512 floats without
+    // padding (same bank: 2 wavefronts), 528 with 4 (16 banks apart: 1).
+    for pad in [0, 4] {
+        let f = transposed(pad);
+        assert_eq!(f("input_transposed"), 1.0);
+        assert_eq!(f("input_row_pad"), pad as f32);
+        assert_eq!(f("input_bank_conflict"), 1.0);
+        assert_eq!(f("input_shared_loads_per_step"), 2.0);
+        assert_eq!(f("input_shared_load_width"), 4.0);
+        assert_eq!(f("input_fetch_store_width"), 1.0);
+        let conflict = if pad == 0 { 2.0 } else { 1.0 };
+        assert_eq!(f("input_store_bank_conflict"), conflict, "pad {pad}");
+        assert!(f("input_shared_load_wavefronts") < natural("input_shared_load_wavefronts"));
+    }
+    assert_eq!(
+        transposed(4)("shared_bytes_per_block"),
+        4.0 * (8.0 * 132.0 + 8.0 * 128.0)
+    );
+    // A pad of 1 misaligns every other row: mixed widths, more loads.
+    let odd = transposed(1);
+    assert!(odd("input_shared_loads_per_step") > 2.0);
+    assert!(odd("input_shared_load_width") < 4.0);
 }
 
 // --- Occupancy and waves --------------------------------------------------------------
@@ -418,7 +479,12 @@ proptest! {
             unroll_max_step: unroll,
             vector_width: widths,
             split_k: next(),
-            shared_layout: Default::default(),
+            // Mostly valid layouts, some naming a dimension the input lacks or a pad
+            // outside the set.
+            shared_layout: [0, 1].map(|_| SharedLayout {
+                innermost: [None, None, Some(0), Some(1), Some(2)][(next() % 5) as usize],
+                pad: [0, 1, 2, 4, 3][(next() % 5) as usize],
+            }),
         };
         let values = FeatureExtractor::new(task, &GpuSpec::h100()).extract(&state);
         all_finite(&values)?;
@@ -479,8 +545,9 @@ fn every_feature_varies_over_states_and_tasks() {
             }
         }
     }
-    // Shared stores of the fetch are contiguous by construction: never a conflict.
-    let constant = ["input_store_bank_conflict", "weight_store_bank_conflict"];
+    // (Shared stores of the fetch conflict only in transposed or padded tiles, which
+    // the sampler draws, so every feature varies.)
+    let constant: [&str; 0] = [];
     // At 32 registers or more per thread (every real kernel), the register file holds
     // no more threads than the SM does: threads bind only in a tie, which sampled states
     // do not reach (`occupancy_limited_by_threads` constructs one).
