@@ -212,7 +212,10 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
             "bench conv2d --network resnet --log /dev/null --rounds 0",
             "--rounds",
         ),
-        ("bench matmul --network resnet --log /dev/null", "no matmul tasks"),
+        (
+            "bench matmul --network resnet --log /dev/null",
+            "no matmul tasks",
+        ),
         // No GPU here: one line, and no report directory left behind.
         (
             "bench conv2d --network resnet --log /dev/null --out OUT/bench",
