@@ -55,6 +55,10 @@ pub struct Measured {
     pub vendor: Option<Side>,
     /// The vendor routine that ran, e.g. `cudnn IMPLICIT_PRECOMP_GEMM`.
     pub vendor_algorithm: Option<String>,
+    /// The vendor's alternatives tried for this task (cuDNN: each algorithm its find
+    /// returned, with our protocol's time and cuDNN's own), so the choice can be checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vendor_candidates: Vec<String>,
     /// Largest |vendor − exact| over the output (the vendor's rounding; ours is exact).
     pub vendor_max_abs_error: Option<f64>,
     /// Why a side is missing or wrong, when one is.
@@ -289,6 +293,28 @@ impl Report {
             pct(s.geomean_ours_roofline_fraction),
             pct(s.geomean_vendor_roofline_fraction)
         );
+        if self
+            .rows
+            .iter()
+            .any(|r| !r.measured.vendor_candidates.is_empty())
+        {
+            let _ = writeln!(
+                md,
+                "\nVendor algorithms tried (our protocol; the fastest is used):\n"
+            );
+            for r in self
+                .rows
+                .iter()
+                .filter(|r| !r.measured.vendor_candidates.is_empty())
+            {
+                let _ = writeln!(
+                    md,
+                    "- {}: {}",
+                    r.measured.task,
+                    r.measured.vendor_candidates.join("; ")
+                );
+            }
+        }
         let problems: Vec<&Row> = self
             .rows
             .iter()
@@ -334,6 +360,9 @@ mod tests {
             ours: ours.map(side),
             vendor: vendor.map(side),
             vendor_algorithm: vendor.map(|_| "cudnn IMPLICIT_PRECOMP_GEMM".to_string()),
+            vendor_candidates: vec![
+                "IMPLICIT_PRECOMP_GEMM 20.00 µs (cuDNN's find: 18.00 µs)".into(),
+            ],
             vendor_max_abs_error: vendor.map(|_| 0.0),
             problem: ours
                 .is_none()

@@ -321,6 +321,10 @@ impl Session {
             ours: Side::from_samples(&our_samples),
             vendor: Side::from_samples(&vendor_samples),
             vendor_algorithm: vendor.describe(),
+            vendor_candidates: match &vendor {
+                VendorRun::Cudnn { timed, .. } => timed.clone(),
+                VendorRun::Cublas { .. } => Vec::new(),
+            },
             vendor_max_abs_error: Some(vendor_max_abs_error),
             problems,
         })
@@ -359,6 +363,7 @@ impl Session {
                     ..self.options.round_timing()
                 };
                 let mut best: Option<(f64, Algorithm)> = None;
+                let mut timed = Vec::new();
                 for algorithm in candidates {
                     let mut failure = None;
                     let t =
@@ -370,6 +375,15 @@ impl Session {
                             }
                             Ok(())
                         })?;
+                    timed.push(match &failure {
+                        None => format!(
+                            "{} {:.2} µs (cuDNN's find: {:.2} µs)",
+                            algorithm.name(),
+                            t.median_us,
+                            f64::from(algorithm.find_ms) * 1e3
+                        ),
+                        Some(e) => format!("{} failed: {e}", algorithm.name()),
+                    });
                     if failure.is_none() && best.is_none_or(|(us, _)| t.median_us < us) {
                         best = Some((t.median_us, algorithm));
                     }
@@ -382,6 +396,7 @@ impl Session {
                     cudnn,
                     algorithm,
                     workspace,
+                    timed,
                 })
             }
             (Operator::Matmul { m, n, k }, Some(Vendor::Cublas(cublas))) => Ok(VendorRun::Cublas {
@@ -419,6 +434,8 @@ enum VendorRun<'s> {
         cudnn: CudnnConv,
         algorithm: Algorithm,
         workspace: Buffer,
+        /// Every algorithm tried, with its time by our protocol (or its failure).
+        timed: Vec<String>,
     },
     Cublas {
         cublas: &'s Cublas,
@@ -434,6 +451,7 @@ impl VendorRun<'_> {
                 cudnn,
                 algorithm,
                 workspace,
+                ..
             } => cudnn.run(algorithm, three, workspace),
             VendorRun::Cublas { cublas, shape } => cublas.sgemm(*shape, three),
         }
@@ -456,6 +474,7 @@ pub struct TaskTimes {
     pub ours: Option<Side>,
     pub vendor: Option<Side>,
     pub vendor_algorithm: Option<String>,
+    pub vendor_candidates: Vec<String>,
     pub vendor_max_abs_error: Option<f64>,
     pub problems: Vec<String>,
 }
@@ -471,6 +490,7 @@ impl TaskTimes {
             ours: self.ours,
             vendor: self.vendor,
             vendor_algorithm: self.vendor_algorithm,
+            vendor_candidates: self.vendor_candidates,
             vendor_max_abs_error: self.vendor_max_abs_error,
             problem: (!problems.is_empty()).then(|| problems.join("; ")),
             ..base

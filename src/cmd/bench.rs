@@ -208,6 +208,7 @@ pub fn run(args: Args) -> Result<()> {
             ours: None,
             vendor: None,
             vendor_algorithm: None,
+            vendor_candidates: Vec::new(),
             vendor_max_abs_error: None,
             problem: p.problem.clone(),
         };
