@@ -202,7 +202,9 @@ impl Session {
         Ok(sets)
     }
 
-    fn run_ours(
+    /// Enqueues one of our kernels (or the reference) on `set`, zeroing the output first
+    /// where the kernel adds into it (split-K).
+    fn launch_kernel(
         &self,
         function: &Function,
         launch: LaunchConfig,
@@ -235,7 +237,7 @@ impl Session {
         let reference_fn =
             reference_module.function(&reference.name, reference.launch.dynamic_shared_bytes)?;
         ctx.poison(output(&sets[0]))?;
-        self.run_ours(&reference_fn, reference.launch, &sets[0])?;
+        self.launch_kernel(&reference_fn, reference.launch, &sets[0])?;
         let expected = ctx.download(output(&sets[0]))?;
 
         let mut problems = Vec::new();
@@ -244,7 +246,7 @@ impl Session {
             (Some(k), Some(m)) => {
                 let f = m.function(&k.name, k.launch.dynamic_shared_bytes)?;
                 ctx.poison(output(&sets[0]))?;
-                self.run_ours(&f, k.launch, &sets[0])?;
+                self.launch_kernel(&f, k.launch, &sets[0])?;
                 let got = ctx.download(output(&sets[0]))?;
                 match first_mismatch(&expected, &got) {
                     None => Some((f, k.launch)),
@@ -297,7 +299,7 @@ impl Session {
                             &spin,
                             self.device.sm_clock_mhz,
                             &round,
-                            |i| self.run_ours(f, *launch, &sets[i % sets.len()]),
+                            |i| self.launch_kernel(f, *launch, &sets[i % sets.len()]),
                         )?;
                         our_samples.extend(t.samples_us);
                     }
