@@ -68,7 +68,8 @@ fn le_u32(b: &[u8]) -> u32 {
 
 /// Iterates `(attribute, payload)` records of an `.nv.info` section: a format byte, an
 /// attribute byte, a 16-bit field (the payload length for EIFMT_SVAL, else the value).
-fn attributes(data: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+/// The SASS stage reads the per-kernel `.nv.info.<kernel>` sections with it too.
+pub fn attributes(data: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
     let mut pos = 0;
     std::iter::from_fn(move || {
         let header = data.get(pos..pos + 4)?;

@@ -1,3 +1,29 @@
 //! Second stage: SASS instruction reordering of the best kernel's cubin.
 //!
-//! Empty until the SASS issue: cubin decoding, dependency analysis, legal moves, rewrite, validation and the RL agent.
+//! The tile search leaves one compiled kernel per task; this stage permutes its
+//! machine instructions inside basic blocks to hide memory latency (after CuAsmRL,
+//! CGO'25), keeping every dependency ptxas encoded, validates every candidate bit for
+//! bit on the GPU, and keeps the fastest. See `shared/DESIGN.md`, "Stage 2".
+
+pub mod analysis;
+pub mod control;
+pub mod cubin;
+pub mod deploy;
+pub mod disasm;
+pub mod game;
+pub mod instr;
+pub mod latency;
+pub mod order;
+pub mod ppo;
+
+/// Why the stage could not work on a kernel (bad input or missing tools); failures of
+/// individual candidates are data, never errors.
+#[derive(Debug, thiserror::Error)]
+pub enum SassError {
+    #[error("{0}")]
+    Input(String),
+    #[error("{0}")]
+    Tool(String),
+    #[error("{0}")]
+    Gpu(String),
+}

@@ -1,0 +1,510 @@
+//! What may move: basic blocks, pinned instructions, and the dependency graph that any
+//! reordering must respect.
+//!
+//! The graph (petgraph) holds an edge `u → v` for every pair that must keep its
+//! original order: register and predicate def-use in both directions and def-def;
+//! scoreboard events (two users of one barrier, a barrier set before its waiter, a wait
+//! before the next set); wait coverage (an instruction that relies on an earlier
+//! instruction's wait for a variable-latency result stays after that wait — found by a
+//! dataflow of pending scoreboards over the control-flow graph); memory order (no access
+//! crosses a store or atomic of a space it may alias); and untracked variable-latency
+//! results (a load without a barrier of its own is covered by a later one's, so it keeps
+//! its order with every other variable-latency instruction).
+//!
+//! Fixed-latency results need distance, not order: ptxas encodes the issue distance in
+//! stall counts, so every producer → consumer pair keeps at least the smaller of its
+//! original distance and the latency the producer needs (the minimum distance observed
+//! for that producer opcode in this kernel, or the built-in table in `latency.rs`;
+//! unknown producers keep their original distance). Pairs that cross a block boundary
+//! are covered by keeping the stall cycles between a fixed-latency definition and the
+//! block end, and between the block start and a use of a register such a definition may
+//! reach, at their original values (capped at the longest fixed latency).
+
+use crate::SassError;
+use crate::cubin::{KernelText, WORD_BYTES};
+use crate::disasm::Line;
+use crate::instr::{Instruction, REG_IDS};
+use crate::latency::{self, Key};
+use petgraph::graphmap::DiGraphMap;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+/// Why two instructions must keep their order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dep {
+    /// Read after write of a register or predicate.
+    Raw,
+    /// Write after read.
+    War,
+    /// Write after write.
+    Waw,
+    /// Events on one scoreboard.
+    Scoreboard,
+    /// The later instruction relies on the earlier one's wait.
+    Coverage,
+    /// Accesses to one memory space, at least one a store or atomic.
+    Memory,
+    /// A variable-latency result without a barrier of its own.
+    Untracked,
+}
+
+/// Why an instruction may not move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pin {
+    /// Control flow, barriers, fences, warp-wide operations, CTA-id reads.
+    Opcode,
+    /// Its offset is named in `.nv.info.<kernel>`.
+    InfoAttribute,
+    /// A relocation patches it.
+    Relocation,
+}
+
+/// A fixed-latency producer → consumer pair that must stay `cycles` apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Distance {
+    pub producer: usize,
+    pub consumer: usize,
+    pub cycles: u32,
+}
+
+/// A minimum of stall cycles between an instruction and the edge of its block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgeDistance {
+    pub instruction: usize,
+    pub cycles: u32,
+}
+
+/// The analysed kernel: instructions in original order (index = original position).
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    pub name: String,
+    pub instructions: Vec<Instruction>,
+    pub pinned: Vec<Option<Pin>>,
+    /// Blocks as ranges of original positions.
+    pub blocks: Vec<Range<usize>>,
+    pub block_of: Vec<usize>,
+    /// Must-precede edges between original positions (within blocks).
+    pub graph: DiGraphMap<u32, Dep>,
+    pub distances: Vec<Distance>,
+    /// Stall cycles from the block start to the instruction (exclusive) must stay at
+    /// least this (a use a fixed-latency definition in another block may reach).
+    pub from_block_start: Vec<EdgeDistance>,
+    /// Stall cycles from the instruction (inclusive) to the block end must stay at
+    /// least this (a fixed-latency definition that may reach another block).
+    pub to_block_end: Vec<EdgeDistance>,
+    /// Constraints touching each instruction: indices into `distances`.
+    pub distances_of: Vec<Vec<usize>>,
+}
+
+impl Kernel {
+    /// Decodes and analyses a kernel: `lines` from nvdisasm must match `text`'s words.
+    pub fn analyze(text: &KernelText, lines: &[Line]) -> Result<Kernel, SassError> {
+        if lines.len() != text.words.len() {
+            return Err(SassError::Tool(format!(
+                "nvdisasm lists {} instructions for {} but its text holds {}",
+                lines.len(),
+                text.name,
+                text.words.len()
+            )));
+        }
+        for (i, (line, &(low, high))) in lines.iter().zip(&text.words).enumerate() {
+            if line.offset != i * WORD_BYTES || line.low != low || line.high != high {
+                return Err(SassError::Tool(format!(
+                    "nvdisasm's instruction at {:#x} does not match the cubin's bytes",
+                    line.offset
+                )));
+            }
+        }
+        let instructions: Vec<Instruction> = lines.iter().map(Instruction::parse).collect();
+        let pinned = instructions
+            .iter()
+            .map(|ins| {
+                if ins.pinned_by_opcode() {
+                    Some(Pin::Opcode)
+                } else if text.info_offsets.contains(&ins.offset) {
+                    Some(Pin::InfoAttribute)
+                } else if text.relocated.contains(&ins.offset) {
+                    Some(Pin::Relocation)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let blocks = split_blocks(&instructions);
+        let mut block_of = vec![0; instructions.len()];
+        for (b, range) in blocks.iter().enumerate() {
+            for i in range.clone() {
+                block_of[i] = b;
+            }
+        }
+        let mut kernel = Kernel {
+            name: text.name.clone(),
+            instructions,
+            pinned,
+            blocks,
+            block_of,
+            graph: DiGraphMap::new(),
+            distances: Vec::new(),
+            from_block_start: Vec::new(),
+            to_block_end: Vec::new(),
+            distances_of: Vec::new(),
+        };
+        let successors = kernel.successors();
+        let pending_in = kernel.pending_at_entry(&successors);
+        for b in 0..kernel.blocks.len() {
+            kernel.block_edges(b, &pending_in[b]);
+        }
+        kernel.latency_constraints(&successors);
+        Ok(kernel)
+    }
+
+    pub fn len(&self) -> usize {
+        self.instructions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.instructions.is_empty()
+    }
+
+    fn add_edge(&mut self, from: usize, to: usize, dep: Dep) {
+        if from != to && !self.graph.contains_edge(from as u32, to as u32) {
+            self.graph.add_edge(from as u32, to as u32, dep);
+        }
+    }
+
+    /// Successor blocks of each block (fall-through and branch targets; every block
+    /// for an indirect branch).
+    fn successors(&self) -> Vec<Vec<usize>> {
+        let mut by_label = HashMap::new();
+        for (b, range) in self.blocks.iter().enumerate() {
+            for label in &self.instructions[range.start].labels {
+                by_label.insert(label.as_str(), b);
+            }
+        }
+        let n = self.blocks.len();
+        self.blocks
+            .iter()
+            .enumerate()
+            .map(|(b, range)| {
+                let last = &self.instructions[range.end - 1];
+                let mut out = Vec::new();
+                if !last.unconditional_jump() && b + 1 < n {
+                    out.push(b + 1);
+                }
+                if last.ends_block() {
+                    match &last.target {
+                        Some(t) => match by_label.get(t.as_str()) {
+                            Some(&target) => out.push(target),
+                            None => out.extend(0..n),
+                        },
+                        None if matches!(last.base.as_str(), "BRX" | "JMX" | "RET") => {
+                            out.extend(0..n)
+                        }
+                        None => {}
+                    }
+                }
+                out.sort_unstable();
+                out.dedup();
+                out
+            })
+            .collect()
+    }
+
+    /// Scoreboards each register may still be pending on at each block's entry
+    /// (bit k: barrier k; bit 7: an untracked variable-latency result).
+    fn pending_at_entry(&self, successors: &[Vec<usize>]) -> Vec<Vec<u8>> {
+        let n = self.blocks.len();
+        let mut entry = vec![vec![0u8; REG_IDS]; n];
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for b in 0..n {
+                let mut state = entry[b].clone();
+                for i in self.blocks[b].clone() {
+                    transfer(&self.instructions[i], &mut state);
+                }
+                for &s in &successors[b] {
+                    for (e, &v) in entry[s].iter_mut().zip(&state) {
+                        if *e | v != *e {
+                            *e |= v;
+                            changed = true;
+                        }
+                    }
+                }
+            }
+        }
+        entry
+    }
+
+    /// Order edges of block `b`.
+    fn block_edges(&mut self, b: usize, pending_in: &[u8]) {
+        let range = self.blocks[b].clone();
+        let mut last_def: Vec<Option<usize>> = vec![None; REG_IDS];
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); REG_IDS];
+        let mut pending = pending_in.to_vec();
+        // Waiters that cleared a pending scoreboard of each register since its last
+        // definition: anything touching the register later stays after them.
+        let mut clears: Vec<Vec<usize>> = vec![Vec::new(); REG_IDS];
+        let mut last_event: [Option<usize>; 6] = [None; 6];
+        let mut memory: Vec<usize> = Vec::new();
+        let mut variable: Vec<usize> = Vec::new();
+        let mut untracked: Vec<usize> = Vec::new();
+        let mut edges = Vec::new();
+        for i in range {
+            let ins = &self.instructions[i];
+            let c = ins.control;
+            // The wait happens before the instruction issues.
+            if c.wait_mask != 0 {
+                for r in 0..REG_IDS {
+                    let p = pending[r];
+                    if p & c.wait_mask != 0 || p & 0x80 != 0 {
+                        clears[r].push(i);
+                        pending[r] &= !c.wait_mask;
+                    }
+                }
+            }
+            for &r in ins.uses.iter().chain(&ins.defs) {
+                for &w in &clears[r as usize] {
+                    edges.push((w, i, Dep::Coverage));
+                }
+            }
+            for &r in &ins.uses {
+                if let Some(d) = last_def[r as usize] {
+                    edges.push((d, i, Dep::Raw));
+                }
+            }
+            for &r in &ins.defs {
+                let r = r as usize;
+                if let Some(d) = last_def[r] {
+                    edges.push((d, i, Dep::Waw));
+                }
+                for &u in &readers[r] {
+                    edges.push((u, i, Dep::War));
+                }
+            }
+            // Scoreboard events in order: sets and waits of each barrier.
+            for k in 0..6u8 {
+                let sets = c.write_barrier == Some(k) || c.read_barrier == Some(k);
+                if sets || c.waits_on(k) {
+                    if let Some(prev) = last_event[k as usize] {
+                        edges.push((prev, i, Dep::Scoreboard));
+                    }
+                    last_event[k as usize] = Some(i);
+                }
+            }
+            if ins.accesses_memory() {
+                for &m in &memory {
+                    let other = &self.instructions[m];
+                    if conflicts(other, ins) {
+                        edges.push((m, i, Dep::Memory));
+                    }
+                }
+                memory.push(i);
+            }
+            if ins.variable_latency() {
+                for &u in &untracked {
+                    edges.push((u, i, Dep::Untracked));
+                }
+                let untracked_result = c.write_barrier.is_none() && !ins.defs.is_empty();
+                if untracked_result {
+                    for &v in &variable {
+                        edges.push((v, i, Dep::Untracked));
+                    }
+                    untracked.push(i);
+                }
+                variable.push(i);
+            }
+            // Update register state.
+            for &r in &ins.uses {
+                readers[r as usize].push(i);
+            }
+            for &r in &ins.defs {
+                let r = r as usize;
+                last_def[r] = Some(i);
+                readers[r].clear();
+                clears[r].clear();
+            }
+            transfer(ins, &mut pending);
+        }
+        for (u, v, dep) in edges {
+            self.add_edge(u, v, dep);
+        }
+    }
+
+    /// Distance constraints within blocks and at block edges.
+    fn latency_constraints(&mut self, successors: &[Vec<usize>]) {
+        let stall = |i: usize| u32::from(self.instructions[i].control.stall);
+        // Original distance between every fixed-latency producer and its consumers.
+        let mut pairs = Vec::new();
+        for range in &self.blocks {
+            let mut last_def: Vec<Option<usize>> = vec![None; REG_IDS];
+            for i in range.clone() {
+                let ins = &self.instructions[i];
+                for &r in &ins.uses {
+                    if let Some(d) = last_def[r as usize]
+                        && !self.instructions[d].variable_latency()
+                    {
+                        let dist: u32 = (d..i).map(stall).sum();
+                        let key = Key::of(&self.instructions[d], ins, r);
+                        pairs.push((d, i, dist, key));
+                    }
+                }
+                for &r in &ins.defs {
+                    last_def[r as usize] = Some(i);
+                }
+            }
+        }
+        let mut observed: BTreeMap<Key, u32> = BTreeMap::new();
+        for &(_, _, dist, ref key) in &pairs {
+            let e = observed.entry(key.clone()).or_insert(dist);
+            *e = (*e).min(dist);
+        }
+        let mut distances = Vec::new();
+        for (d, i, dist, key) in pairs {
+            let needed = latency::required(&key, observed.get(&key).copied(), dist);
+            if needed > 0 {
+                distances.push(Distance {
+                    producer: d,
+                    consumer: i,
+                    cycles: needed,
+                });
+            }
+        }
+        distances.sort_by_key(|d| (d.producer, d.consumer));
+        distances.dedup_by_key(|d| (d.producer, d.consumer));
+
+        // Block edges: fixed-latency definitions live at the end of a block, and
+        // uses at the start of a block of registers such definitions may reach.
+        let cap = latency::LONGEST_FIXED;
+        let mut hot_out: Vec<Vec<bool>> = Vec::new();
+        let mut to_end = Vec::new();
+        for (b, range) in self.blocks.iter().enumerate() {
+            let mut hot = vec![false; REG_IDS];
+            let mut seen = vec![false; REG_IDS];
+            let mut suffix = 0;
+            for i in range.clone().rev() {
+                suffix += stall(i);
+                let ins = &self.instructions[i];
+                let mut live_out = false;
+                for &r in &ins.defs {
+                    if !seen[r as usize] {
+                        seen[r as usize] = true;
+                        live_out = true;
+                        if !ins.variable_latency() && suffix < cap {
+                            hot[r as usize] = true;
+                        }
+                    }
+                }
+                if live_out && !ins.variable_latency() && !successors[b].is_empty() {
+                    to_end.push(EdgeDistance {
+                        instruction: i,
+                        cycles: suffix.min(cap),
+                    });
+                }
+            }
+            hot_out.push(hot);
+        }
+        let mut hot_in = vec![vec![false; REG_IDS]; self.blocks.len()];
+        for (b, succ) in successors.iter().enumerate() {
+            for &s in succ {
+                for r in 0..REG_IDS {
+                    hot_in[s][r] |= hot_out[b][r];
+                }
+            }
+        }
+        let mut from_start = Vec::new();
+        for (b, range) in self.blocks.iter().enumerate() {
+            let mut defined = vec![false; REG_IDS];
+            let mut prefix = 0;
+            for i in range.clone() {
+                let ins = &self.instructions[i];
+                let live_in_use = ins
+                    .uses
+                    .iter()
+                    .any(|&r| !defined[r as usize] && hot_in[b][r as usize]);
+                if live_in_use && prefix > 0 {
+                    from_start.push(EdgeDistance {
+                        instruction: i,
+                        cycles: prefix.min(cap),
+                    });
+                }
+                for &r in &ins.defs {
+                    defined[r as usize] = true;
+                }
+                prefix += stall(i);
+            }
+        }
+        let mut distances_of = vec![Vec::new(); self.len()];
+        for (k, d) in distances.iter().enumerate() {
+            distances_of[d.producer].push(k);
+            distances_of[d.consumer].push(k);
+        }
+        self.distances = distances;
+        self.distances_of = distances_of;
+        self.to_block_end = to_end;
+        self.from_block_start = from_start;
+    }
+}
+
+/// Splits at labels (branch targets) and after control flow.
+fn split_blocks(instructions: &[Instruction]) -> Vec<Range<usize>> {
+    let mut blocks = Vec::new();
+    let mut start = 0;
+    for (i, ins) in instructions.iter().enumerate() {
+        if i > start && !ins.labels.is_empty() {
+            blocks.push(start..i);
+            start = i;
+        }
+        if ins.ends_block() {
+            blocks.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    if start < instructions.len() {
+        blocks.push(start..instructions.len());
+    }
+    blocks
+}
+
+/// Pending scoreboards after `ins`: its wait clears, its barriers set.
+fn transfer(ins: &Instruction, pending: &mut [u8]) {
+    let c = ins.control;
+    if c.wait_mask != 0 {
+        for p in pending.iter_mut() {
+            *p &= !c.wait_mask | 0x80;
+        }
+    }
+    // A new definition replaces whatever was pending on the register.
+    for &r in &ins.defs {
+        pending[r as usize] = 0;
+    }
+    if let Some(k) = c.write_barrier {
+        for &r in &ins.defs {
+            pending[r as usize] |= 1 << k;
+        }
+    } else if ins.variable_latency() {
+        for &r in &ins.defs {
+            pending[r as usize] |= 0x80;
+        }
+    }
+    if let Some(k) = c.read_barrier {
+        for &r in &ins.uses {
+            pending[r as usize] |= 1 << k;
+        }
+    }
+}
+
+/// Whether two memory accesses must keep their order.
+fn conflicts(a: &Instruction, b: &Instruction) -> bool {
+    let hits = |w: Option<_>, other: &Instruction| {
+        w.is_some_and(|s: crate::instr::Space| {
+            [other.reads, other.writes]
+                .into_iter()
+                .flatten()
+                .any(|o| o.may_alias(s))
+        })
+    };
+    hits(a.writes, b) || hits(b.writes, a)
+}

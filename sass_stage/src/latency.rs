@@ -1,0 +1,108 @@
+//! How many cycles a fixed-latency result needs before a consumer may issue.
+//!
+//! ptxas knows the exact latencies and encodes its schedule in stall counts, so the
+//! smallest distance it left between a producer opcode and a consumer of the same kind
+//! in this kernel is a proven sufficient distance. A built-in table of sm_90 leads
+//! (shared/REFERENCE.md: integer ALU → ALU 6, → memory address 8, FP → FP 4,
+//! IMAD → IMAD 6, predicate → FP 5, predicate → branch or memory 13) raises that
+//! bound where the kernel offers few samples. A pair never needs more than it had
+//! originally (ptxas's own schedule is legal), and a producer neither observed nor in
+//! the table keeps its original distance to each consumer.
+
+use crate::instr::{Instruction, PRED_BASE, Reg, UPRED_BASE, UREG_BASE};
+
+/// Longest fixed latency on sm_90 that stall counts must cover (predicate → branch).
+pub const LONGEST_FIXED: u32 = 13;
+
+/// What the consumer does with the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Consumer {
+    /// Address or data of a memory instruction, or its guard.
+    Memory,
+    /// A branch or other control flow.
+    Control,
+    Other,
+}
+
+/// The class of a producer → consumer pair whose observed distances are pooled.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// The producer's opcode without modifiers.
+    pub producer: String,
+    pub consumer: Consumer,
+    /// The value is a predicate (or uniform predicate).
+    pub predicate: bool,
+}
+
+impl Key {
+    pub fn of(producer: &Instruction, consumer: &Instruction, register: Reg) -> Key {
+        let kind = if consumer.ends_block() {
+            Consumer::Control
+        } else if consumer.accesses_memory() || consumer.variable_latency() {
+            Consumer::Memory
+        } else {
+            Consumer::Other
+        };
+        let predicate =
+            (PRED_BASE..UREG_BASE).contains(&register) || register >= UPRED_BASE;
+        Key {
+            producer: producer.base.clone(),
+            consumer: kind,
+            predicate,
+        }
+    }
+}
+
+/// The table's lead for a pair, when the producer is a known fixed-latency opcode.
+pub fn table(key: &Key) -> Option<u32> {
+    const FP: &[&str] = &["FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "FSETP", "HFMA2", "HADD2"];
+    const INT: &[&str] = &[
+        "IADD3", "IMAD", "LOP3", "SHF", "LEA", "ISETP", "MOV", "SEL", "IMNMX", "PRMT", "IABS",
+        "PLOP3", "SGXT", "BMSK", "UIADD3", "UMOV", "ULEA", "ULOP3", "USHF", "UIMAD", "USEL",
+        "UISETP", "UPRMT", "R2P", "P2R", "IDP", "VIADD", "VIMNMX", "CS2R",
+    ];
+    let p = key.producer.as_str();
+    if !FP.contains(&p) && !INT.contains(&p) {
+        return None;
+    }
+    Some(match (key.predicate, key.consumer) {
+        (true, Consumer::Memory | Consumer::Control) => 13,
+        (true, Consumer::Other) => 5,
+        (false, Consumer::Memory | Consumer::Control) => 8,
+        (false, Consumer::Other) if FP.contains(&p) => 4,
+        (false, Consumer::Other) => 6,
+    })
+}
+
+/// Cycles a pair with this key, originally `original` apart, must keep.
+pub fn required(key: &Key, observed: Option<u32>, original: u32) -> u32 {
+    match (table(key), observed) {
+        (None, None) => original,
+        (t, o) => t.unwrap_or(0).max(o.unwrap_or(0)).min(original),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(producer: &str, consumer: Consumer, predicate: bool) -> Key {
+        Key {
+            producer: producer.into(),
+            consumer,
+            predicate,
+        }
+    }
+
+    #[test]
+    fn never_more_than_the_original_and_unknown_keeps_it() {
+        let k = key("IMAD", Consumer::Memory, false);
+        assert_eq!(required(&k, Some(5), 20), 8);
+        assert_eq!(required(&k, Some(10), 20), 10);
+        assert_eq!(required(&k, Some(5), 6), 6);
+        let odd = key("XYZZY", Consumer::Other, false);
+        assert_eq!(required(&odd, None, 11), 11);
+        assert_eq!(required(&odd, Some(3), 11), 3);
+        assert_eq!(table(&key("ISETP", Consumer::Control, true)), Some(13));
+    }
+}

@@ -1,0 +1,440 @@
+//! A reordering of a kernel's instructions: the moves the agents may make, applying
+//! them, re-checking a whole order against every dependency, and the words to write.
+//!
+//! A move swaps a memory instruction with its neighbour inside a basic block. It is
+//! legal when neither is pinned, no dependency edge joins them, and every distance
+//! constraint touching either still holds afterwards. Writing an order permutes the
+//! 16-byte words and clears the operand-reuse flags of every instruction whose
+//! successor changed (the moved pair and the one before them): a reuse flag promises
+//! the value to the next instruction, which is no longer the same one.
+
+use crate::analysis::{Dep, Kernel};
+use crate::control::Control;
+use crate::game::{Action, Direction};
+
+/// Instruction order: `at[position]` is an original index, `pos` its inverse.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Order {
+    at: Vec<u32>,
+    pos: Vec<u32>,
+}
+
+/// Why an order is not legal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("the order is not a permutation of the kernel's {0} instructions")]
+    NotAPermutation(usize),
+    #[error("instruction {0} left its basic block")]
+    LeftBlock(usize),
+    #[error("pinned instruction {0} moved")]
+    PinnedMoved(usize),
+    #[error("instruction {to} now precedes {from} ({dep:?} dependency)")]
+    Order { from: usize, to: usize, dep: Dep },
+    #[error("instructions {producer} → {consumer} are {cycles} cycles apart, {needed} needed")]
+    Distance {
+        producer: usize,
+        consumer: usize,
+        cycles: u32,
+        needed: u32,
+    },
+    #[error("instruction {0} is too close to the edge of its block")]
+    BlockEdge(usize),
+}
+
+impl Order {
+    /// The original order.
+    pub fn identity(n: usize) -> Order {
+        let at: Vec<u32> = (0..n as u32).collect();
+        Order {
+            pos: at.clone(),
+            at,
+        }
+    }
+
+    /// An order from `at[position] = original index` (checked by `Kernel::verify`).
+    pub fn from_positions(at: Vec<u32>) -> Order {
+        let mut pos = vec![u32::MAX; at.len()];
+        for (p, &i) in at.iter().enumerate() {
+            if let Some(slot) = pos.get_mut(i as usize) {
+                *slot = p as u32;
+            }
+        }
+        Order { at, pos }
+    }
+
+    pub fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
+
+    /// Original index of the instruction at `position`.
+    pub fn at(&self, position: usize) -> usize {
+        self.at[position] as usize
+    }
+
+    /// Current position of original instruction `index`.
+    pub fn position(&self, index: usize) -> usize {
+        self.pos[index] as usize
+    }
+
+    pub fn positions(&self) -> &[u32] {
+        &self.at
+    }
+
+    /// Swaps the instructions at `p` and `p + 1`.
+    pub fn swap(&mut self, p: usize) {
+        self.at.swap(p, p + 1);
+        self.pos[self.at[p] as usize] = p as u32;
+        self.pos[self.at[p + 1] as usize] = (p + 1) as u32;
+    }
+
+    /// Original indices whose position differs from the original.
+    pub fn moved(&self) -> Vec<usize> {
+        (0..self.len()).filter(|&i| self.pos[i] as usize != i).collect()
+    }
+}
+
+impl Kernel {
+    fn stall(&self, index: usize) -> u32 {
+        u32::from(self.instructions[index].control.stall)
+    }
+
+    /// Stall cycles between the issue of the instructions at positions `from` and `to`,
+    /// counting at most up to `enough`.
+    fn cycles(&self, order: &Order, from: usize, to: usize, enough: u32) -> u32 {
+        let mut sum = 0;
+        for p in from..to {
+            sum += self.stall(order.at(p));
+            if sum >= enough {
+                break;
+            }
+        }
+        sum
+    }
+
+    /// Whether the distance constraints touching original instruction `i` hold.
+    fn distances_hold(&self, order: &Order, i: usize) -> Result<(), Violation> {
+        for &k in &self.distances_of[i] {
+            let d = self.distances[k];
+            let (p, c) = (order.position(d.producer), order.position(d.consumer));
+            let cycles = if p < c {
+                self.cycles(order, p, c, d.cycles)
+            } else {
+                0
+            };
+            if cycles < d.cycles {
+                return Err(Violation::Distance {
+                    producer: d.producer,
+                    consumer: d.consumer,
+                    cycles,
+                    needed: d.cycles,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the block-edge distances of the instructions in `indices` hold.
+    fn block_edges_hold(&self, order: &Order, indices: &[usize]) -> Result<(), Violation> {
+        for e in &self.from_block_start {
+            if indices.contains(&e.instruction) {
+                let block = &self.blocks[self.block_of[e.instruction]];
+                let p = order.position(e.instruction);
+                if self.cycles(order, block.start, p, e.cycles) < e.cycles {
+                    return Err(Violation::BlockEdge(e.instruction));
+                }
+            }
+        }
+        for e in &self.to_block_end {
+            if indices.contains(&e.instruction) {
+                let block = &self.blocks[self.block_of[e.instruction]];
+                let p = order.position(e.instruction);
+                if self.cycles(order, p, block.end, e.cycles) < e.cycles {
+                    return Err(Violation::BlockEdge(e.instruction));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The position a move takes the instruction at `action.row` to, if the move
+    /// stays in bounds.
+    fn partner(&self, action: Action) -> Option<usize> {
+        match action.direction {
+            Direction::Up => action.row.checked_sub(1),
+            Direction::Down => (action.row + 1 < self.len()).then_some(action.row + 1),
+        }
+    }
+
+    /// Whether `action` is legal in `order`.
+    pub fn legal(&self, order: &Order, action: Action) -> bool {
+        let Some(other) = self.partner(action) else {
+            return false;
+        };
+        let (a, b) = (order.at(action.row), order.at(other));
+        if !self.instructions[a].movable()
+            || self.pinned[a].is_some()
+            || self.pinned[b].is_some()
+            || self.block_of[a] != self.block_of[b]
+            || self.graph.contains_edge(a as u32, b as u32)
+            || self.graph.contains_edge(b as u32, a as u32)
+        {
+            return false;
+        }
+        let mut after = order.clone();
+        after.swap(action.row.min(other));
+        self.distances_hold(&after, a).is_ok()
+            && self.distances_hold(&after, b).is_ok()
+            && self.block_edges_hold(&after, &[a, b]).is_ok()
+    }
+
+    /// Every legal action in `order`, as a mask over action indices.
+    pub fn legal_mask(&self, order: &Order) -> Vec<bool> {
+        (0..2 * self.len())
+            .map(|i| self.legal(order, Action::from_index(i)))
+            .collect()
+    }
+
+    /// Applies `action`, which must be legal.
+    pub fn apply(&self, order: &mut Order, action: Action) {
+        debug_assert!(self.legal(order, action));
+        let other = self.partner(action).expect("legal actions stay in bounds");
+        order.swap(action.row.min(other));
+    }
+
+    /// Re-checks a whole order against every constraint.
+    pub fn verify(&self, order: &Order) -> Result<(), Violation> {
+        let n = self.len();
+        if order.len() != n || order.pos.iter().any(|&p| p as usize >= n) {
+            return Err(Violation::NotAPermutation(n));
+        }
+        for i in 0..n {
+            if order.at(order.position(i)) != i {
+                return Err(Violation::NotAPermutation(n));
+            }
+            let block = &self.blocks[self.block_of[i]];
+            if !block.contains(&order.position(i)) {
+                return Err(Violation::LeftBlock(i));
+            }
+            if self.pinned[i].is_some() && order.position(i) != i {
+                return Err(Violation::PinnedMoved(i));
+            }
+        }
+        for (from, to, &dep) in self.graph.all_edges() {
+            if order.position(from as usize) > order.position(to as usize) {
+                return Err(Violation::Order {
+                    from: from as usize,
+                    to: to as usize,
+                    dep,
+                });
+            }
+        }
+        for i in 0..n {
+            self.distances_hold(order, i)?;
+        }
+        let all: Vec<usize> = self
+            .from_block_start
+            .iter()
+            .chain(&self.to_block_end)
+            .map(|e| e.instruction)
+            .collect();
+        self.block_edges_hold(order, &all)
+    }
+
+    /// The kernel's words in `order`, with stale reuse flags cleared.
+    pub fn words(&self, order: &Order) -> Vec<(u64, u64)> {
+        let n = self.len();
+        (0..n)
+            .map(|p| {
+                let i = order.at(p);
+                let ins = &self.instructions[i];
+                let next_now = (p + 1 < n).then(|| order.at(p + 1));
+                let next_before = (i + 1 < n).then_some(i + 1);
+                let mut high = ins.high;
+                if next_now != next_before {
+                    let mut c = Control::decode(high);
+                    c.reuse = 0;
+                    high = c.encode(high);
+                }
+                (ins.low, high)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cubin::KernelText;
+    use crate::disasm::Line;
+
+    /// Control bits: stall, write barrier, wait mask.
+    fn ctl(stall: u8, write_barrier: Option<u8>, wait_mask: u8) -> Control {
+        Control {
+            stall,
+            yield_bit: true,
+            write_barrier,
+            read_barrier: None,
+            wait_mask,
+            reuse: 0,
+        }
+    }
+
+    fn kernel(code: &[(&str, Control)]) -> Kernel {
+        let lines: Vec<Line> = code
+            .iter()
+            .enumerate()
+            .map(|(i, (text, c))| Line {
+                offset: i * 16,
+                text: text.to_string(),
+                low: i as u64,
+                high: c.encode(0),
+                labels: vec![],
+            })
+            .collect();
+        let text = KernelText {
+            name: "k".into(),
+            file_offset: 0,
+            words: lines.iter().map(|l| (l.low, l.high)).collect(),
+            info_offsets: Default::default(),
+            relocated: Default::default(),
+        };
+        Kernel::analyze(&text, &lines).unwrap()
+    }
+
+    fn up(row: usize) -> Action {
+        Action {
+            row,
+            direction: Direction::Up,
+        }
+    }
+
+    fn swap_verdict(k: &Kernel, row: usize) -> (bool, Result<(), Violation>) {
+        let legal = k.legal(&Order::identity(k.len()), up(row));
+        let mut order = Order::identity(k.len());
+        order.swap(row - 1);
+        (legal, k.verify(&order))
+    }
+
+    #[test]
+    fn independent_load_may_move_up_and_the_original_verifies() {
+        let k = kernel(&[
+            ("FFMA R20, R21, R22, R20", ctl(4, None, 0)),
+            ("LDG.E R4, desc[UR4][R8.64]", ctl(1, Some(0), 0)),
+            ("EXIT", ctl(5, None, 1)),
+        ]);
+        assert_eq!(k.verify(&Order::identity(3)), Ok(()));
+        let (legal, verdict) = swap_verdict(&k, 1);
+        assert!(legal);
+        assert_eq!(verdict, Ok(()));
+        // The pinned EXIT and the block edge stop everything else.
+        let mask = k.legal_mask(&Order::identity(3));
+        assert_eq!(mask.iter().filter(|&&m| m).count(), 1);
+    }
+
+    #[test]
+    fn register_pairs_are_dependencies() {
+        let k = kernel(&[
+            ("LDG.E.64 R4, desc[UR4][R8.64]", ctl(1, None, 0)),
+            ("FADD R10, R5, R5", ctl(4, None, 0)),
+            ("IMAD.WIDE R8, R2, 0x4, R6", ctl(4, None, 0)),
+            ("LDG.E R12, desc[UR4][R9.64]", ctl(1, Some(1), 0)),
+        ]);
+        let (legal, verdict) = swap_verdict(&k, 1);
+        assert!(!legal && matches!(verdict, Err(Violation::Order { dep: Dep::Raw, .. })));
+        // R9 is the high half of the IMAD.WIDE result.
+        let (legal, verdict) = swap_verdict(&k, 3);
+        assert!(!legal && matches!(verdict, Err(Violation::Order { dep: Dep::Raw, .. })));
+    }
+
+    #[test]
+    fn two_users_of_one_scoreboard_keep_their_order() {
+        let k = kernel(&[
+            ("LDS R4, [R2]", ctl(1, Some(0), 0)),
+            ("LDS R5, [R3]", ctl(1, Some(0), 0)),
+        ]);
+        let (legal, verdict) = swap_verdict(&k, 1);
+        assert!(!legal);
+        assert!(matches!(verdict, Err(Violation::Order { dep: Dep::Scoreboard, .. })));
+    }
+
+    #[test]
+    fn a_barrier_holder_does_not_pass_an_untracked_load() {
+        let k = kernel(&[
+            ("LDS R4, [R2]", ctl(1, None, 0)),
+            ("LDS R5, [R3]", ctl(1, Some(0), 0)),
+            ("FADD R6, R4, R5", ctl(4, None, 1)),
+        ]);
+        let (legal, verdict) = swap_verdict(&k, 1);
+        assert!(!legal);
+        assert!(matches!(verdict, Err(Violation::Order { dep: Dep::Untracked, .. })));
+    }
+
+    #[test]
+    fn stall_distances_to_a_load_address_are_kept() {
+        let k = kernel(&[
+            ("IADD3 R8, R8, 0x10, RZ", ctl(1, None, 0)),
+            ("FFMA R20, R21, R22, R20", ctl(6, None, 0)),
+            ("LDG.E R4, desc[UR4][R8.64]", ctl(1, Some(0), 0)),
+        ]);
+        let (legal, verdict) = swap_verdict(&k, 2);
+        assert!(!legal);
+        assert!(
+            matches!(verdict, Err(Violation::Distance { cycles: 1, needed: 7, .. })),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn a_use_covered_by_an_earlier_wait_stays_after_it() {
+        let k = kernel(&[
+            ("LDG.E R4, desc[UR4][R8.64]", ctl(1, Some(0), 0)),
+            ("FADD R6, R4, R4", ctl(4, None, 1)),
+            ("STS [R10], R4", ctl(1, None, 0)),
+        ]);
+        // The STS reads R4 without waiting: only the FADD's wait makes that safe.
+        let (legal, verdict) = swap_verdict(&k, 2);
+        assert!(!legal);
+        assert!(matches!(verdict, Err(Violation::Order { dep: Dep::Coverage, .. })));
+    }
+
+    #[test]
+    fn loads_do_not_cross_stores_of_the_same_space() {
+        let k = kernel(&[
+            ("STS [R10], R11", ctl(1, None, 0)),
+            ("LDS R4, [R12]", ctl(1, Some(0), 0)),
+            ("STG.E desc[UR4][R14.64], R15", ctl(1, None, 0)),
+            ("LDS R5, [R13]", ctl(1, Some(1), 0)),
+        ]);
+        let (legal, verdict) = swap_verdict(&k, 1);
+        assert!(!legal && matches!(verdict, Err(Violation::Order { dep: Dep::Memory, .. })));
+        // Global store, shared load: free.
+        let (legal, verdict) = swap_verdict(&k, 3);
+        assert!(legal && verdict.is_ok(), "{verdict:?}");
+    }
+
+    #[test]
+    fn words_clear_reuse_flags_where_the_successor_changed() {
+        let mut reuse = ctl(1, None, 0);
+        reuse.reuse = 0b0011;
+        let k = kernel(&[
+            ("FFMA R20, R21, R22, R20", reuse),
+            ("FFMA R24, R21, R22, R24", reuse),
+            ("LDG.E R4, desc[UR4][R8.64]", ctl(1, Some(0), 0)),
+            ("FFMA R26, R21, R22, R26", reuse),
+        ]);
+        let mut order = Order::identity(4);
+        assert_eq!(k.words(&order)[0].1, k.instructions[0].high);
+        k.apply(&mut order, up(2));
+        let words = k.words(&order);
+        let reuse_of = |w: (u64, u64)| Control::decode(w.1).reuse;
+        assert_eq!(words[1].0, 2, "the load moved up");
+        assert_eq!(reuse_of(words[0]), 0, "the instruction before the pair");
+        assert_eq!(reuse_of(words[1]), 0, "the moved pair");
+        assert_eq!(reuse_of(words[2]), 0, "the moved pair");
+        assert_eq!(reuse_of(words[3]), 0b0011, "untouched");
+    }
+}

@@ -1,0 +1,152 @@
+//! The stage on real kernels compiled here with NVRTC for sm_90 (no GPU needed):
+//! the original order verifies, random legal walks stay legal, and a reordered cubin
+//! disassembles to exactly the original lines with the moved ones exchanged.
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use sass_stage::analysis::Kernel;
+use sass_stage::cubin::Cubin;
+use sass_stage::disasm::disassemble;
+use sass_stage::game::Action;
+use sass_stage::order::Order;
+
+/// (cubin, kernel name) of sampled states of a few ResNet layers.
+fn kernels() -> Vec<(Vec<u8>, String)> {
+    let gpu = schedule::GpuSpec::h100();
+    let mut out = Vec::new();
+    for (shape, seed) in [
+        ("1,64,56,56,64,3,3,1,1", 1),
+        ("1,256,14,14,256,3,3,1,1", 2),
+        ("1,512,7,7,2048,1,1,1,0", 3),
+    ] {
+        let op = schedule::parse_shape("conv2d", shape).unwrap();
+        let task = schedule::Task::new(op, schedule::Epilogue::default()).unwrap();
+        for state in schedule::Sampler::new(&task, &gpu, seed).sample_distinct(2) {
+            let k = schedule::generate(&task, &state, &gpu).unwrap();
+            let compiled = gpu::compile(&k.source, &k.name, "sm_90").unwrap();
+            out.push((compiled.cubin, k.name));
+        }
+    }
+    out
+}
+
+fn analyze(cubin: &Cubin, name: &str) -> Kernel {
+    let text = cubin.kernel(name).unwrap();
+    let lines = disassemble(cubin.bytes(), name).unwrap();
+    Kernel::analyze(&text, &lines).unwrap()
+}
+
+/// A random walk of up to `steps` legal moves.
+fn walk(kernel: &Kernel, steps: usize, seed: u64) -> Order {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut order = Order::identity(kernel.len());
+    for _ in 0..steps {
+        let legal: Vec<usize> = kernel
+            .legal_mask(&order)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &l)| l.then_some(i))
+            .collect();
+        if legal.is_empty() {
+            break;
+        }
+        let pick = legal[(rng.next_u64() % legal.len() as u64) as usize];
+        kernel.apply(&mut order, Action::from_index(pick));
+    }
+    order
+}
+
+fn without_reuse(text: &str) -> String {
+    text.replace(".reuse", "")
+}
+
+#[test]
+fn real_kernels_analyse_and_random_legal_walks_verify() {
+    let mut movable_somewhere = false;
+    for (bytes, name) in kernels() {
+        let cubin = Cubin::parse(bytes).unwrap();
+        let kernel = analyze(&cubin, &name);
+        assert_eq!(kernel.verify(&Order::identity(kernel.len())), Ok(()), "{name}");
+        let legal = kernel
+            .legal_mask(&Order::identity(kernel.len()))
+            .iter()
+            .filter(|&&l| l)
+            .count();
+        movable_somewhere |= legal > 0;
+        for seed in 0..3 {
+            let order = walk(&kernel, 60, seed);
+            assert_eq!(kernel.verify(&order), Ok(()), "{name} seed {seed}");
+        }
+    }
+    assert!(movable_somewhere, "no legal move in any kernel");
+}
+
+#[test]
+fn a_reordered_cubin_disassembles_to_the_moved_lines_and_keeps_pinned_offsets() {
+    for (bytes, name) in kernels().into_iter().take(3) {
+        let cubin = Cubin::parse(bytes).unwrap();
+        let text = cubin.kernel(&name).unwrap();
+        let kernel = analyze(&cubin, &name);
+        let order = walk(&kernel, 40, 7);
+        assert!(!order.moved().is_empty(), "{name}: the walk moved nothing");
+        let rewritten = cubin.with_text(&text, &kernel.words(&order));
+        assert_eq!(rewritten.len(), cubin.bytes().len());
+        // Only the text section's bytes changed.
+        let range = text.file_offset..text.file_offset + 16 * text.words.len();
+        for (i, (a, b)) in cubin.bytes().iter().zip(&rewritten).enumerate() {
+            assert!(a == b || range.contains(&i), "byte {i} outside the text changed");
+        }
+        let again = Cubin::parse(rewritten).unwrap();
+        let lines = disassemble(again.bytes(), &name).unwrap();
+        for (p, line) in lines.iter().enumerate() {
+            let original = &kernel.instructions[order.at(p)];
+            assert_eq!(without_reuse(&line.text), without_reuse(&original.text), "{name} @{p}");
+            assert_eq!(line.low, original.low);
+        }
+        for (i, pin) in kernel.pinned.iter().enumerate() {
+            if pin.is_some() {
+                assert_eq!(order.position(i), i, "{name}: pinned {i} moved");
+            }
+        }
+        // The rewritten kernel analyses again, and the move back to the original
+        // order is legal in it as a whole.
+        let reanalysed = Kernel::analyze(&again.kernel(&name).unwrap(), &lines).unwrap();
+        assert_eq!(reanalysed.verify(&Order::identity(lines.len())), Ok(()));
+    }
+}
+
+#[test]
+fn the_verifier_rejects_a_hand_made_illegal_swap() {
+    let (bytes, name) = kernels().remove(0);
+    let cubin = Cubin::parse(bytes).unwrap();
+    let kernel = analyze(&cubin, &name);
+    let (from, to, _) = kernel
+        .graph
+        .all_edges()
+        .find(|&(a, b, _)| b == a + 1)
+        .expect("some adjacent pair depends on each other");
+    let mut order = Order::identity(kernel.len());
+    order.swap(from as usize);
+    assert!(kernel.verify(&order).is_err(), "{from} -> {to}");
+}
+
+#[test]
+fn bad_inputs_give_one_clear_error() {
+    let (bytes, name) = kernels().remove(0);
+    let cubin = Cubin::parse(bytes.clone()).unwrap();
+    let e = cubin.kernel("no_such_kernel").unwrap_err().to_string();
+    assert!(e.contains("no_such_kernel is not in the cubin") && e.contains(&name), "{e}");
+    // An sm_80 cubin of the same kernel is refused.
+    let gpu = schedule::GpuSpec::h100();
+    let op = schedule::parse_shape("conv2d", "1,64,56,56,64,3,3,1,1").unwrap();
+    let task = schedule::Task::new(op, schedule::Epilogue::default()).unwrap();
+    let state = schedule::Sampler::new(&task, &gpu, 1).sample().unwrap();
+    let k = schedule::generate(&task, &state, &gpu).unwrap();
+    if let Ok(old) = gpu::compile(&k.source, &k.name, "sm_80") {
+        let e = Cubin::parse(old.cubin).unwrap_err().to_string();
+        assert!(e.contains("sm_80") && e.contains("sm_90 only"), "{e}");
+    }
+    let mut corrupt = bytes;
+    corrupt.truncate(100);
+    assert!(Cubin::parse(corrupt).is_err());
+}
