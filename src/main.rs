@@ -31,11 +31,18 @@ enum Command {
     Export(cmd::export::Args),
     /// Our best kernels against cuDNN / cuBLAS, side by side on this GPU.
     Bench(cmd::bench::Args),
+    /// Second stage: reorder the SASS of each task's best kernel, validated on the GPU.
+    Sass(cmd::sass::Args),
+    /// Both stages (tune, then sass) and the deploy cache.
+    Pipeline(cmd::pipeline::Args),
     /// Write the analytical features of measured or sampled states as CSV.
     Features(cmd::features::Args),
     /// Cost-model tools.
     #[command(subcommand)]
     Model(cmd::model::Command),
+    /// The deploy cache: the best cubin of each task per GPU.
+    #[command(subcommand)]
+    Deploy(cmd::deploy::Command),
     /// The measurement worker process (started by `tune`).
     #[command(hide = true)]
     Worker(cmd::worker::Args),
@@ -69,7 +76,10 @@ fn main() -> ExitCode {
         Command::Export(args) => cmd::export::run(args),
         Command::Features(args) => cmd::features::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Sass(args) => cmd::sass::run(args),
+        Command::Pipeline(args) => cmd::pipeline::run(args),
         Command::Model(command) => cmd::model::run(command),
+        Command::Deploy(command) => cmd::deploy::run(command),
         Command::Worker(args) => return cmd::worker::run(args),
     };
     match result {

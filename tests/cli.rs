@@ -257,3 +257,111 @@ fn compiling_without_nvrtc_is_one_clear_line() {
         );
     }
 }
+
+/// A deploy cache with one kernel, written through the library as the pipeline would.
+fn deploy_cache(dir: &Path) -> sass_stage::deploy::DeployEntry {
+    use sass_stage::deploy::{DeployCache, NewEntry, Stage, TOOL_VERSION};
+    let mut cache = DeployCache::open(dir).unwrap();
+    let new = NewEntry {
+        gpu: "NVIDIA H100 80GB HBM3".to_string(),
+        compute_capability: (9, 0),
+        task: "matmul_m512_n512_k512".to_string(),
+        kernel: "default_function_kernel".to_string(),
+        launch: schedule::LaunchConfig {
+            grid: 64,
+            block: 256,
+            dynamic_shared_bytes: 32768,
+            zero_output: false,
+        },
+        stage1_us: 21.5,
+        final_us: 19.25,
+        stage: Stage::Sass,
+        created_by: TOOL_VERSION.to_string(),
+    };
+    cache
+        .store(new, b"\x7fELF not really a cubin")
+        .unwrap()
+        .entry
+}
+
+#[test]
+fn deploy_lookup_prints_the_cached_kernel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let entry = deploy_cache(tmp.path());
+    let dir = tmp.path().to_str().unwrap();
+    let args = [
+        "deploy",
+        "lookup",
+        "--cache",
+        dir,
+        "--task",
+        "matmul_m512_n512_k512",
+        "--gpu",
+        "NVIDIA H100 80GB HBM3",
+        "--cc",
+        "9.0",
+    ];
+    let o = tilesched(&args);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let path = tmp.path().join(&entry.cubin);
+    let expected = [
+        format!("path: {}", path.display()),
+        "kernel: default_function_kernel".to_string(),
+        "grid: 64".to_string(),
+        "block: 256".to_string(),
+        "dynamic_shared_bytes: 32768".to_string(),
+        "zero_output: false".to_string(),
+        "stage1_us: 21.5".to_string(),
+        "final_us: 19.25".to_string(),
+        "stage: sass".to_string(),
+    ];
+    assert_eq!(out.lines().collect::<Vec<_>>(), expected, "{out}");
+
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let o = tilesched(&json_args);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["path"], path.to_str().unwrap());
+    assert_eq!(v["launch"]["dynamic_shared_bytes"], 32768);
+    assert_eq!(v["sha256"], entry.sha256.as_str());
+
+    // A modified cubin is refused.
+    std::fs::write(&path, b"\x7fELF tampered").unwrap();
+    let err = fails(&args);
+    assert!(err.contains("does not match its recorded sha256"), "{err}");
+}
+
+#[test]
+fn deploy_lookup_errors_are_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    deploy_cache(tmp.path());
+    let dir = tmp.path().to_str().unwrap();
+    let h100 = "NVIDIA H100 80GB HBM3";
+    let lookup = |cache: &str, task: &str, gpu: &str, cc: &str| {
+        fails(&[
+            "deploy", "lookup", "--cache", cache, "--task", task, "--gpu", gpu, "--cc", cc,
+        ])
+    };
+    let err = lookup(dir, "matmul_m1_n1_k1", h100, "9.0");
+    assert!(
+        err.contains("no deployed kernel for task matmul_m1_n1_k1")
+            && err.contains("matmul_m512_n512_k512"),
+        "{err}"
+    );
+    let err = lookup(dir, "matmul_m512_n512_k512", "NVIDIA H200", "9.0");
+    assert!(err.contains("no tasks for this GPU"), "{err}");
+    let err = lookup("/nonexistent/cache", "t", h100, "9.0");
+    assert!(err.contains("does not exist"), "{err}");
+    let err = lookup(dir, "t", h100, "90");
+    assert!(err.contains("MAJOR.MINOR"), "{err}");
+    std::fs::write(tmp.path().join("index.json"), "{").unwrap();
+    let err = lookup(dir, "t", h100, "9.0");
+    assert!(err.contains("is corrupt"), "{err}");
+    // --gpu without --cc.
+    let err = fails(&[
+        "deploy", "lookup", "--cache", dir, "--task", "t", "--gpu", h100,
+    ]);
+    assert!(err.contains("--cc"), "{err}");
+}

@@ -246,3 +246,139 @@ fn baselines_run_and_agree_with_our_kernels() {
         assert!(peaks["bandwidth_gbs"].as_f64().unwrap() > 100.0);
     }
 }
+
+#[test]
+#[ignore = "needs a GPU (run by scripts/device-check)"]
+fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
+    use gpu::protocol::{KernelImage, MeasureRequest, Outcome};
+    use gpu::{Pool, TimingConfig, WorkerCommand};
+    use sass_stage::analysis::Kernel;
+    use sass_stage::cubin::Cubin;
+    use sass_stage::game::Action;
+    use sass_stage::order::Order;
+    // The best kernels of the committed ResNet tuning run.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let gz = root.join("benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz");
+    let dir = std::env::temp_dir().join(format!("tilesched-sass-walks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = Command::new("gzip")
+        .arg("-dc")
+        .arg(&gz)
+        .output()
+        .unwrap()
+        .stdout;
+    let log = search::record::parse_log(&String::from_utf8_lossy(&text));
+    let summaries = search::report::summarize(&log.records, &[]);
+    assert_eq!(summaries.len(), 13);
+    let command = WorkerCommand {
+        program: bin(),
+        args: vec!["worker".into()],
+    };
+    let mut pool = Pool::start(&command, &[0]).expect("a GPU");
+    let once = TimingConfig {
+        warmup: 0,
+        min_time_ms: 0.0,
+        min_repeats: 1,
+        max_repeats: 1,
+    };
+    let (mut checked, mut moved) = (0, 0);
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    for s in &summaries {
+        let best = s.best.unwrap();
+        let spec = search::tune::gpu_spec(&best.device);
+        let k = schedule::generate(&best.shape, &best.state, &spec).unwrap();
+        let compiled = gpu::compile(&k.source, &k.name, &best.device.arch()).unwrap();
+        let cubin = Cubin::parse(compiled.cubin).unwrap();
+        let kt = cubin.kernel(&k.name).unwrap();
+        let lines = sass_stage::disasm::disassemble(cubin.bytes(), &k.name).unwrap();
+        let kernel = Kernel::analyze(&kt, &lines).unwrap();
+        let reference = dir.join(format!("{}-stage1.cubin", s.task));
+        std::fs::write(&reference, cubin.bytes()).unwrap();
+        let image = |path: PathBuf| KernelImage {
+            cubin: path,
+            name: k.name.clone(),
+            launch: k.launch,
+        };
+        // Checks the order after the first `n` moves of `walk`.
+        let mut check = |walk: &[Action], n: usize, seed: u64| -> Outcome {
+            let mut order = Order::identity(kernel.len());
+            for &a in &walk[..n] {
+                kernel.apply(&mut order, a);
+            }
+            assert_eq!(kernel.verify(&order), Ok(()));
+            let path = dir.join(format!("{}-{seed}-{n}.cubin", s.task));
+            std::fs::write(&path, cubin.with_text(&kt, &kernel.words(&order))).unwrap();
+            let request = MeasureRequest {
+                id: 0,
+                problem: search::tune::problem(&best.shape, seed),
+                reference: image(reference.clone()),
+                candidate: image(path),
+                timing: once,
+                injected: None,
+            };
+            let results = pool
+                .measure_all(
+                    &[request],
+                    std::time::Duration::from_secs(10),
+                    &|_, _, _| {},
+                )
+                .unwrap();
+            results[0].0.clone()
+        };
+        for seed in 0..10u64 {
+            let mut order = Order::identity(kernel.len());
+            let mut walk = Vec::new();
+            for _ in 0..64 {
+                let legal: Vec<usize> = kernel
+                    .legal_mask(&order)
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &l)| l.then_some(i))
+                    .collect();
+                if legal.is_empty() {
+                    break;
+                }
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let a = Action::from_index(legal[((rng >> 33) % legal.len() as u64) as usize]);
+                kernel.apply(&mut order, a);
+                walk.push(a);
+            }
+            moved += order.moved().len();
+            checked += 1;
+            if let outcome @ Outcome::Error { .. } = check(&walk, walk.len(), seed) {
+                // Find the first move after which the kernel fails, for the report.
+                let (mut good, mut bad) = (0, walk.len());
+                while bad - good > 1 {
+                    let mid = (good + bad) / 2;
+                    if matches!(check(&walk, mid, seed), Outcome::Ok(_)) {
+                        good = mid;
+                    } else {
+                        bad = mid;
+                    }
+                }
+                let mut order = Order::identity(kernel.len());
+                for &a in &walk[..bad - 1] {
+                    kernel.apply(&mut order, a);
+                }
+                let a = walk[bad - 1];
+                let lo = a.row.saturating_sub(6);
+                let context: Vec<String> = (lo..(a.row + 7).min(kernel.len()))
+                    .map(|p| {
+                        let i = order.at(p);
+                        let ins = &kernel.instructions[i];
+                        format!("{p:>5} {i:>5} {:?} {}", ins.control, ins.text)
+                    })
+                    .collect();
+                panic!(
+                    "{}: walk {seed} differs or faults ({outcome:?}); first bad move #{bad}: {a:?}\n{}",
+                    s.task,
+                    context.join("\n")
+                );
+            }
+        }
+    }
+    println!("{checked} reordered kernels checked bit for bit, {moved} instructions moved in all");
+    assert!(moved > 0);
+}

@@ -159,8 +159,9 @@ impl CudaBackend {
         let output = first.last().expect("a set ends with its output");
         ctx.poison(output).map_err(cuda)?;
         let params: Vec<&Buffer> = first.iter().collect();
-        ctx.launch(&function, reference.launch, &params, &[])
-            .map_err(cuda)?;
+        // `launch` zeroes the output first when the reference adds into it (a split-K
+        // kernel as the reference of its own SASS reorderings).
+        launch(ctx, &function, reference.launch, &params).map_err(cuda)?;
         let expected = ctx.download(output).map_err(cuda)?;
         if let Some(i) = expected.iter().position(|v| !v.is_finite()) {
             return Err(format!(

@@ -96,6 +96,10 @@ pub struct Kernel {
     pub to_block_end: Vec<EdgeDistance>,
     /// Constraints touching each instruction: indices into `distances`.
     pub distances_of: Vec<Vec<usize>>,
+    /// `reach[a][b]`: block b can run after block a (through at least one edge).
+    reach: Vec<Vec<bool>>,
+    /// `defined_in[b][r]`: block b writes register r.
+    defined_in: Vec<Vec<bool>>,
 }
 
 impl Kernel {
@@ -150,8 +154,24 @@ impl Kernel {
             from_block_start: Vec::new(),
             to_block_end: Vec::new(),
             distances_of: Vec::new(),
+            reach: Vec::new(),
+            defined_in: Vec::new(),
         };
         let successors = kernel.successors();
+        kernel.reach = reachability(&successors);
+        kernel.defined_in = kernel
+            .blocks
+            .iter()
+            .map(|range| {
+                let mut defined = vec![false; REG_IDS];
+                for i in range.clone() {
+                    for &r in &kernel.instructions[i].defs {
+                        defined[r as usize] = true;
+                    }
+                }
+                defined
+            })
+            .collect();
         let pending_in = kernel.pending_at_entry(&successors);
         for b in 0..kernel.blocks.len() {
             kernel.block_edges(b, &pending_in[b]);
@@ -212,11 +232,13 @@ impl Kernel {
             .collect()
     }
 
-    /// Scoreboards each register may still be pending on at each block's entry
-    /// (bit k: barrier k; bit 7: an untracked variable-latency result).
+    /// Scoreboards each register may still be pending on at each block's entry: the
+    /// first `REG_IDS` entries for results not yet written (readers and writers must
+    /// wait), the rest for reads not yet done (writers must wait). Bit k: scoreboard k;
+    /// bit 7: untracked (covered only by some later instruction's scoreboard).
     fn pending_at_entry(&self, successors: &[Vec<usize>]) -> Vec<Vec<u8>> {
         let n = self.blocks.len();
-        let mut entry = vec![vec![0u8; REG_IDS]; n];
+        let mut entry = vec![vec![0u8; 2 * REG_IDS]; n];
         let mut changed = true;
         while changed {
             changed = false;
@@ -244,29 +266,38 @@ impl Kernel {
         let mut last_def: Vec<Option<usize>> = vec![None; REG_IDS];
         let mut readers: Vec<Vec<usize>> = vec![Vec::new(); REG_IDS];
         let mut pending = pending_in.to_vec();
-        // Waiters that cleared a pending scoreboard of each register since its last
-        // definition: anything touching the register later stays after them.
-        let mut clears: Vec<Vec<usize>> = vec![Vec::new(); REG_IDS];
+        // Waiters that cleared a pending scoreboard of each register (result half,
+        // then read half) since its last definition: whatever depends on that
+        // clearing stays after them.
+        let mut clears: Vec<Vec<usize>> = vec![Vec::new(); 2 * REG_IDS];
         let mut last_event: [Option<usize>; 6] = [None; 6];
         let mut memory: Vec<usize> = Vec::new();
         let mut variable: Vec<usize> = Vec::new();
         let mut untracked: Vec<usize> = Vec::new();
         let mut edges = Vec::new();
-        for i in range {
+        for i in range.clone() {
             let ins = &self.instructions[i];
             let c = ins.control;
             // The wait happens before the instruction issues.
             if c.wait_mask != 0 {
-                for r in 0..REG_IDS {
-                    let p = pending[r];
-                    if p & c.wait_mask != 0 || p & 0x80 != 0 {
-                        clears[r].push(i);
-                        pending[r] &= !c.wait_mask;
+                for (slot, p) in pending.iter_mut().enumerate() {
+                    if *p & c.wait_mask != 0 || *p & 0x80 != 0 {
+                        clears[slot].push(i);
+                        *p &= !c.wait_mask;
                     }
                 }
             }
-            for &r in ins.uses.iter().chain(&ins.defs) {
+            // Readers wait for results; writers for results and for pending reads.
+            for &r in &ins.uses {
                 for &w in &clears[r as usize] {
+                    edges.push((w, i, Dep::Coverage));
+                }
+            }
+            for &r in &ins.defs {
+                for &w in clears[r as usize]
+                    .iter()
+                    .chain(&clears[REG_IDS + r as usize])
+                {
                     edges.push((w, i, Dep::Coverage));
                 }
             }
@@ -325,11 +356,67 @@ impl Kernel {
                 last_def[r] = Some(i);
                 readers[r].clear();
                 clears[r].clear();
+                clears[REG_IDS + r].clear();
             }
             transfer(ins, &mut pending);
         }
+        self.untracked_reads(range, &mut edges);
         for (u, v, dep) in edges {
             self.add_edge(u, v, dep);
+        }
+    }
+
+    /// Order for reads without a read scoreboard: such an operand is read late, and
+    /// ptxas may let the next writer of the register rely on the wait for a later
+    /// variable-latency instruction (operands are read in issue order). The reader
+    /// then stays before every scoreboard setter whose wait precedes that writer; when
+    /// the writer lies in another block, before every later setter of its block.
+    fn untracked_reads(&self, range: Range<usize>, edges: &mut Vec<(usize, usize, Dep)>) {
+        let b = self.block_of[range.start];
+        let sets = |h: usize| {
+            let c = self.instructions[h].control;
+            let bits =
+                c.write_barrier.map_or(0, |k| 1u8 << k) | c.read_barrier.map_or(0, |k| 1u8 << k);
+            if self.instructions[h].variable_latency() {
+                bits
+            } else {
+                0
+            }
+        };
+        for u in range.clone() {
+            let ins = &self.instructions[u];
+            if !ins.variable_latency() || ins.control.read_barrier.is_some() {
+                continue;
+            }
+            for &r in &ins.uses {
+                let writer = (u + 1..range.end).find(|&x| self.instructions[x].defs.contains(&r));
+                match writer {
+                    Some(x) => {
+                        for w in u + 1..=x {
+                            let mask = self.instructions[w].control.wait_mask;
+                            if mask == 0 {
+                                continue;
+                            }
+                            for h in u + 1..w {
+                                if sets(h) & mask != 0 {
+                                    edges.push((u, h, Dep::Untracked));
+                                }
+                            }
+                        }
+                    }
+                    None => {
+                        let rewritten = (0..self.blocks.len())
+                            .any(|o| self.reach[b][o] && self.defined_in[o][r as usize]);
+                        if rewritten {
+                            for h in u + 1..range.end {
+                                if sets(h) != 0 {
+                                    edges.push((u, h, Dep::Untracked));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -356,6 +443,42 @@ impl Kernel {
                 }
             }
         }
+        // Scoreboard set → first wait, and late operand read → next writer.
+        let mut edge_setters = Vec::new();
+        let mut edge_waiters = Vec::new();
+        for (b, range) in self.blocks.iter().enumerate() {
+            let mut set_before = 0u8;
+            for s in range.clone() {
+                let ins = &self.instructions[s];
+                let c = ins.control;
+                if c.wait_mask & !set_before != 0 {
+                    edge_waiters.push(s);
+                }
+                for k in [c.write_barrier, c.read_barrier].into_iter().flatten() {
+                    set_before |= 1 << k;
+                    let waiter =
+                        (s + 1..range.end).find(|&w| self.instructions[w].control.waits_on(k));
+                    match waiter {
+                        Some(w) => {
+                            let dist: u32 = (s..w).map(stall).sum();
+                            pairs.push((s, w, dist, Key::special(ins, "sb")));
+                        }
+                        None if !successors[b].is_empty() => edge_setters.push(s),
+                        None => {}
+                    }
+                }
+                if ins.variable_latency() && c.read_barrier.is_none() {
+                    for &r in &ins.uses {
+                        let writer =
+                            (s + 1..range.end).find(|&x| self.instructions[x].defs.contains(&r));
+                        if let Some(x) = writer {
+                            let dist: u32 = (s..x).map(stall).sum();
+                            pairs.push((s, x, dist, Key::special(ins, "war")));
+                        }
+                    }
+                }
+            }
+        }
         let mut observed: BTreeMap<Key, u32> = BTreeMap::new();
         for &(_, _, dist, ref key) in &pairs {
             let e = observed.entry(key.clone()).or_insert(dist);
@@ -372,7 +495,8 @@ impl Kernel {
                 });
             }
         }
-        distances.sort_by_key(|d| (d.producer, d.consumer));
+        // One constraint per pair: the largest.
+        distances.sort_by_key(|d| (d.producer, d.consumer, std::cmp::Reverse(d.cycles)));
         distances.dedup_by_key(|d| (d.producer, d.consumer));
 
         // Block edges: fixed-latency definitions live at the end of a block, and
@@ -436,6 +560,24 @@ impl Kernel {
                 prefix += stall(i);
             }
         }
+        for range in &self.blocks {
+            for &s in edge_setters.iter().filter(|&&s| range.contains(&s)) {
+                let suffix: u32 = (s..range.end).map(stall).sum();
+                to_end.push(EdgeDistance {
+                    instruction: s,
+                    cycles: suffix.min(cap),
+                });
+            }
+            for &w in edge_waiters.iter().filter(|&&w| range.contains(&w)) {
+                let prefix: u32 = (range.start..w).map(stall).sum();
+                if prefix > 0 {
+                    from_start.push(EdgeDistance {
+                        instruction: w,
+                        cycles: prefix.min(cap),
+                    });
+                }
+            }
+        }
         let mut distances_of = vec![Vec::new(); self.len()];
         for (k, d) in distances.iter().enumerate() {
             distances_of[d.producer].push(k);
@@ -446,6 +588,24 @@ impl Kernel {
         self.to_block_end = to_end;
         self.from_block_start = from_start;
     }
+}
+
+/// `reach[a][b]`: a path of at least one edge leads from block a to block b.
+fn reachability(successors: &[Vec<usize>]) -> Vec<Vec<bool>> {
+    let n = successors.len();
+    (0..n)
+        .map(|a| {
+            let mut seen = vec![false; n];
+            let mut stack: Vec<usize> = successors[a].clone();
+            while let Some(b) = stack.pop() {
+                if !seen[b] {
+                    seen[b] = true;
+                    stack.extend(&successors[b]);
+                }
+            }
+            seen
+        })
+        .collect()
 }
 
 /// Splits at labels (branch targets) and after control flow.
@@ -468,7 +628,10 @@ fn split_blocks(instructions: &[Instruction]) -> Vec<Range<usize>> {
     blocks
 }
 
-/// Pending scoreboards after `ins`: its wait clears, its barriers set.
+/// Pending scoreboards after `ins`: its wait clears, its barriers set. A
+/// variable-latency instruction without a write scoreboard leaves its results
+/// untracked; one without a read scoreboard leaves its register reads untracked (its
+/// operands are read late, and ptxas may rely on a later instruction's scoreboard).
 fn transfer(ins: &Instruction, pending: &mut [u8]) {
     let c = ins.control;
     if c.wait_mask != 0 {
@@ -479,20 +642,23 @@ fn transfer(ins: &Instruction, pending: &mut [u8]) {
     // A new definition replaces whatever was pending on the register.
     for &r in &ins.defs {
         pending[r as usize] = 0;
+        pending[REG_IDS + r as usize] = 0;
     }
-    if let Some(k) = c.write_barrier {
-        for &r in &ins.defs {
-            pending[r as usize] |= 1 << k;
-        }
-    } else if ins.variable_latency() {
-        for &r in &ins.defs {
-            pending[r as usize] |= 0x80;
-        }
+    let result = match c.write_barrier {
+        Some(k) => 1 << k,
+        None if ins.variable_latency() => 0x80,
+        None => 0,
+    };
+    for &r in &ins.defs {
+        pending[r as usize] |= result;
     }
-    if let Some(k) = c.read_barrier {
-        for &r in &ins.uses {
-            pending[r as usize] |= 1 << k;
-        }
+    let read = match c.read_barrier {
+        Some(k) => 1 << k,
+        None if ins.variable_latency() => 0x80,
+        None => 0,
+    };
+    for &r in &ins.uses {
+        pending[REG_IDS + r as usize] |= read;
     }
 }
 

@@ -140,7 +140,11 @@ impl Cubin {
 
     /// A copy of the cubin with `kernel`'s text replaced by `words` (same length).
     pub fn with_text(&self, kernel: &KernelText, words: &[(u64, u64)]) -> Vec<u8> {
-        assert_eq!(words.len(), kernel.words.len(), "a reorder keeps the length");
+        assert_eq!(
+            words.len(),
+            kernel.words.len(),
+            "a reorder keeps the length"
+        );
         let mut bytes = self.bytes.clone();
         for (i, (lo, hi)) in words.iter().enumerate() {
             let at = kernel.file_offset + i * WORD_BYTES;

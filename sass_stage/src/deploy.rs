@@ -137,10 +137,7 @@ impl DeployCache {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, SassError> {
         let dir = dir.as_ref();
         fs::create_dir_all(dir.join(CUBIN_DIR)).map_err(|e| {
-            SassError::Input(format!(
-                "cannot create deploy cache {}: {e}",
-                dir.display()
-            ))
+            SassError::Input(format!("cannot create deploy cache {}: {e}", dir.display()))
         })?;
         Self::load(dir)
     }
@@ -149,9 +146,8 @@ impl DeployCache {
     /// directory is an error, a directory without `index.json` an empty cache.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, SassError> {
         let dir = dir.as_ref();
-        let dir = std::path::absolute(dir).map_err(|e| {
-            SassError::Input(format!("deploy cache {}: {e}", dir.display()))
-        })?;
+        let dir = std::path::absolute(dir)
+            .map_err(|e| SassError::Input(format!("deploy cache {}: {e}", dir.display())))?;
         if !dir.is_dir() {
             return Err(SassError::Input(format!(
                 "deploy cache {} does not exist (or is not a directory)",
@@ -290,9 +286,8 @@ impl DeployCache {
             cubin_file_name(&new.gpu, new.compute_capability, &new.task, &sha256)
         );
         let cubin_dir = self.dir.join(CUBIN_DIR);
-        fs::create_dir_all(&cubin_dir).map_err(|e| {
-            SassError::Input(format!("cannot create {}: {e}", cubin_dir.display()))
-        })?;
+        fs::create_dir_all(&cubin_dir)
+            .map_err(|e| SassError::Input(format!("cannot create {}: {e}", cubin_dir.display())))?;
         write_atomic(&self.dir.join(&cubin_name), cubin)?;
 
         let entry = DeployEntry {
@@ -635,7 +630,9 @@ mod tests {
     fn deploy_refuses_bad_entries() {
         let tmp = tempfile::tempdir().unwrap();
         let mut cache = DeployCache::open(tmp.path()).unwrap();
-        let err = cache.store(new(H100, TASK, f64::NAN), &cubin(1)).unwrap_err();
+        let err = cache
+            .store(new(H100, TASK, f64::NAN), &cubin(1))
+            .unwrap_err();
         assert!(err.to_string().contains("final time"), "{err}");
         let err = cache.store(new(H100, TASK, 10.0), b"not elf").unwrap_err();
         assert!(err.to_string().contains("not an ELF"), "{err}");
@@ -649,7 +646,13 @@ mod tests {
         let name = cubin_file_name("../NVIDIA H100/x", (9, 0), "a b/c", &"ab".repeat(32));
         assert_eq!(name, "_NVIDIA_H100_x-sm90-a_b_c-abababababababab.cubin");
         assert!(is_cubin_name(&format!("{CUBIN_DIR}/{name}")));
-        for bad in ["cubins/../x", "cubins/", "/etc/passwd", "cubins/a/b", "x.cubin"] {
+        for bad in [
+            "cubins/../x",
+            "cubins/",
+            "/etc/passwd",
+            "cubins/a/b",
+            "x.cubin",
+        ] {
             assert!(!is_cubin_name(bad), "{bad}");
         }
     }

@@ -66,11 +66,53 @@ pub struct Instruction {
 
 /// Opcodes that are never moved nor swapped with (shared/REFERENCE.md, "Pinned").
 const PINNED: &[&str] = &[
-    "BRA", "BRX", "JMP", "JMX", "CALL", "RET", "EXIT", "BSSY", "BSYNC", "BREAK", "WARPSYNC",
-    "YIELD", "NANOSLEEP", "BPT", "ELECT", "BAR", "MEMBAR", "FENCE", "ERRBAR", "CCTL", "DEPBAR",
-    "LDGDEPBAR", "SYNCS", "ARRIVES", "UCGABAR_ARV", "UCGABAR_WAIT", "WARPGROUP", "HGMMA",
-    "IGMMA", "QGMMA", "UTMALDG", "UTMASTG", "UTMAPF", "UTMACCTL", "UBLKCP", "UBLKRED", "UBLKPF",
-    "SHFL", "VOTE", "VOTEU", "MATCH", "REDUX", "LEPC", "KILL", "RTT", "ACQBULK", "ENDCOLLECTIVE",
+    "BRA",
+    "BRX",
+    "JMP",
+    "JMX",
+    "CALL",
+    "RET",
+    "EXIT",
+    "BSSY",
+    "BSYNC",
+    "BREAK",
+    "WARPSYNC",
+    "YIELD",
+    "NANOSLEEP",
+    "BPT",
+    "ELECT",
+    "BAR",
+    "MEMBAR",
+    "FENCE",
+    "ERRBAR",
+    "CCTL",
+    "DEPBAR",
+    "LDGDEPBAR",
+    "SYNCS",
+    "ARRIVES",
+    "UCGABAR_ARV",
+    "UCGABAR_WAIT",
+    "WARPGROUP",
+    "HGMMA",
+    "IGMMA",
+    "QGMMA",
+    "UTMALDG",
+    "UTMASTG",
+    "UTMAPF",
+    "UTMACCTL",
+    "UBLKCP",
+    "UBLKRED",
+    "UBLKPF",
+    "SHFL",
+    "VOTE",
+    "VOTEU",
+    "MATCH",
+    "REDUX",
+    "LEPC",
+    "KILL",
+    "RTT",
+    "ACQBULK",
+    "ENDCOLLECTIVE",
 ];
 
 /// Results that come back through a scoreboard even when ptxas attached none.
@@ -168,9 +210,15 @@ impl Instruction {
     /// Never moved and never swapped with, by its opcode or operands.
     pub fn pinned_by_opcode(&self) -> bool {
         let reads_cta_id = matches!(self.base.as_str(), "S2R" | "S2UR" | "CS2R")
-            && ["SR_CTAID", "SR_CgaCtaId", "SR_CLUSTER", "SR_CLOCK", "SR_GLOBALTIMER"]
-                .iter()
-                .any(|s| self.text.contains(s));
+            && [
+                "SR_CTAID",
+                "SR_CgaCtaId",
+                "SR_CLUSTER",
+                "SR_CLOCK",
+                "SR_GLOBALTIMER",
+            ]
+            .iter()
+            .any(|s| self.text.contains(s));
         // `@!PT LDS RZ, [RZ]`: a dummy ptxas places before LDGSTS sequences.
         let dummy = self.text.starts_with("@!PT");
         PINNED.contains(&self.base.as_str()) || reads_cta_id || dummy
@@ -328,7 +376,11 @@ fn memory(base: &str, modifiers: &[&str]) -> (Option<Space>, Option<Space>) {
         "ATOMS" => (Some(Shared), Some(Shared)),
         "ATOM" | "RED" => {
             // `RED.E.ADD...` with a descriptor is a global reduction on sm_90.
-            let space = if modifiers.contains(&"E") { Global } else { Generic };
+            let space = if modifiers.contains(&"E") {
+                Global
+            } else {
+                Generic
+            };
             (Some(space), Some(space))
         }
         _ => (None, None),

@@ -35,6 +35,8 @@ pub struct Key {
 }
 
 impl Key {
+    /// A register's producer → consumer pair (keyed by the producer's full opcode:
+    /// variants such as `IMAD.WIDE` and `IMAD.MOV` may differ in latency).
     pub fn of(producer: &Instruction, consumer: &Instruction, register: Reg) -> Key {
         let kind = if consumer.ends_block() {
             Consumer::Control
@@ -43,25 +45,40 @@ impl Key {
         } else {
             Consumer::Other
         };
-        let predicate =
-            (PRED_BASE..UREG_BASE).contains(&register) || register >= UPRED_BASE;
+        let predicate = (PRED_BASE..UREG_BASE).contains(&register) || register >= UPRED_BASE;
         Key {
-            producer: producer.base.clone(),
+            producer: producer.opcode.clone(),
             consumer: kind,
             predicate,
+        }
+    }
+
+    /// A pair that only distance orders: a scoreboard set → its first wait (the
+    /// scoreboard must be counting before the waiter looks), or a variable-latency
+    /// reader without a read scoreboard → the next writer of a register it reads.
+    pub fn special(instruction: &Instruction, what: &str) -> Key {
+        Key {
+            producer: format!("{}:{what}", instruction.opcode),
+            consumer: Consumer::Other,
+            predicate: false,
         }
     }
 }
 
 /// The table's lead for a pair, when the producer is a known fixed-latency opcode.
 pub fn table(key: &Key) -> Option<u32> {
-    const FP: &[&str] = &["FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "FSETP", "HFMA2", "HADD2"];
+    const FP: &[&str] = &[
+        "FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "FSETP", "HFMA2", "HADD2",
+    ];
     const INT: &[&str] = &[
         "IADD3", "IMAD", "LOP3", "SHF", "LEA", "ISETP", "MOV", "SEL", "IMNMX", "PRMT", "IABS",
         "PLOP3", "SGXT", "BMSK", "UIADD3", "UMOV", "ULEA", "ULOP3", "USHF", "UIMAD", "USEL",
         "UISETP", "UPRMT", "R2P", "P2R", "IDP", "VIADD", "VIMNMX", "CS2R",
     ];
-    let p = key.producer.as_str();
+    if key.producer.contains(':') {
+        return None;
+    }
+    let p = key.producer.split('.').next().unwrap_or("");
     if !FP.contains(&p) && !INT.contains(&p) {
         return None;
     }
@@ -103,6 +120,10 @@ mod tests {
         let odd = key("XYZZY", Consumer::Other, false);
         assert_eq!(required(&odd, None, 11), 11);
         assert_eq!(required(&odd, Some(3), 11), 3);
-        assert_eq!(table(&key("ISETP", Consumer::Control, true)), Some(13));
+        assert_eq!(
+            table(&key("ISETP.GE.AND", Consumer::Control, true)),
+            Some(13)
+        );
+        assert_eq!(table(&key("STS:sb", Consumer::Other, false)), None);
     }
 }

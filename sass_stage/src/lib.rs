@@ -6,15 +6,23 @@
 //! bit on the GPU, and keeps the fastest. See `shared/DESIGN.md`, "Stage 2".
 
 pub mod analysis;
+pub mod anneal;
 pub mod control;
 pub mod cubin;
 pub mod deploy;
 pub mod disasm;
+pub mod embed;
+pub mod env;
+pub mod estimate;
 pub mod game;
+pub mod greedy;
 pub mod instr;
 pub mod latency;
+pub mod measure;
+pub mod objective;
 pub mod order;
 pub mod ppo;
+pub mod stage;
 
 /// Why the stage could not work on a kernel (bad input or missing tools); failures of
 /// individual candidates are data, never errors.

@@ -93,7 +93,9 @@ impl Order {
 
     /// Original indices whose position differs from the original.
     pub fn moved(&self) -> Vec<usize> {
-        (0..self.len()).filter(|&i| self.pos[i] as usize != i).collect()
+        (0..self.len())
+            .filter(|&i| self.pos[i] as usize != i)
+            .collect()
     }
 }
 
@@ -358,7 +360,13 @@ mod tests {
         ]);
         let (legal, verdict) = swap_verdict(&k, 1);
         assert!(!legal);
-        assert!(matches!(verdict, Err(Violation::Order { dep: Dep::Scoreboard, .. })));
+        assert!(matches!(
+            verdict,
+            Err(Violation::Order {
+                dep: Dep::Scoreboard,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -370,7 +378,13 @@ mod tests {
         ]);
         let (legal, verdict) = swap_verdict(&k, 1);
         assert!(!legal);
-        assert!(matches!(verdict, Err(Violation::Order { dep: Dep::Untracked, .. })));
+        assert!(matches!(
+            verdict,
+            Err(Violation::Order {
+                dep: Dep::Untracked,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -383,9 +397,65 @@ mod tests {
         let (legal, verdict) = swap_verdict(&k, 2);
         assert!(!legal);
         assert!(
-            matches!(verdict, Err(Violation::Distance { cycles: 1, needed: 7, .. })),
+            matches!(
+                verdict,
+                Err(Violation::Distance {
+                    cycles: 1,
+                    needed: 7,
+                    ..
+                })
+            ),
             "{verdict:?}"
         );
+    }
+
+    #[test]
+    fn a_scoreboard_is_set_long_enough_before_its_waiter() {
+        // Found on an H100: the STS moved next to the IADD3 that waits on its read
+        // scoreboard, the wait saw the scoreboard unset, and R27 was overwritten before
+        // the store read it (a misaligned address).
+        let mut read_sb1 = ctl(1, None, 0);
+        read_sb1.read_barrier = Some(1);
+        let k = kernel(&[
+            ("STS [R27+0x18], R15", read_sb1),
+            ("CS2R R12, SRZ", ctl(2, None, 0)),
+            ("IADD3 R27, R33, R2, RZ", ctl(2, None, 0b10)),
+        ]);
+        let mut order = Order::identity(3);
+        assert!(!k.legal(
+            &order,
+            Action {
+                row: 0,
+                direction: Direction::Down
+            }
+        ));
+        order.swap(0);
+        assert!(matches!(
+            k.verify(&order),
+            Err(Violation::Distance { cycles: 0, .. } | Violation::Distance { cycles: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn a_late_read_stays_before_the_scoreboard_its_writer_relies_on() {
+        // The first LDS has no read scoreboard: the IADD3 that overwrites R8 relies on
+        // the wait for the second LDS (operands are read in issue order).
+        let mut read_sb2 = ctl(2, Some(0), 0);
+        read_sb2.read_barrier = Some(2);
+        let k = kernel(&[
+            ("LDS R4, [R8]", ctl(2, Some(1), 0)),
+            ("LDS R5, [R9]", read_sb2),
+            ("IADD3 R8, R8, 0x4, RZ", ctl(2, None, 0b100)),
+        ]);
+        let (legal, verdict) = swap_verdict(&k, 1);
+        assert!(!legal);
+        assert!(matches!(
+            verdict,
+            Err(Violation::Order {
+                dep: Dep::Untracked,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -398,7 +468,13 @@ mod tests {
         // The STS reads R4 without waiting: only the FADD's wait makes that safe.
         let (legal, verdict) = swap_verdict(&k, 2);
         assert!(!legal);
-        assert!(matches!(verdict, Err(Violation::Order { dep: Dep::Coverage, .. })));
+        assert!(matches!(
+            verdict,
+            Err(Violation::Order {
+                dep: Dep::Coverage,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -410,7 +486,16 @@ mod tests {
             ("LDS R5, [R13]", ctl(1, Some(1), 0)),
         ]);
         let (legal, verdict) = swap_verdict(&k, 1);
-        assert!(!legal && matches!(verdict, Err(Violation::Order { dep: Dep::Memory, .. })));
+        assert!(
+            !legal
+                && matches!(
+                    verdict,
+                    Err(Violation::Order {
+                        dep: Dep::Memory,
+                        ..
+                    })
+                )
+        );
         // Global store, shared load: free.
         let (legal, verdict) = swap_verdict(&k, 3);
         assert!(legal && verdict.is_ok(), "{verdict:?}");

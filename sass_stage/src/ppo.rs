@@ -296,7 +296,10 @@ impl Policy {
             let bias = mask_bias(legal, 1, 2 * rows, &self.device)?;
             let (logits, value) = self.forward(&x)?;
             let log_probs = masked_log_softmax(&logits, &bias)?;
-            Ok((log_probs.squeeze(0)?.to_vec1()?, value.squeeze(0)?.to_scalar()?))
+            Ok((
+                log_probs.squeeze(0)?.to_vec1()?,
+                value.squeeze(0)?.to_scalar()?,
+            ))
         };
         run().map_err(tool)
     }
@@ -472,12 +475,18 @@ fn minibatch_step(
     let obs = Tensor::from_vec(obs, (b, rows, columns), device)?;
     let bias = mask_bias(&legal, b, actions_n, device)?;
     let actions = Tensor::from_vec(
-        batch.iter().map(|&i| rollout.actions[i]).collect::<Vec<u32>>(),
+        batch
+            .iter()
+            .map(|&i| rollout.actions[i])
+            .collect::<Vec<u32>>(),
         (b, 1),
         device,
     )?;
     let old_log_probs = Tensor::from_vec(
-        batch.iter().map(|&i| rollout.log_probs[i]).collect::<Vec<f32>>(),
+        batch
+            .iter()
+            .map(|&i| rollout.log_probs[i])
+            .collect::<Vec<f32>>(),
         b,
         device,
     )?;
@@ -498,10 +507,7 @@ fn minibatch_step(
     let policy_loss = surrogate.maximum(&clipped)?.mean_all()?;
     let value_loss = ((values - ret)?.sqr()?.mean_all()? * 0.5)?;
     // Illegal entries contribute 0 · MASKED_LOGIT = 0: the entropy of the masked policy.
-    let entropy = (log_probs.exp()? * &log_probs)?
-        .sum(1)?
-        .mean_all()?
-        .neg()?;
+    let entropy = (log_probs.exp()? * &log_probs)?.sum(1)?.mean_all()?.neg()?;
     let loss = ((&policy_loss - (&entropy * f64::from(config.entropy_coef))?)?
         + (&value_loss * f64::from(config.value_coef))?)?;
 
@@ -522,7 +528,12 @@ pub fn train(
     config: &PpoConfig,
     max_steps: usize,
 ) -> Result<PpoReport, SassError> {
-    let mut policy = Policy::new(game.columns(), config.hidden, config.conv_layers, config.seed)?;
+    let mut policy = Policy::new(
+        game.columns(),
+        config.hidden,
+        config.conv_layers,
+        config.seed,
+    )?;
     train_policy(&mut policy, game, config, max_steps)
 }
 
@@ -634,7 +645,9 @@ pub fn train_policy(
         } else {
             let legal = game.legal();
             if legal.iter().any(|&l| l) {
-                policy.evaluate(&game.observation(), rows, columns, &legal)?.1
+                policy
+                    .evaluate(&game.observation(), rows, columns, &legal)?
+                    .1
             } else {
                 0.0
             }
@@ -884,7 +897,14 @@ mod tests {
 
     #[test]
     fn gae_matches_hand_computation() {
-        let (adv, ret) = gae(&[1.0, 0.0, 2.0], &[0.5, 0.25, 1.0], &[false, true, false], 3.0, 0.5, 0.5);
+        let (adv, ret) = gae(
+            &[1.0, 0.0, 2.0],
+            &[0.5, 0.25, 1.0],
+            &[false, true, false],
+            3.0,
+            0.5,
+            0.5,
+        );
         // t=2: δ = 2 + 0.5·3 − 1 = 2.5; A = 2.5.
         // t=1: terminal: δ = 0 − 0.25 = −0.25; A = −0.25.
         // t=0: δ = 1 + 0.5·0.25 − 0.5 = 0.625; A = 0.625 + 0.25·(−0.25) = 0.5625.
@@ -949,7 +969,10 @@ mod tests {
             start.elapsed()
         );
         assert!(initial < 0.1, "initial policy not near uniform: {initial}");
-        assert!(trained > 0.4 && trained > 4.0 * initial, "{initial} → {trained}");
+        assert!(
+            trained > 0.4 && trained > 4.0 * initial,
+            "{initial} → {trained}"
+        );
         assert!(last > first + 1.0, "returns {first} → {last}");
     }
 }

@@ -66,7 +66,11 @@ fn real_kernels_analyse_and_random_legal_walks_verify() {
     for (bytes, name) in kernels() {
         let cubin = Cubin::parse(bytes).unwrap();
         let kernel = analyze(&cubin, &name);
-        assert_eq!(kernel.verify(&Order::identity(kernel.len())), Ok(()), "{name}");
+        assert_eq!(
+            kernel.verify(&Order::identity(kernel.len())),
+            Ok(()),
+            "{name}"
+        );
         let legal = kernel
             .legal_mask(&Order::identity(kernel.len()))
             .iter()
@@ -94,13 +98,20 @@ fn a_reordered_cubin_disassembles_to_the_moved_lines_and_keeps_pinned_offsets() 
         // Only the text section's bytes changed.
         let range = text.file_offset..text.file_offset + 16 * text.words.len();
         for (i, (a, b)) in cubin.bytes().iter().zip(&rewritten).enumerate() {
-            assert!(a == b || range.contains(&i), "byte {i} outside the text changed");
+            assert!(
+                a == b || range.contains(&i),
+                "byte {i} outside the text changed"
+            );
         }
         let again = Cubin::parse(rewritten).unwrap();
         let lines = disassemble(again.bytes(), &name).unwrap();
         for (p, line) in lines.iter().enumerate() {
             let original = &kernel.instructions[order.at(p)];
-            assert_eq!(without_reuse(&line.text), without_reuse(&original.text), "{name} @{p}");
+            assert_eq!(
+                without_reuse(&line.text),
+                without_reuse(&original.text),
+                "{name} @{p}"
+            );
             assert_eq!(line.low, original.low);
         }
         for (i, pin) in kernel.pinned.iter().enumerate() {
@@ -135,7 +146,10 @@ fn bad_inputs_give_one_clear_error() {
     let (bytes, name) = kernels().remove(0);
     let cubin = Cubin::parse(bytes.clone()).unwrap();
     let e = cubin.kernel("no_such_kernel").unwrap_err().to_string();
-    assert!(e.contains("no_such_kernel is not in the cubin") && e.contains(&name), "{e}");
+    assert!(
+        e.contains("no_such_kernel is not in the cubin") && e.contains(&name),
+        "{e}"
+    );
     // An sm_80 cubin of the same kernel is refused.
     let gpu = schedule::GpuSpec::h100();
     let op = schedule::parse_shape("conv2d", "1,64,56,56,64,3,3,1,1").unwrap();

@@ -3,9 +3,12 @@
 pub mod bench;
 pub mod best;
 pub mod codegen;
+pub mod deploy;
 pub mod export;
 pub mod features;
 pub mod model;
+pub mod pipeline;
+pub mod sass;
 pub mod tasks;
 pub mod tune;
 pub mod worker;

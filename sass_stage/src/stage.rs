@@ -1,0 +1,257 @@
+//! Stage 2 on one kernel: run each agent at the same measurement budget, validate each
+//! agent's best order on further inputs, time the survivors and the stage-1 order side
+//! by side in alternating rounds, and keep the fastest (the stage-1 order when nothing
+//! beats it). The result says what each agent found, what the winner moved, and the
+//! instruction-order diff.
+
+use crate::SassError;
+use crate::analysis::Kernel;
+use crate::env::MeasuredGame;
+use crate::measure::{GpuObjective, Target};
+use crate::objective::{Evaluation, Objective, Tracker};
+use crate::order::Order;
+use crate::ppo::{PpoConfig, train};
+use gpu::Pool;
+use serde::Serialize;
+
+/// A search agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    Ppo,
+    Greedy,
+    Anneal,
+}
+
+impl AgentKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentKind::Ppo => "ppo",
+            AgentKind::Greedy => "greedy",
+            AgentKind::Anneal => "anneal",
+        }
+    }
+}
+
+/// Settings of the stage.
+#[derive(Debug, Clone)]
+pub struct StageConfig {
+    pub agents: Vec<AgentKind>,
+    /// Distinct measurements per agent (the baseline's included).
+    pub budget: usize,
+    pub seed: u64,
+    /// Alternating rounds of the final comparison.
+    pub rounds: usize,
+    /// Further input seeds each finalist is checked on.
+    pub validation_seeds: Vec<u64>,
+}
+
+/// What one agent did.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentResult {
+    pub agent: AgentKind,
+    pub measurements: usize,
+    pub failures: Vec<String>,
+    /// Best time seen during its search (single measurements).
+    pub search_best_us: f64,
+    /// Best-so-far after each measurement.
+    pub curve: Vec<f64>,
+    /// Its best order failed the extra validation (then it is not a finalist).
+    pub rejected: Option<String>,
+    /// Median over the final rounds; `None` if rejected.
+    pub final_us: Option<f64>,
+    pub moved: usize,
+    #[serde(skip)]
+    pub order: Order,
+}
+
+/// One moved instruction of the chosen order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Moved {
+    pub text: String,
+    pub from: usize,
+    pub to: usize,
+}
+
+/// Stage 2 of one kernel.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelResult {
+    pub kernel: String,
+    pub instructions: usize,
+    pub movable: usize,
+    pub legal_at_start: usize,
+    /// Stage-1 order, median over the final rounds.
+    pub stage1_us: f64,
+    pub agents: Vec<AgentResult>,
+    /// The winning agent, or `None` when the stage-1 order stays.
+    pub winner: Option<AgentKind>,
+    pub final_us: f64,
+    pub speedup: f64,
+    /// Exact checks run on the GPU, all agents and the final validation together.
+    pub validations: usize,
+    pub explain: Vec<Moved>,
+    #[serde(skip)]
+    pub order: Order,
+}
+
+/// Runs the stage on `kernel`.
+pub fn optimize(
+    kernel: &Kernel,
+    pool: &mut Pool,
+    target: &Target,
+    config: &StageConfig,
+) -> Result<KernelResult, SassError> {
+    let identity = Order::identity(kernel.len());
+    let mut agents = Vec::new();
+    let mut validations = 0;
+    for (k, &agent) in config.agents.iter().enumerate() {
+        let mut objective = GpuObjective::new(pool, target, config.budget);
+        let seed = config.seed.wrapping_add(k as u64);
+        let (best, best_us, curve, failures) = {
+            let mut tracker = Tracker::start(&mut objective, kernel)?;
+            let start = tracker.baseline_us;
+            match agent {
+                AgentKind::Greedy => crate::greedy::climb(kernel, &mut tracker, start)?,
+                AgentKind::Anneal => crate::anneal::anneal(kernel, &mut tracker, start, seed)?,
+                AgentKind::Ppo => {
+                    let budget = tracker.budget();
+                    let mut game = MeasuredGame::new(kernel, &mut tracker, start);
+                    let ppo = PpoConfig {
+                        seed,
+                        ..PpoConfig::default()
+                    };
+                    train(&mut game, &ppo, 16 * budget)?;
+                }
+            }
+            (
+                tracker.best,
+                tracker.best_us,
+                tracker.curve,
+                tracker.failures,
+            )
+        };
+        let measurements = objective.used();
+        let rejected = if best != identity {
+            let check = objective.validate(kernel, &best, &config.validation_seeds)?;
+            check.err()
+        } else {
+            None
+        };
+        validations += objective.validations;
+        agents.push(AgentResult {
+            agent,
+            measurements,
+            failures,
+            search_best_us: best_us,
+            curve,
+            rejected,
+            final_us: None,
+            moved: best.moved().len(),
+            order: best,
+        });
+    }
+
+    // Final comparison: the stage-1 order and every validated finalist, alternating.
+    let mut objective = GpuObjective::new(pool, target, 0);
+    let mut finalists: Vec<Order> = vec![identity.clone()];
+    for a in &agents {
+        if a.rejected.is_none() && !finalists.contains(&a.order) {
+            finalists.push(a.order.clone());
+        }
+    }
+    let mut samples = vec![Vec::new(); finalists.len()];
+    for _ in 0..config.rounds.max(1) {
+        for (f, order) in finalists.iter().enumerate() {
+            match objective.time_fresh(kernel, order)? {
+                Evaluation::Time(t) => samples[f].push(t),
+                Evaluation::Failed(why) => {
+                    return Err(SassError::Gpu(format!(
+                        "a validated order failed when timed again: {why}"
+                    )));
+                }
+            }
+        }
+    }
+    validations += objective.validations;
+    let medians: Vec<f64> = samples.iter().map(|s| median(s)).collect();
+    let stage1_us = medians[0];
+    for a in &mut agents {
+        if a.rejected.is_none() {
+            let f = finalists
+                .iter()
+                .position(|o| *o == a.order)
+                .expect("a finalist");
+            a.final_us = Some(medians[f]);
+        }
+    }
+    let (mut winner, mut final_us, mut order) = (None, stage1_us, identity);
+    for a in &agents {
+        if let Some(t) = a.final_us
+            && t < final_us
+        {
+            (winner, final_us, order) = (Some(a.agent), t, a.order.clone());
+        }
+    }
+    Ok(KernelResult {
+        kernel: kernel.name.clone(),
+        instructions: kernel.len(),
+        movable: kernel.instructions.iter().filter(|i| i.movable()).count(),
+        legal_at_start: kernel
+            .legal_mask(&Order::identity(kernel.len()))
+            .iter()
+            .filter(|&&l| l)
+            .count(),
+        stage1_us,
+        agents,
+        winner,
+        final_us,
+        speedup: stage1_us / final_us,
+        validations,
+        explain: explain(kernel, &order),
+        order,
+    })
+}
+
+fn median(samples: &[f64]) -> f64 {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// The moved memory instructions of `order`, farthest moved first.
+pub fn explain(kernel: &Kernel, order: &Order) -> Vec<Moved> {
+    let mut moved: Vec<Moved> = (0..kernel.len())
+        .filter(|&i| kernel.instructions[i].movable() && order.position(i) != i)
+        .map(|i| Moved {
+            text: kernel.instructions[i].text.clone(),
+            from: i,
+            to: order.position(i),
+        })
+        .collect();
+    moved.sort_by_key(|m| (std::cmp::Reverse(m.from.abs_diff(m.to)), m.from));
+    moved
+}
+
+/// The instruction order as text, one line per position: new offset, original offset,
+/// a mark on moved lines, and the instruction.
+pub fn order_diff(kernel: &Kernel, order: &Order) -> String {
+    let mut out = String::new();
+    for p in 0..kernel.len() {
+        let i = order.at(p);
+        let mark = if i == p { ' ' } else { '*' };
+        out.push_str(&format!(
+            "/*{:04x}*/ {mark} from /*{:04x}*/  {}\n",
+            p * 16,
+            i * 16,
+            kernel.instructions[i].text
+        ));
+    }
+    out
+}
