@@ -331,8 +331,11 @@ fn markdown(report: &Report, agents: &[AgentKind]) -> String {
     let _ = writeln!(
         s,
         "Budget {} distinct measurements per agent and kernel; final times are medians of {} \
-         alternating rounds (stage-1 order and each agent's validated best, same process).\n",
-        report.budget, report.rounds
+         alternating rounds (stage-1 order and each agent's validated best, same process); \
+         a reordering replaces stage 1 only when faster by more than {:.1}%.\n",
+        report.budget,
+        report.rounds,
+        100.0 * sass_stage::stage::MIN_GAIN
     );
     let mut header = "| task | instr. | legal moves | stage 1 µs |".to_string();
     let mut rule = "|---|---:|---:|---:|".to_string();
