@@ -365,3 +365,102 @@ fn deploy_lookup_errors_are_one_line() {
     ]);
     assert!(err.contains("--cc"), "{err}");
 }
+
+#[test]
+fn sass_analyses_a_cubin_and_bad_input_is_one_line_with_nothing_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let op = schedule::parse_shape("conv2d", "1,64,56,56,64,3,3,1,1").unwrap();
+    let task = schedule::Task::new(op, schedule::Epilogue::default()).unwrap();
+    let spec = schedule::GpuSpec::h100();
+    let state = schedule::Sampler::new(&task, &spec, 1).sample().unwrap();
+    let k = schedule::generate(&task, &state, &spec).unwrap();
+    let sm90 = tmp.path().join("k90.cubin");
+    std::fs::write(
+        &sm90,
+        gpu::compile(&k.source, &k.name, "sm_90").unwrap().cubin,
+    )
+    .unwrap();
+    let sm90 = sm90.to_str().unwrap();
+    let o = tilesched(&["sass", "--cubin", sm90, "--kernel", &k.name]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("basic blocks") && text.contains("legal moves:"),
+        "{text}"
+    );
+
+    let out = tmp.path().join("out");
+    let out_s = out.to_str().unwrap();
+    let mut cases: Vec<(Vec<String>, &str)> = Vec::new();
+    let case = |s: &[&str]| s.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    cases.push((
+        case(&["sass", "--cubin", sm90, "--kernel", "nope"]),
+        "nope is not in the cubin",
+    ));
+    cases.push((
+        case(&["sass", "--cubin", "Cargo.toml", "--kernel", "k"]),
+        "not a usable cubin",
+    ));
+    if let Ok(old) = gpu::compile(&k.source, &k.name, "sm_80") {
+        let sm80 = tmp.path().join("k80.cubin");
+        std::fs::write(&sm80, old.cubin).unwrap();
+        cases.push((
+            case(&[
+                "sass",
+                "--cubin",
+                sm80.to_str().unwrap(),
+                "--kernel",
+                &k.name,
+            ]),
+            "sm_90 only",
+        ));
+    }
+    cases.push((
+        case(&["sass", "--log", "x", "--out", out_s]),
+        "--task KEY or --all",
+    ));
+    cases.push((
+        case(&[
+            "sass",
+            "--log",
+            "/nonexistent/l.jsonl",
+            "--all",
+            "--out",
+            out_s,
+        ]),
+        "cannot read tuning log",
+    ));
+    cases.push((
+        case(&["sass", "--log", "/dev/null", "--all", "--out", out_s]),
+        "holds no records",
+    ));
+    cases.push((
+        case(&[
+            "pipeline",
+            "conv2d",
+            "--network",
+            "resnet",
+            "--log",
+            "/nonexistent/l.jsonl",
+            "--cache",
+            out_s,
+            "--skip-tuning",
+        ]),
+        "needs an existing log",
+    ));
+    for (args, expected) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = fails(&args);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    // A missing disassembler, named explicitly.
+    let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["sass", "--cubin", sm90, "--kernel", &k.name])
+        .env("TILESCHED_NVDISASM", "/nonexistent/nvdisasm")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.lines().count() == 1, "{err}");
+    assert!(err.contains("nvdisasm not found"), "{err}");
+    assert!(!out.exists(), "nothing is written on bad input");
+}

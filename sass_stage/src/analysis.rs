@@ -173,8 +173,8 @@ impl Kernel {
             })
             .collect();
         let pending_in = kernel.pending_at_entry(&successors);
-        for b in 0..kernel.blocks.len() {
-            kernel.block_edges(b, &pending_in[b]);
+        for (b, pending) in pending_in.iter().enumerate() {
+            kernel.block_edges(b, pending);
         }
         kernel.latency_constraints(&successors);
         Ok(kernel)
@@ -182,6 +182,32 @@ impl Kernel {
 
     pub fn len(&self) -> usize {
         self.instructions.len()
+    }
+
+    /// A few lines on what constrains this kernel.
+    pub fn summary(&self) -> String {
+        let count = |pin: Pin| self.pinned.iter().filter(|p| **p == Some(pin)).count();
+        let mut deps: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, _, dep) in self.graph.all_edges() {
+            *deps.entry(format!("{dep:?}").to_lowercase()).or_default() += 1;
+        }
+        let deps: Vec<String> = deps.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        format!(
+            "kernel {}: {} instructions in {} basic blocks, {} movable memory instructions\n\
+             pinned: {} by opcode, {} by .nv.info offsets, {} under relocations\n\
+             order edges: {}\n\
+             distance constraints: {} pairs, {} block-edge\n",
+            self.name,
+            self.len(),
+            self.blocks.len(),
+            self.instructions.iter().filter(|i| i.movable()).count(),
+            count(Pin::Opcode),
+            count(Pin::InfoAttribute),
+            count(Pin::Relocation),
+            deps.join(", "),
+            self.distances.len(),
+            self.from_block_start.len() + self.to_block_end.len(),
+        )
     }
 
     pub fn is_empty(&self) -> bool {

@@ -23,13 +23,22 @@ pub struct Line {
     pub labels: Vec<String>,
 }
 
-/// Where nvdisasm is: `$TILESCHED_NVDISASM`, the setup script's wheel, the toolkit
+/// Where nvdisasm is: `$TILESCHED_NVDISASM` (only there, when set), the setup script's wheel, the toolkit
 /// under `$CUDA_HOME` or `/usr/local/cuda`, then `PATH`.
 pub fn find_nvdisasm() -> Result<PathBuf, SassError> {
-    let mut tried = Vec::new();
+    // An explicit choice is final: a wrong path is an error, not a fallback.
     if let Some(p) = std::env::var_os("TILESCHED_NVDISASM") {
-        tried.push(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(SassError::Tool(format!(
+                "nvdisasm not found: TILESCHED_NVDISASM={} is not a file",
+                p.display()
+            )))
+        };
     }
+    let mut tried = Vec::new();
     tried.push(gpu::nvrtc_lib::cache_dir().join("wheels/nvidia/cu13/bin/nvdisasm"));
     if let Some(home) = std::env::var_os("CUDA_HOME") {
         tried.push(Path::new(&home).join("bin/nvdisasm"));

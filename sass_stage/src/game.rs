@@ -27,7 +27,7 @@ impl Action {
     }
 
     pub fn from_index(index: usize) -> Action {
-        let direction = if index % 2 == 0 {
+        let direction = if index.is_multiple_of(2) {
             Direction::Up
         } else {
             Direction::Down

@@ -67,8 +67,15 @@ pub struct StageArgs {
 #[derive(clap::Args)]
 pub struct Args {
     /// Tuning log whose best kernels to reorder.
-    #[arg(long)]
-    log: PathBuf,
+    #[arg(long, required_unless_present = "cubin")]
+    log: Option<PathBuf>,
+    /// Instead: analyse this cubin (no GPU, nothing written): blocks, pinned
+    /// instructions, dependencies, legal moves and the moves the estimate ranks first.
+    #[arg(long, conflicts_with_all = ["log", "task", "all", "cache"], requires = "kernel")]
+    cubin: Option<PathBuf>,
+    /// The kernel of `--cubin` to analyse.
+    #[arg(long, requires = "cubin")]
+    kernel: Option<String>,
     /// Only this task.
     #[arg(long, conflicts_with = "all")]
     task: Option<String>,
@@ -110,11 +117,43 @@ struct Report<'a> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let (Some(cubin), Some(kernel)) = (&args.cubin, &args.kernel) {
+        return analyse(cubin, kernel);
+    }
+    let log = args
+        .log
+        .as_deref()
+        .expect("clap requires --log without --cubin");
     if !args.all && args.task.is_none() {
         bail!("say which kernels: --task KEY or --all");
     }
-    let prepared = prepare(&args.log, args.task.as_deref(), None)?;
+    let prepared = prepare(log, args.task.as_deref(), None)?;
     run_stage(&prepared, &args.stage, args.cache.as_deref())
+}
+
+/// `--cubin FILE --kernel NAME`: what the stage sees in one kernel.
+fn analyse(path: &Path, name: &str) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let cubin = Cubin::parse(bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let text = cubin.kernel(name)?;
+    let lines = sass_stage::disasm::disassemble(cubin.bytes(), name)?;
+    let kernel = Kernel::analyze(&text, &lines)?;
+    let order = sass_stage::order::Order::identity(kernel.len());
+    print!("{}", kernel.summary());
+    let ranked = sass_stage::estimate::ranked(&kernel, &order);
+    println!("legal moves: {}", ranked.len());
+    println!("moves the cover estimate ranks first (cycles of latency newly hidden):");
+    for (action, value) in ranked.iter().take(10) {
+        let ins = &kernel.instructions[order.at(action.row)];
+        println!(
+            "  {:>+5}  /*{:04x}*/ {:?}  {}",
+            value,
+            action.row * 16,
+            action.direction,
+            ins.text
+        );
+    }
+    Ok(())
 }
 
 /// Reads the log and prepares the best kernel of each selected task (all when `task`
@@ -170,7 +209,7 @@ pub fn prepare(
         let lines = sass_stage::disasm::disassemble(cubin.bytes(), &generated.name)?;
         let kernel = Kernel::analyze(&text, &lines)?;
         out.push(Prepared {
-            task: best.shape.clone(),
+            task: best.shape,
             key: s.task.clone(),
             name: generated.name,
             launch: generated.launch,
