@@ -109,6 +109,10 @@ impl FeatureExtractor {
         // Structure.
         row.thread_blocks = blocks;
         row.split_k = split_k;
+        row.prefetch = flag(state.prefetch);
+        if state.prefetch {
+            row.prefetch_floats = geo.tiling.prefetch_floats(state) as f64;
+        }
         row.threads_per_block = threads;
         row.warps_per_block = warps;
         row.vthreads = f64::from(state.vthreads());

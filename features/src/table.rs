@@ -62,6 +62,8 @@ feature_table! {
     // Structure of the schedule.
     thread_blocks: "thread blocks in the grid: output tiles x split_k (count)",
     split_k: "blocks sharing one output tile's reduction, adding into the output with atomics (split-K; 1 = none) (count)",
+    prefetch: "1 when the next stage's global loads are prefetched into registers during this stage's inner product, else 0",
+    prefetch_floats: "floats per thread held in registers by the prefetch through the inner product (0 without prefetch)",
     threads_per_block: "threads per block: product of the thread factors (count)",
     warps_per_block: "warps per block: ceil(threads / 32) (count)",
     vthreads: "product of the virtual-thread factors (count)",

@@ -29,6 +29,7 @@ fn rd(middle: u32, inner: u32) -> ReductionSplit {
 
 fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u32; 2]) -> State {
     State {
+        prefetch: false,
         spatial,
         reduction,
         unroll_max_step: 0,
@@ -472,6 +473,7 @@ proptest! {
         let mut f = factors.into_iter().cycle();
         let mut next = || f.next().unwrap_or(1);
         let state = State {
+            prefetch: false,
             spatial: (0..c.spatial.len() + spatial_extra)
                 .map(|_| sp(next(), next(), next(), next()))
                 .collect(),
@@ -520,10 +522,11 @@ fn every_feature_varies_over_states_and_tasks() {
     let mut columns: Vec<Vec<f32>> = vec![Vec::new(); FEATURE_COUNT];
     for (i, task) in tasks().iter().enumerate() {
         let extractor = FeatureExtractor::new(task, &gpu);
-        let mut states = Sampler::new(task, &gpu, i as u64).sample_distinct(20);
+        let mut states = Sampler::new(task, &gpu, i as u64).sample_distinct(40);
         // Over the register cap (invalid), to show the validity and spill flags.
         let c = task.contraction();
         states.push(State {
+            prefetch: false,
             spatial: (0..c.spatial.len())
                 .map(|a| {
                     if a == 0 {

@@ -262,6 +262,9 @@ pub struct Kernel {
     /// Blocks that add into each output element (the state's `split_k`); 1 when the
     /// epilogue stores rather than adds.
     pub split_k: u32,
+    /// Emit the stage loop with register prefetch (see `State::prefetch`); the loop
+    /// is then the flattened stage loop.
+    pub prefetch: bool,
     pub body: Vec<Stmt>,
     pub launch: LaunchConfig,
 }

@@ -27,7 +27,7 @@ pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};
 pub use state::State;
 pub use task::{Epilogue, Operator, Task};
-pub use validate::{InvalidState, validate};
+pub use validate::{InvalidState, prefetch_feasible, validate};
 
 /// A state of a task lowered and printed as CUDA C, with what is needed to launch it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -143,6 +143,10 @@ impl<'a> Lowering<'a> {
             .collect();
 
         match &split_coord {
+            // Prefetch needs one flattened stage loop, as split-K builds it.
+            None if state.prefetch => {
+                body.extend(self.split_stages(Expr::Const(0), &block_base, &thread));
+            }
             None => {
                 // Outer reduction loops: one shared-memory stage per iteration.
                 let stage_vars: Vec<Option<Var>> = (0..c.reduction.len())
@@ -177,6 +181,7 @@ impl<'a> Lowering<'a> {
             tile_elements: [tiling.tiles[0].allocated(), tiling.tiles[1].allocated()],
             accumulators: i64::from(state.accumulators()),
             split_k: state.split_k,
+            prefetch: state.prefetch,
             scope: self.scope,
             body,
             launch,

@@ -38,7 +38,7 @@ use crate::state::{
 };
 use crate::task::{Contraction, Task};
 use crate::tiling::{Tiling, innermost_choices};
-use crate::validate::validate;
+use crate::validate::{prefetch_feasible, validate};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
@@ -194,6 +194,7 @@ impl Sampler {
             .collect();
         let unroll_max_step = UNROLL_STEPS[self.pick(UNROLL_STEPS.len())];
         let mut state = State {
+            prefetch: false,
             spatial,
             reduction,
             unroll_max_step,
@@ -211,6 +212,7 @@ impl Sampler {
         }
         state.split_k = self.split_k(&state);
         state.shared_layout = [self.layout(0), self.layout(1)];
+        state.prefetch = prefetch_feasible(&self.contraction, &state) && self.pick(2) == 1;
         state
     }
 

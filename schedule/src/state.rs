@@ -132,6 +132,10 @@ fn is_one(value: &u32) -> bool {
     *value == 1
 }
 
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
 /// A concrete schedule of a task.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct State {
@@ -156,6 +160,13 @@ pub struct State {
     /// their JSON, hence their ids.
     #[serde(default, skip_serializing_if = "natural_layouts")]
     pub shared_layout: [SharedLayout; 2],
+    /// Register prefetch (double buffering through registers): the next stage's global
+    /// loads are issued right after the barrier that publishes this stage, into
+    /// registers, so that their latency hides behind this stage's inner product; they
+    /// are stored to shared memory at the top of the next iteration. Needs the fetch
+    /// loops unrolled. Left out of the JSON when off (older states keep their ids).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prefetch: bool,
 }
 
 impl State {
@@ -276,6 +287,7 @@ mod tests {
     #[test]
     fn no_split_serializes_as_before_split_k_existed() {
         let state = State {
+            prefetch: false,
             spatial: vec![SpatialSplit {
                 vthread: 1,
                 thread: 32,

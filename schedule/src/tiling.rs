@@ -297,6 +297,14 @@ impl Tiling {
         (vectors + threads - 1) / threads
     }
 
+    /// Floats one stage's fetch holds per thread (all rounds of both inputs): the
+    /// registers that register prefetch keeps live.
+    pub fn prefetch_floats(&self, state: &State) -> i64 {
+        (0..2)
+            .map(|i| self.fetch_rounds(i, state) * i64::from(state.vector_width[i]))
+            .sum()
+    }
+
     /// Floats the unrolled fetches hold in registers at once (0 when none is unrolled).
     pub fn fetch_floats_in_flight(&self, state: &State) -> i64 {
         (0..2)

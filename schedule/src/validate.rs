@@ -33,6 +33,8 @@ pub enum InvalidState {
     SharedMemory { bytes: u64, max: u64 },
     #[error("about {registers} registers per thread, over the limit of {max}")]
     Registers { registers: u64, max: u64 },
+    #[error("register prefetch needs unrolled fetch loops and more than one stage")]
+    Prefetch,
     #[error("about {registers} registers x {threads} threads, over {max} registers per block")]
     RegistersPerBlock {
         registers: u64,
@@ -98,8 +100,31 @@ pub fn register_estimate(c: &Contraction, state: &State) -> u64 {
     // The fetch and the compute are separated by a barrier: their operands are not
     // live at the same time, the accumulators are live throughout.
     let compute = in_flight * (operand(0) + operand(1));
-    let fetch = Tiling::new(c, state).fetch_floats_in_flight(state) as u64;
-    u64::from(state.accumulators()) + compute.max(fetch) + ADDRESSING_REGISTERS
+    let tiling = Tiling::new(c, state);
+    let fetch = tiling.fetch_floats_in_flight(state) as u64;
+    let live = if state.prefetch {
+        // The next stage's values stay in registers through the inner product.
+        compute + tiling.prefetch_floats(state) as u64
+    } else {
+        compute.max(fetch)
+    };
+    u64::from(state.accumulators()) + live + ADDRESSING_REGISTERS
+}
+
+/// Whether register prefetch can apply: every fetch loop unrolled (registers need
+/// compile-time indices) and at least two stages per block.
+pub fn prefetch_feasible(c: &Contraction, state: &State) -> bool {
+    let tiling = Tiling::new(c, state);
+    let unrolled = (0..2).all(|i| {
+        crate::tiling::fetch_unrolled(
+            tiling.fetch_rounds(i, state),
+            i64::from(state.vector_width[i]),
+            state,
+        )
+    });
+    let stages: i64 = tiling.stages.iter().product();
+    let per_block = (stages + i64::from(state.split_k) - 1) / i64::from(state.split_k);
+    unrolled && per_block > 1
 }
 
 /// Registers per thread that ptxas may use under `__launch_bounds__(threads)`: the
@@ -227,6 +252,9 @@ pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), Inv
             bytes,
             max: u64::from(gpu.shared_bytes_per_block_optin),
         });
+    }
+    if state.prefetch && !prefetch_feasible(c, state) {
+        return Err(InvalidState::Prefetch);
     }
     let registers = register_estimate(c, state);
     if registers > u64::from(gpu.max_registers_per_thread) {

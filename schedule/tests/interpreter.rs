@@ -249,6 +249,7 @@ fn split_k_with_short_and_empty_chunks() {
     let expected = interp::reference(&c, &inputs);
     for split_k in [1, 2, 3, 4, 5] {
         let state = State {
+            prefetch: false,
             spatial: vec![
                 SpatialSplit {
                     vthread: 1,

@@ -74,6 +74,7 @@ fn json_round_trip_replays_byte_identical_source() {
 fn snapshot_conv2d_deep_layer() {
     let t = task("conv2d", "1,512,7,7,512,3,3,1,1", Epilogue::default());
     let state = State {
+        prefetch: false,
         spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
         reduction: vec![rd(4, 2), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
@@ -97,6 +98,7 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
         },
     );
     let state = State {
+        prefetch: false,
         spatial: vec![sp(1, 16, 2, 2), sp(1, 2, 1, 2), sp(1, 4, 1, 7)],
         reduction: vec![rd(4, 4)],
         unroll_max_step: 64,
@@ -114,6 +116,7 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
 fn snapshot_matmul_tails() {
     let t = task("matmul", "333,777,555", Epilogue::default());
     let state = State {
+        prefetch: false,
         spatial: vec![sp(1, 16, 2, 2), sp(2, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 1024,
@@ -125,14 +128,10 @@ fn snapshot_matmul_tails() {
     insta::assert_snapshot!("matmul_tails", k.source);
 }
 
-/// A cuBLAS-like 128x128x8 matmul tile with A stored transposed (`m` contiguous) and
-/// its rows padded by 4 floats: the K-vectorized fetch of A scatters its components
-/// across rows, and each thread's A operands along `m` are 4 consecutive, aligned
-/// floats (one 128-bit shared load per outer register position).
-#[test]
-fn snapshot_matmul_transposed_padded_a() {
-    let t = task("matmul", "1024,1024,1024", Epilogue::default());
-    let state = State {
+/// The 128x128x8 tile of `snapshot_matmul_transposed_padded_a`.
+fn cublas_like_tile() -> State {
+    State {
+        prefetch: false,
         spatial: vec![sp(1, 16, 2, 4), sp(1, 16, 2, 4)],
         reduction: vec![rd(8, 1)],
         unroll_max_step: 512,
@@ -145,7 +144,17 @@ fn snapshot_matmul_transposed_padded_a() {
             },
             SharedLayout::NATURAL,
         ],
-    };
+    }
+}
+
+/// A cuBLAS-like 128x128x8 matmul tile with A stored transposed (`m` contiguous) and
+/// its rows padded by 4 floats: the K-vectorized fetch of A scatters its components
+/// across rows, and each thread's A operands along `m` are 4 consecutive, aligned
+/// floats (one 128-bit shared load per outer register position).
+#[test]
+fn snapshot_matmul_transposed_padded_a() {
+    let t = task("matmul", "1024,1024,1024", Epilogue::default());
+    let state = cublas_like_tile();
     let tiling = Tiling::new(&t.contraction(), &state);
     assert_eq!(tiling.tiles[0].strides(), vec![1, 132]);
     assert_eq!(tiling.tiles[0].allocated(), 8 * 132);
@@ -164,6 +173,7 @@ fn snapshot_matmul_transposed_padded_a() {
 fn snapshot_batch_matmul() {
     let t = task("batch_matmul", "12,128,128,64", Epilogue::default());
     let state = State {
+        prefetch: false,
         spatial: vec![sp(1, 1, 1, 1), sp(1, 16, 2, 2), sp(2, 8, 1, 4)],
         reduction: vec![rd(4, 4)],
         unroll_max_step: 16,
@@ -189,6 +199,7 @@ fn snapshot_conv2d_deep_layer_split_k() {
         },
     );
     let state = State {
+        prefetch: false,
         spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
         reduction: vec![rd(8, 3), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
@@ -223,6 +234,7 @@ fn validation_rejects_what_the_gpu_cannot_run() {
     let t = task("matmul", "1024,1024,1024", Epilogue::default());
     let c = t.contraction();
     let base = State {
+        prefetch: false,
         spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
@@ -341,6 +353,7 @@ fn split_k_with_relu_is_rejected_with_a_reason() {
     };
     let t = task("matmul", "256,256,1024", relu);
     let state = State {
+        prefetch: false,
         spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
@@ -439,4 +452,55 @@ proptest! {
             prop_assert!(tiling.shared_bytes() <= u64::from(gpu.shared_bytes_per_block_optin));
         }
     }
+}
+
+/// Register prefetch on the cuBLAS-like matmul tile (vectorized, scattered A stores) and
+/// on a split-K deep layer (the stage loop under the split's tail guard): the next
+/// stage's loads go to registers after the first barrier and are stored at the top of
+/// the next iteration.
+#[test]
+fn snapshot_prefetch() {
+    let t = task("matmul", "1024,1024,1024", Epilogue::default());
+    let state = State {
+        prefetch: true,
+        ..cublas_like_tile()
+    };
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    assert!(k.source.contains("float4 pf0[") && k.source.contains("ro_next"));
+    insta::assert_snapshot!("prefetch_matmul", k.source);
+
+    let t = task("conv2d", "1,512,7,7,512,3,3,1,1", Epilogue::default());
+    let state: State = serde_json::from_str(
+        r#"{"spatial":[{"vthread":1,"thread":32,"outer":2,"inner":1},{"vthread":4,"thread":1,"outer":1,"inner":2},{"vthread":1,"thread":7,"outer":1,"inner":1}],"reduction":[{"middle":2,"inner":1},{"middle":1,"inner":3},{"middle":3,"inner":1}],"unroll_max_step":512,"vector_width":[1,1],"split_k":32,"shared_layout":[{},{"innermost":0,"pad":2}],"prefetch":true}"#,
+    )
+    .unwrap();
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    insta::assert_snapshot!("prefetch_conv2d_split_k", k.source);
+}
+
+#[test]
+fn prefetch_needs_unrolled_fetch_loops_and_two_stages() {
+    let t = task("matmul", "1024,1024,1024", Epilogue::default());
+    let mut state = State {
+        prefetch: true,
+        unroll_max_step: 0,
+        ..cublas_like_tile()
+    };
+    let c = t.contraction();
+    let gpu = GpuSpec::h100();
+    assert!(matches!(
+        schedule::validate(&c, &state, &gpu),
+        Err(schedule::InvalidState::Prefetch)
+    ));
+    state.unroll_max_step = 1024;
+    assert_eq!(schedule::validate(&c, &state, &gpu), Ok(()));
+    // Prefetching keeps the next stage live through the inner product.
+    let without = State {
+        prefetch: false,
+        ..state.clone()
+    };
+    assert!(
+        schedule::validate::register_estimate(&c, &state)
+            > schedule::validate::register_estimate(&c, &without)
+    );
 }

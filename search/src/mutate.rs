@@ -16,7 +16,7 @@ use rand_chacha::rand_core::Rng;
 use schedule::state::{MAX_SPLIT_K, SHARED_PADS, SharedLayout, UNROLL_STEPS, VECTOR_WIDTHS};
 use schedule::task::Contraction;
 use schedule::tiling::{Tiling, innermost_choices};
-use schedule::{GpuSpec, State, validate};
+use schedule::{GpuSpec, State, prefetch_feasible, validate};
 
 fn pick(rng: &mut ChaCha8Rng, n: usize) -> usize {
     (rng.next_u64() % n as u64) as usize
@@ -179,6 +179,8 @@ pub fn mutate(
             return None;
         }
         s.split_k = steps[pick(rng, steps.len())];
+    } else if draw == 3 && (s.prefetch || prefetch_feasible(c, &s)) {
+        s.prefetch = !s.prefetch;
     } else if draw == 2 {
         let input = pick(rng, 2);
         let others: Vec<SharedLayout> = layouts(c, input)
@@ -194,6 +196,8 @@ pub fn mutate(
     }
     fit_vector_widths(c, &mut s);
     fit_split_k(c, &mut s);
+    // A tile change may roll a fetch loop: prefetch goes with it.
+    s.prefetch &= prefetch_feasible(c, &s);
     (s != *state && validate(c, &s, gpu).is_ok()).then_some(s)
 }
 
