@@ -255,7 +255,6 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
     use sass_stage::analysis::Kernel;
     use sass_stage::cubin::Cubin;
     use sass_stage::game::Action;
-    use sass_stage::order::Order;
     // The best kernels of the committed ResNet tuning run.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let gz = root.join("benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz");
@@ -282,7 +281,7 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
         max_repeats: 1,
     };
     let (mut checked, mut moved) = (0, 0);
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut walk_seed = 0;
     for s in &summaries {
         let best = s.best.unwrap();
         let spec = search::tune::gpu_spec(&best.device);
@@ -301,10 +300,7 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
         };
         // Checks the order after the first `n` moves of `walk`.
         let mut check = |walk: &[Action], n: usize, seed: u64| -> Outcome {
-            let mut order = Order::identity(kernel.len());
-            for &a in &walk[..n] {
-                kernel.apply(&mut order, a);
-            }
+            let order = kernel.replay(&walk[..n]);
             assert_eq!(kernel.verify(&order), Ok(()));
             let path = dir.join(format!("{}-{seed}-{n}.cubin", s.task));
             std::fs::write(&path, cubin.with_text(&kt, &kernel.words(&order))).unwrap();
@@ -326,25 +322,9 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
             results[0].0.clone()
         };
         for seed in 0..10u64 {
-            let mut order = Order::identity(kernel.len());
-            let mut walk = Vec::new();
-            for _ in 0..64 {
-                let legal: Vec<usize> = kernel
-                    .legal_mask(&order)
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, &l)| l.then_some(i))
-                    .collect();
-                if legal.is_empty() {
-                    break;
-                }
-                rng = rng
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let a = Action::from_index(legal[((rng >> 33) % legal.len() as u64) as usize]);
-                kernel.apply(&mut order, a);
-                walk.push(a);
-            }
+            let walk = kernel.random_walk(64, walk_seed);
+            walk_seed += 1;
+            let order = kernel.replay(&walk);
             moved += order.moved().len();
             checked += 1;
             if let outcome @ Outcome::Error { .. } = check(&walk, walk.len(), seed) {
@@ -358,10 +338,7 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
                         bad = mid;
                     }
                 }
-                let mut order = Order::identity(kernel.len());
-                for &a in &walk[..bad - 1] {
-                    kernel.apply(&mut order, a);
-                }
+                let order = kernel.replay(&walk[..bad - 1]);
                 let a = walk[bad - 1];
                 let lo = a.row.saturating_sub(6);
                 let context: Vec<String> = (lo..(a.row + 7).min(kernel.len()))

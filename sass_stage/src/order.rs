@@ -200,6 +200,41 @@ impl Kernel {
             .collect()
     }
 
+    /// Up to `steps` uniformly random legal moves from the original order, seeded: the
+    /// moves made (stops early where no move is legal). Tests of the legality rules
+    /// replay them on the CPU and on the GPU.
+    pub fn random_walk(&self, steps: usize, seed: u64) -> Vec<Action> {
+        use rand_chacha::ChaCha8Rng;
+        use rand_chacha::rand_core::{Rng, SeedableRng};
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut order = Order::identity(self.len());
+        let mut walk = Vec::new();
+        for _ in 0..steps {
+            let legal: Vec<usize> = self
+                .legal_mask(&order)
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &l)| l.then_some(i))
+                .collect();
+            if legal.is_empty() {
+                break;
+            }
+            let action = Action::from_index(legal[(rng.next_u64() % legal.len() as u64) as usize]);
+            self.apply(&mut order, action);
+            walk.push(action);
+        }
+        walk
+    }
+
+    /// The order that `walk` leads to from the original order.
+    pub fn replay(&self, walk: &[Action]) -> Order {
+        let mut order = Order::identity(self.len());
+        for &action in walk {
+            self.apply(&mut order, action);
+        }
+        order
+    }
+
     /// Applies `action`, which must be legal.
     pub fn apply(&self, order: &mut Order, action: Action) {
         debug_assert!(self.legal(order, action));

@@ -2,12 +2,9 @@
 //! the original order verifies, random legal walks stay legal, and a reordered cubin
 //! disassembles to exactly the original lines with the moved ones exchanged.
 
-use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::{Rng, SeedableRng};
 use sass_stage::analysis::Kernel;
 use sass_stage::cubin::Cubin;
 use sass_stage::disasm::disassemble;
-use sass_stage::game::Action;
 use sass_stage::order::Order;
 
 /// (cubin, kernel name) of sampled states of a few ResNet layers.
@@ -36,24 +33,9 @@ fn analyze(cubin: &Cubin, name: &str) -> Kernel {
     Kernel::analyze(&text, &lines).unwrap()
 }
 
-/// A random walk of up to `steps` legal moves.
+/// The order after a seeded random walk of up to `steps` legal moves.
 fn walk(kernel: &Kernel, steps: usize, seed: u64) -> Order {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut order = Order::identity(kernel.len());
-    for _ in 0..steps {
-        let legal: Vec<usize> = kernel
-            .legal_mask(&order)
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &l)| l.then_some(i))
-            .collect();
-        if legal.is_empty() {
-            break;
-        }
-        let pick = legal[(rng.next_u64() % legal.len() as u64) as usize];
-        kernel.apply(&mut order, Action::from_index(pick));
-    }
-    order
+    kernel.replay(&kernel.random_walk(steps, seed))
 }
 
 fn without_reuse(text: &str) -> String {
