@@ -349,6 +349,16 @@ mod tests {
         }
     }
 
+    /// Moving `row` up is illegal, and the verifier names `dep` for the swapped order.
+    fn blocked_by(k: &Kernel, row: usize, dep: Dep) {
+        let (legal, verdict) = swap_verdict(k, row);
+        assert!(!legal, "row {row} may move up");
+        assert!(
+            matches!(verdict, Err(Violation::Order { dep: d, .. }) if d == dep),
+            "{verdict:?}"
+        );
+    }
+
     fn swap_verdict(k: &Kernel, row: usize) -> (bool, Result<(), Violation>) {
         let legal = k.legal(&Order::identity(k.len()), up(row));
         let mut order = Order::identity(k.len());
@@ -380,11 +390,9 @@ mod tests {
             ("IMAD.WIDE R8, R2, 0x4, R6", ctl(4, None, 0)),
             ("LDG.E R12, desc[UR4][R9.64]", ctl(1, Some(1), 0)),
         ]);
-        let (legal, verdict) = swap_verdict(&k, 1);
-        assert!(!legal && matches!(verdict, Err(Violation::Order { dep: Dep::Raw, .. })));
+        blocked_by(&k, 1, Dep::Raw);
         // R9 is the high half of the IMAD.WIDE result.
-        let (legal, verdict) = swap_verdict(&k, 3);
-        assert!(!legal && matches!(verdict, Err(Violation::Order { dep: Dep::Raw, .. })));
+        blocked_by(&k, 3, Dep::Raw);
     }
 
     #[test]
@@ -393,15 +401,7 @@ mod tests {
             ("LDS R4, [R2]", ctl(1, Some(0), 0)),
             ("LDS R5, [R3]", ctl(1, Some(0), 0)),
         ]);
-        let (legal, verdict) = swap_verdict(&k, 1);
-        assert!(!legal);
-        assert!(matches!(
-            verdict,
-            Err(Violation::Order {
-                dep: Dep::Scoreboard,
-                ..
-            })
-        ));
+        blocked_by(&k, 1, Dep::Scoreboard);
     }
 
     #[test]
@@ -411,15 +411,7 @@ mod tests {
             ("LDS R5, [R3]", ctl(1, Some(0), 0)),
             ("FADD R6, R4, R5", ctl(4, None, 1)),
         ]);
-        let (legal, verdict) = swap_verdict(&k, 1);
-        assert!(!legal);
-        assert!(matches!(
-            verdict,
-            Err(Violation::Order {
-                dep: Dep::Untracked,
-                ..
-            })
-        ));
+        blocked_by(&k, 1, Dep::Untracked);
     }
 
     #[test]
@@ -482,15 +474,7 @@ mod tests {
             ("LDS R5, [R9]", read_sb2),
             ("IADD3 R8, R8, 0x4, RZ", ctl(2, None, 0b100)),
         ]);
-        let (legal, verdict) = swap_verdict(&k, 1);
-        assert!(!legal);
-        assert!(matches!(
-            verdict,
-            Err(Violation::Order {
-                dep: Dep::Untracked,
-                ..
-            })
-        ));
+        blocked_by(&k, 1, Dep::Untracked);
     }
 
     #[test]
@@ -501,15 +485,7 @@ mod tests {
             ("STS [R10], R4", ctl(1, None, 0)),
         ]);
         // The STS reads R4 without waiting: only the FADD's wait makes that safe.
-        let (legal, verdict) = swap_verdict(&k, 2);
-        assert!(!legal);
-        assert!(matches!(
-            verdict,
-            Err(Violation::Order {
-                dep: Dep::Coverage,
-                ..
-            })
-        ));
+        blocked_by(&k, 2, Dep::Coverage);
     }
 
     #[test]

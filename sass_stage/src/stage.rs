@@ -163,11 +163,11 @@ pub fn optimize(
             finalists.push(a.order.clone());
         }
     }
-    let mut samples = vec![Vec::new(); finalists.len()];
+    let mut samples: Vec<Vec<f32>> = vec![Vec::new(); finalists.len()];
     for _ in 0..config.rounds.max(1) {
         for (f, order) in finalists.iter().enumerate() {
             match objective.time_fresh(kernel, order)? {
-                Evaluation::Time(t) => samples[f].push(t),
+                Evaluation::Time(t) => samples[f].push(t as f32),
                 Evaluation::Failed(why) => {
                     return Err(SassError::Gpu(format!(
                         "a validated order failed when timed again: {why}"
@@ -177,7 +177,8 @@ pub fn optimize(
         }
     }
     validations += objective.validations;
-    let medians: Vec<f64> = samples.iter().map(|s| median(s)).collect();
+    // The tuner's median (times are µs to a thousandth: f32 holds them exactly enough).
+    let medians: Vec<f64> = samples.iter().map(|s| gpu::timing::median(s)).collect();
     let stage1_us = medians[0];
     for a in &mut agents {
         if a.rejected.is_none() {
@@ -217,19 +218,6 @@ pub fn optimize(
         explain: explain(kernel, &order),
         order,
     })
-}
-
-fn median(samples: &[f64]) -> f64 {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 /// The moved memory instructions of `order`, farthest moved first.
