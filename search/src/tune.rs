@@ -70,6 +70,9 @@ pub struct TuneConfig {
     pub strategy: Strategy,
     pub evolution: EvolutionParams,
     pub dgd: DgdParams,
+    /// Gradient allocation: a task that went this many trials without a 1% gain gets
+    /// no more rounds while others can use them (see `scheduler`); None: never.
+    pub task_patience: Option<usize>,
 }
 
 /// Where tuning stands, for a progress display.
@@ -456,10 +459,13 @@ pub fn tune(
                 op: t.op.name(),
             })
             .collect(),
-    );
+    )
+    .with_patience(cfg.task_patience);
     for (i, run) in runs.iter().enumerate() {
         if run.done > 0 {
-            scheduler.observe(i, run.best_us);
+            let key = run.task.key();
+            let mine = prior.iter().filter(|r| r.task == key);
+            scheduler.replay(i, mine.map(Record::median_us));
         }
     }
     progress.start(total, done);
@@ -562,7 +568,9 @@ pub fn tune(
         }
         run.done += records.len();
         done += records.len();
-        planner.scheduler.observe(batch.run, run.best_us);
+        planner
+            .scheduler
+            .observe(batch.run, run.best_us, records.len());
         let t = Instant::now();
         if cfg.strategy != Strategy::Random {
             // Retrain once a batch's worth of rows has come in (every round for evolution;

@@ -94,6 +94,11 @@ pub struct Args {
     /// ...and at least this many were taken.
     #[arg(long, default_value_t = 10)]
     min_repeats: u32,
+    /// Gradient allocation: a task whose best has not improved by 1% over this many
+    /// trials gets no more rounds while other tasks still improve (TVM's per-task early
+    /// stopping); 0: never stop a task.
+    #[arg(long, value_name = "TRIALS", default_value_t = 512)]
+    task_patience: usize,
     /// Fuse a bias add into the epilogue (with --shape).
     #[arg(long)]
     bias: bool,
@@ -278,6 +283,7 @@ pub fn run(args: Args) -> Result<()> {
             ..EvolutionParams::default()
         },
         dgd: DgdParams::default(),
+        task_patience: (args.task_patience > 0).then_some(args.task_patience),
     };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
