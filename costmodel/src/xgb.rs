@@ -5,7 +5,10 @@
 //! min_child_weight 0; retrained from scratch on all data after each round; random
 //! scores until more than 100 rows were seen. Instead of Ansor's early stopping over up
 //! to 10000 rounds, a fixed number of boosting rounds (default 200) keeps retraining
-//! time predictable.
+//! time predictable, and the trees are grown on histograms (`tree_method=hist`) rather
+//! than XGBoost's default exact splits: on an 11712-record ResNet log, training on 70%
+//! took 0.7 s instead of 5.8 s (2 cores) with the same held-out ranking quality
+//! (pairwise accuracy 0.941 vs 0.944, top-10 recall 0.577 for both).
 //!
 //! A saved model holds its training data as well as the booster, so that a warm start
 //! (`--model-in`, e.g. from another network's log) keeps learning from both.
@@ -126,6 +129,7 @@ impl XgbModel {
             ("gamma", p.gamma.to_string()),
             ("min_child_weight", p.min_child_weight.to_string()),
             ("verbosity", "0".to_string()),
+            ("tree_method", "hist".to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
