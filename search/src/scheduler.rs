@@ -21,6 +21,19 @@
 //! such layer (1024→512, stride 2) took 6144 of 11712 trials and last improved at its
 //! 1118th, while the layers that were still improving got 320 each.
 
+/// What the scheduler minimizes over a network's tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Objective {
+    /// The weighted sum of the tasks' latencies (Ansor's): rounds go where the most
+    /// microseconds are expected to go.
+    #[default]
+    Latency,
+    /// The weighted sum of their logarithms, i.e. the weighted geometric mean of the
+    /// latencies (and so of the speedups over any fixed baseline): rounds go where the
+    /// largest relative gain is expected, so short layers are not starved.
+    LogLatency,
+}
+
 /// Ansor's constants.
 const ALPHA: f64 = 0.2;
 const BETA: f64 = 2.0;
@@ -49,6 +62,7 @@ pub struct TaskScheduler {
     patience: Option<usize>,
     /// Per task: the best at its last improvement, and the trials measured since.
     mark: Vec<(f64, usize)>,
+    objective: Objective,
 }
 
 impl TaskScheduler {
@@ -60,7 +74,13 @@ impl TaskScheduler {
             history: vec![Vec::new(); n],
             patience: None,
             mark: vec![(NO_KERNEL_US, 0); n],
+            objective: Objective::Latency,
         }
+    }
+
+    pub fn with_objective(mut self, objective: Objective) -> Self {
+        self.objective = objective;
+        self
     }
 
     /// Stops giving rounds to a task after `trials` measurements without a 1% gain
@@ -100,7 +120,12 @@ impl TaskScheduler {
             f64::INFINITY
         };
         let forward = diminishing.min(similar) - best;
-        self.tasks[i].weight * (ALPHA * backward + (1.0 - ALPHA) * forward)
+        let change = self.tasks[i].weight * (ALPHA * backward + (1.0 - ALPHA) * forward);
+        match self.objective {
+            // d(w log g) = w dg / g; a task without a kernel keeps its huge gradient.
+            Objective::LogLatency if best < NO_KERNEL_US => change / best,
+            _ => change,
+        }
     }
 
     /// The next task among `eligible` ones: warm-up first, then the steepest gradient
@@ -249,6 +274,25 @@ mod tests {
         s.observe(1, Some(93.6), 64);
         assert!(s.stalled(1));
         assert_eq!(s.next(&all), Some(0));
+    }
+
+    #[test]
+    fn the_log_objective_weighs_relative_gains() {
+        // Task 0 (300 µs) gains 30 µs a round, 10%; task 1 (20 µs) gains 4, 20%.
+        let all = [true; 2];
+        let rounds = |objective| {
+            let mut s = sched(&[1.0, 1.0]).with_objective(objective);
+            s.tasks[1].flops = 1e9 / 15.0;
+            s.next(&all);
+            s.next(&all);
+            for r in 0..5 {
+                s.observe(0, Some(300.0 * 0.9f64.powi(r)), 64);
+                s.observe(1, Some(20.0 * 0.8f64.powi(r)), 64);
+            }
+            s
+        };
+        assert_eq!(rounds(Objective::Latency).next(&all), Some(0));
+        assert_eq!(rounds(Objective::LogLatency).next(&all), Some(1));
     }
 
     #[test]

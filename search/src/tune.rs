@@ -12,7 +12,7 @@ use crate::build::{self, Candidate};
 use crate::dgd::{Dgd, DgdParams};
 use crate::evolution::{self, EvolutionParams, TaskSpace};
 use crate::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
-use crate::scheduler::{SchedTask, TaskScheduler};
+use crate::scheduler::{Objective, SchedTask, TaskScheduler};
 use costmodel::{CostModel, Dataset, ModelError};
 use features::FeatureExtractor;
 use gpu::KernelImage;
@@ -74,6 +74,8 @@ pub struct TuneConfig {
     /// Gradient allocation: a task that went this many trials without a 1% gain gets
     /// no more rounds while others can use them (see `scheduler`); None: never.
     pub task_patience: Option<usize>,
+    /// What the gradient allocation minimizes over the tasks.
+    pub objective: Objective,
 }
 
 /// Where tuning stands, for a progress display.
@@ -461,7 +463,8 @@ pub fn tune(
             })
             .collect(),
     )
-    .with_patience(cfg.task_patience);
+    .with_patience(cfg.task_patience)
+    .with_objective(cfg.objective);
     for (i, run) in runs.iter().enumerate() {
         if run.done > 0 {
             let key = run.task.key();

@@ -12,6 +12,7 @@ use schedule::Epilogue;
 use search::dgd::DgdParams;
 use search::evolution::EvolutionParams;
 use search::record::{LogWriter, read_log};
+use search::scheduler::Objective;
 use search::report::{summarize, tune_table};
 use search::tune::{Progress, Status, Strategy, TuneConfig, TuneStats, tune};
 use std::path::PathBuf;
@@ -25,6 +26,14 @@ enum SearchArg {
     Evolution,
     /// Ansor-AF-DS's divisor-lattice walk guided by the cost model, gradient task scheduler.
     Dgd,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ObjectiveArg {
+    /// The weighted sum of the tasks' latencies.
+    Latency,
+    /// The weighted geometric mean of the tasks' latencies.
+    Geomean,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -99,6 +108,11 @@ pub struct Args {
     /// stopping); 0: never stop a task.
     #[arg(long, value_name = "TRIALS", default_value_t = 512)]
     task_patience: usize,
+    /// What the task scheduler minimizes: the network's weighted latency sum (Ansor's),
+    /// or the weighted geometric mean of the latencies (relative gains; the measure of
+    /// per-layer speedups over a baseline).
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::Latency)]
+    objective: ObjectiveArg,
     /// Fuse a bias add into the epilogue (with --shape).
     #[arg(long)]
     bias: bool,
@@ -284,6 +298,10 @@ pub fn run(args: Args) -> Result<()> {
         },
         dgd: DgdParams::default(),
         task_patience: (args.task_patience > 0).then_some(args.task_patience),
+        objective: match args.objective {
+            ObjectiveArg::Latency => Objective::Latency,
+            ObjectiveArg::Geomean => Objective::LogLatency,
+        },
     };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
