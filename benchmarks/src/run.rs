@@ -345,7 +345,7 @@ impl Session {
         &self,
         cudnn: &CudnnConv,
         sets: &[Vec<Buffer>],
-    ) -> Result<(Option<(f64, Algorithm)>, Buffer, Vec<String>), BenchError> {
+    ) -> Result<CudnnTimes, BenchError> {
         let ctx = &self.ctx;
         fn three(s: &[Buffer]) -> [&Buffer; 3] {
             [&s[0], &s[1], &s[2]]
@@ -393,7 +393,11 @@ impl Session {
                 best = Some((t.median_us, algorithm));
             }
         }
-        Ok((best, workspace, timed))
+        Ok(CudnnTimes {
+            best,
+            workspace,
+            lines: timed,
+        })
     }
 
     /// Sets up the vendor routine for `task`; for cuDNN, times the algorithms its find
@@ -411,12 +415,17 @@ impl Session {
                 let mut timed = Vec::new();
                 for handle in 1..=CUDNN_HANDLES {
                     let cudnn = CudnnConv::new(ctx, conv)?;
-                    let (best, workspace, lines) = self.time_cudnn(&cudnn, sets)?;
-                    timed.extend(lines.into_iter().map(|l| format!("handle {handle}: {l}")));
-                    if let Some((us, algorithm)) = best
+                    let times = self.time_cudnn(&cudnn, sets)?;
+                    timed.extend(
+                        times
+                            .lines
+                            .into_iter()
+                            .map(|l| format!("handle {handle}: {l}")),
+                    );
+                    if let Some((us, algorithm)) = times.best
                         && chosen.as_ref().is_none_or(|c| us < c.0)
                     {
-                        chosen = Some((us, cudnn, algorithm, workspace));
+                        chosen = Some((us, cudnn, algorithm, times.workspace));
                     }
                 }
                 let (_, cudnn, algorithm, workspace) = chosen.ok_or(VendorError::Call {
@@ -457,6 +466,16 @@ impl Session {
             .into()),
         }
     }
+}
+
+/// cuDNN's algorithms in one handle, timed by our protocol.
+struct CudnnTimes {
+    /// The median µs of the fastest that ran, and that algorithm.
+    best: Option<(f64, Algorithm)>,
+    /// The workspace they share (the largest any of them needs).
+    workspace: Buffer,
+    /// One line per algorithm: its time, or its failure.
+    lines: Vec<String>,
 }
 
 /// The vendor routine of one task, ready to run on a buffer set.

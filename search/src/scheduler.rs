@@ -131,8 +131,7 @@ impl TaskScheduler {
     /// The next task among `eligible` ones: warm-up first, then the steepest gradient
     /// (ties to the lowest index).
     pub fn next(&mut self, eligible: &[bool]) -> Option<usize> {
-        let mut candidates: Vec<usize> =
-            (0..self.tasks.len()).filter(|&i| eligible[i]).collect();
+        let mut candidates: Vec<usize> = (0..self.tasks.len()).filter(|&i| eligible[i]).collect();
         if candidates.iter().any(|&i| !self.stalled(i)) {
             candidates.retain(|&i| !self.stalled(i));
         }
@@ -265,7 +264,11 @@ mod tests {
             s
         };
         let mut s = rounds(None);
-        assert_eq!(s.next(&all), Some(0), "without patience the stalled task wins");
+        assert_eq!(
+            s.next(&all),
+            Some(0),
+            "without patience the stalled task wins"
+        );
         let mut s = rounds(Some(128));
         assert!(s.stalled(0) && !s.stalled(1));
         assert_eq!(s.next(&all), Some(1));

@@ -556,7 +556,9 @@ pub fn tune(
                 let next = planner.plan(&mut runs, cfg, &spec, &arch, model, &mut stats)?;
                 Ok((train, next.map(build_batch)))
             })();
-            let measured = measuring.join().expect("the measuring thread does not panic");
+            let measured = measuring
+                .join()
+                .expect("the measuring thread does not panic");
             (measured, overlapped)
         });
         let (train, next_built) = overlapped?;
