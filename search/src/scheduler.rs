@@ -30,7 +30,9 @@ pub enum Objective {
     Latency,
     /// The weighted sum of their logarithms, i.e. the weighted geometric mean of the
     /// latencies (and so of the speedups over any fixed baseline): rounds go where the
-    /// largest relative gain is expected, so short layers are not starved.
+    /// largest relative gain is expected, so short layers are not starved. Not the
+    /// default: in one pair of 20-minute ResNet runs on an H100 it reached a 1.96x
+    /// geometric-mean speedup over cuDNN where `Latency` reached 2.01x.
     LogLatency,
 }
 
@@ -78,6 +80,7 @@ impl TaskScheduler {
         }
     }
 
+    /// Minimizes `objective` instead of the latency sum.
     pub fn with_objective(mut self, objective: Objective) -> Self {
         self.objective = objective;
         self
