@@ -284,7 +284,7 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
     let mut walk_seed = 0;
     for s in &summaries {
         let best = s.best.unwrap();
-        let spec = search::tune::gpu_spec(&best.device);
+        let spec = best.device.spec().unwrap();
         let k = schedule::generate(&best.shape, &best.state, &spec).unwrap();
         let compiled = gpu::compile(&k.source, &k.name, &best.device.arch()).unwrap();
         let cubin = Cubin::parse(compiled.cubin).unwrap();
@@ -306,7 +306,7 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
             std::fs::write(&path, cubin.with_text(&kt, &kernel.words(&order))).unwrap();
             let request = MeasureRequest {
                 id: 0,
-                problem: search::tune::problem(&best.shape, seed),
+                problem: gpu::Problem::for_task(&best.shape, seed),
                 reference: image(reference.clone()),
                 candidate: image(path),
                 timing: once,

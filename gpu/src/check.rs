@@ -4,6 +4,7 @@
 //! (up to the sign of zero), with no tolerance that could hide a missing tile.
 
 use rand_chacha::ChaCha8Rng;
+use schedule::Task;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +24,23 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// The buffers `task`'s kernels take (the two factors, the bias if the epilogue adds
+    /// one, the output), with input values drawn from `seed`.
+    pub fn for_task(task: &Task, seed: u64) -> Problem {
+        let c = task.contraction();
+        let mut inputs: Vec<usize> = c.inputs.iter().map(|a| a.elements() as usize).collect();
+        if let Some(bias) = &c.bias {
+            inputs.push(bias.elements() as usize);
+        }
+        Problem {
+            key: task.key(),
+            inputs,
+            output: c.output_elements() as usize,
+            reduction: c.reduction.iter().map(|a| u64::from(a.extent)).product(),
+            seed,
+        }
+    }
+
     /// Largest magnitude of the input values that keeps every sum below 2^24 (at most 3;
     /// at least 1, which holds for any reduction shorter than 2^24 products).
     pub fn value_range(&self) -> i32 {
@@ -112,6 +130,22 @@ mod tests {
             reduction,
             seed: 7,
         }
+    }
+
+    #[test]
+    fn problems_list_the_kernel_parameters_in_order() {
+        let task = Task::new(
+            schedule::parse_shape("conv2d", "1,64,56,56,128,3,3,2,1").unwrap(),
+            schedule::Epilogue {
+                bias: true,
+                relu: true,
+            },
+        )
+        .unwrap();
+        let p = Problem::for_task(&task, 0);
+        assert_eq!(p.inputs, vec![64 * 56 * 56, 128 * 64 * 9, 128]);
+        assert_eq!(p.output, 128 * 28 * 28);
+        assert_eq!(p.reduction, 64 * 9);
     }
 
     #[test]

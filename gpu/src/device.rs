@@ -3,7 +3,9 @@
 
 use crate::cuda::{self, Context, CudaError};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
+use schedule::GpuSpec;
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 /// One GPU as the measurement worker sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +41,32 @@ impl DeviceInfo {
         )
     }
 
+    /// The hardware description schedules are validated and featurized against: the
+    /// built-in table of the device's architecture (sm_90: the H200's for an H200, the
+    /// H100's otherwise; both hold the same SM limits) with the device's own name, SM
+    /// count and opt-in shared memory. Other architectures have no table yet: their
+    /// limits (shared memory per SM, threads per SM) differ, and validating against
+    /// the wrong ones would admit kernels that cannot launch.
+    pub fn spec(&self) -> Result<GpuSpec, UnknownArch> {
+        let table = match self.compute_capability {
+            (9, 0) if self.name.contains("H200") => GpuSpec::h200(),
+            (9, 0) => GpuSpec::h100(),
+            _ => {
+                return Err(UnknownArch {
+                    name: self.name.clone(),
+                    arch: self.arch(),
+                });
+            }
+        };
+        Ok(GpuSpec {
+            name: self.name.clone(),
+            compute_capability: self.compute_capability,
+            sm_count: self.sm_count,
+            shared_bytes_per_block_optin: self.shared_bytes_per_block_optin,
+            ..table
+        })
+    }
+
     /// Reads the device behind `ctx`.
     pub fn query(ctx: &Context) -> Result<DeviceInfo, CudaError> {
         let attr = |a| ctx.attribute(a).map(|v| v.max(0) as u32);
@@ -64,6 +92,14 @@ impl DeviceInfo {
     }
 }
 
+/// A device whose architecture has no built-in hardware table.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("no hardware table for {name} ({arch}): tilesched knows sm_90 (H100, H200)")]
+pub struct UnknownArch {
+    pub name: String,
+    pub arch: String,
+}
+
 /// The NVIDIA kernel module's version from `/proc/driver/nvidia/version`.
 fn kernel_driver_version() -> Option<String> {
     let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
@@ -86,5 +122,23 @@ mod tests {
         let text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22)  Thu Oct 9 2025\nGCC version:  gcc version 12.3.0\n";
         assert_eq!(parse_kernel_driver(text).as_deref(), Some("580.159.04"));
         assert_eq!(parse_kernel_driver("GCC version: 12.3.0"), None);
+    }
+
+    #[test]
+    fn the_spec_is_the_table_of_the_architecture_with_the_devices_counts() {
+        let mut device = crate::worker::Simulated::device();
+        device.name = "NVIDIA H200".to_string();
+        device.sm_count = 114;
+        let spec = device.spec().unwrap();
+        assert_eq!(spec.name, "NVIDIA H200");
+        assert_eq!(spec.sm_count, 114);
+        assert_eq!(spec.max_threads_per_sm, GpuSpec::h200().max_threads_per_sm);
+        device.compute_capability = (8, 6);
+        device.name = "NVIDIA GeForce RTX 3090".to_string();
+        let e = device.spec().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no hardware table for NVIDIA GeForce RTX 3090 (sm_86): tilesched knows sm_90 (H100, H200)"
+        );
     }
 }

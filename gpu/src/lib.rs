@@ -17,7 +17,7 @@ pub mod worker;
 pub use check::Problem;
 pub use compile::{CompileError, CompiledKernel, compile};
 pub use cubin::Resources;
-pub use device::DeviceInfo;
+pub use device::{DeviceInfo, UnknownArch};
 pub use pool::{Pool, PoolError, WorkerCommand};
 pub use protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Timing};
 pub use timing::TimingConfig;

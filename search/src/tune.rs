@@ -38,6 +38,8 @@ pub enum TuneError {
     Nvrtc(String),
     #[error(transparent)]
     Model(#[from] ModelError),
+    #[error(transparent)]
+    UnknownArch(#[from] gpu::UnknownArch),
 }
 
 /// How candidates are chosen.
@@ -136,40 +138,12 @@ pub fn fair_shares(total: usize, n: usize) -> Vec<usize> {
         .collect()
 }
 
-/// The schedule crate's hardware description for a measured device: the built-in table
-/// of its architecture with the device's own counts.
-pub fn gpu_spec(device: &DeviceInfo) -> GpuSpec {
-    GpuSpec {
-        name: device.name.clone(),
-        compute_capability: device.compute_capability,
-        sm_count: device.sm_count,
-        shared_bytes_per_block_optin: device.shared_bytes_per_block_optin,
-        ..GpuSpec::h100()
-    }
-}
-
 /// A seed per task from the run's seed and the task key, so that adding a task to a run
 /// does not change the candidates of the others.
 fn task_seed(seed: u64, key: &str) -> u64 {
     key.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-/// The buffers a task's kernels take, for the worker.
-pub fn problem(task: &Task, seed: u64) -> Problem {
-    let c = task.contraction();
-    let mut inputs: Vec<usize> = c.inputs.iter().map(|a| a.elements() as usize).collect();
-    if let Some(bias) = &c.bias {
-        inputs.push(bias.elements() as usize);
-    }
-    Problem {
-        key: task.key(),
-        inputs,
-        output: c.output_elements() as usize,
-        reduction: c.reduction.iter().map(|a| u64::from(a.extent)).product(),
-        seed,
-    }
 }
 
 /// Per-task search state.
@@ -396,7 +370,7 @@ pub fn tune(
 ) -> Result<(Vec<Record>, TuneStats), TuneError> {
     let started = Instant::now();
     let device = pool.devices()[0].clone();
-    let spec = gpu_spec(&device);
+    let spec = device.spec()?;
     let arch = device.arch();
     let nvrtc = gpu::nvrtc_lib::version()
         .map(|(a, b)| format!("{a}.{b}"))
@@ -518,7 +492,7 @@ pub fn tune(
                     outcomes.push(None);
                     requests.push(MeasureRequest {
                         id: next_id,
-                        problem: problem(&batch.task, cfg.seed),
+                        problem: Problem::for_task(&batch.task, cfg.seed),
                         reference: planner.references[&key].clone(),
                         candidate: image.clone(),
                         timing: cfg.timing,
@@ -680,21 +654,5 @@ mod tests {
         assert_ne!(task_seed(0, "a"), task_seed(0, "b"));
         assert_ne!(task_seed(0, "a"), task_seed(1, "a"));
         assert_eq!(task_seed(3, "a"), task_seed(3, "a"));
-    }
-
-    #[test]
-    fn problems_list_the_kernel_parameters_in_order() {
-        let task = Task::new(
-            schedule::parse_shape("conv2d", "1,64,56,56,128,3,3,2,1").unwrap(),
-            schedule::Epilogue {
-                bias: true,
-                relu: true,
-            },
-        )
-        .unwrap();
-        let p = problem(&task, 0);
-        assert_eq!(p.inputs, vec![64 * 56 * 56, 128 * 64 * 9, 128]);
-        assert_eq!(p.output, 128 * 28 * 28);
-        assert_eq!(p.reduction, 64 * 9);
     }
 }

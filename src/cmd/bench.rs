@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use schedule::{Epilogue, generate, reference::reference_kernel};
 use search::record::{Record, now, read_log};
 use search::report::summarize;
-use search::tune::{gpu_spec, problem};
+use gpu::Problem;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -91,8 +91,11 @@ fn build(
             Some("no correct kernel in the log".to_string()),
         ));
     };
-    let ours = generate(&best.shape, &best.state, &gpu_spec(&best.device))
+    let ours = best
+        .device
+        .spec()
         .map_err(|e| e.to_string())
+        .and_then(|spec| generate(&best.shape, &best.state, &spec).map_err(|e| e.to_string()))
         .and_then(|k| {
             gpu::compile(&k.source, &k.name, arch)
                 .map(|c| OurKernel {
@@ -196,7 +199,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     let mut rows = Vec::new();
     for p in &prepared {
-        let prob = problem(&p.task, options.seed);
+        let prob = Problem::for_task(&p.task, options.seed);
         let base = Measured {
             task: p.task.key(),
             count: p.count,

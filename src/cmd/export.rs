@@ -9,7 +9,6 @@ use anyhow::{Context, Result, bail};
 use schedule::generate;
 use search::record::read_log;
 use search::report::summarize;
-use search::tune::gpu_spec;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -86,7 +85,7 @@ pub fn run(args: Args) -> Result<()> {
             env!("CARGO_PKG_VERSION")
         );
     }
-    let kernel = generate(&best.shape, &best.state, &gpu_spec(&best.device))
+    let kernel = generate(&best.shape, &best.state, &best.device.spec()?)
         .context("the recorded state is not valid for its device")?;
     let arch = best
         .compile

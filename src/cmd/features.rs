@@ -7,8 +7,8 @@ use anyhow::{Context, Result, bail};
 use features::{FEATURE_NAMES, FeatureExtractor};
 use schedule::{Epilogue, GpuSpec, Sampler, State, Task, parse_shape};
 use search::record::read_log;
-use search::tune::gpu_spec;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -60,19 +60,20 @@ pub fn run(args: Args) -> Result<()> {
         log.records
             .iter()
             .map(|r| {
-                let ex = extractors
-                    .entry((r.task.clone(), r.device.name.clone()))
-                    .or_insert_with(|| FeatureExtractor::new(&r.shape, &gpu_spec(&r.device)));
+                let ex = match extractors.entry((r.task.clone(), r.device.name.clone())) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => e.insert(FeatureExtractor::new(&r.shape, &r.device.spec()?)),
+                };
                 let error = r.error_kind().map_or("", |k| k.name());
-                row(
+                Ok(row(
                     &r.task,
                     &r.state,
                     &ex.extract(&r.state),
                     r.median_us(),
                     error,
-                )
+                ))
             })
-            .collect()
+            .collect::<Result<_>>()?
     } else {
         let (Some(op), Some(shape)) = (&args.op, &args.shape) else {
             bail!("give --log FILE, or an operator with --shape SPEC");

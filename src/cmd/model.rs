@@ -8,7 +8,6 @@ use costmodel::eval::{spearman, top_k_recall};
 use costmodel::{CostModel, Dataset, XgbModel, XgbParams};
 use features::{FEATURE_COUNT, FEATURE_NAMES, FeatureExtractor};
 use search::record::read_log;
-use search::tune::gpu_spec;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -61,7 +60,7 @@ pub fn run(command: Command) -> Result<()> {
     for (task, mut idx) in by_task {
         idx.sort_by_key(|&i| shuffle_key(args.seed, i));
         let first = &log.records[idx[0]];
-        let ex = FeatureExtractor::new(&first.shape, &gpu_spec(&first.device));
+        let ex = FeatureExtractor::new(&first.shape, &first.device.spec()?);
         let held = ((idx.len() as f64) * args.holdout).round() as usize;
         let mut test = Dataset::new(FEATURE_COUNT);
         for (k, &i) in idx.iter().enumerate() {

@@ -16,7 +16,7 @@ use sass_stage::stage::{AgentKind, KernelResult, StageConfig, optimize, order_di
 use schedule::{LaunchConfig, Task};
 use search::record::read_log;
 use search::report::summarize;
-use search::tune::{gpu_spec, problem};
+use gpu::Problem;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -196,7 +196,7 @@ pub fn prepare(
                 log_path.display()
             );
         };
-        let generated = schedule::generate(&best.shape, &best.state, &gpu_spec(&best.device))
+        let generated = schedule::generate(&best.shape, &best.state, &best.device.spec()?)
             .with_context(|| format!("{}: the recorded state is not valid", s.task))?;
         let arch = best
             .compile
@@ -276,7 +276,7 @@ pub fn run_stage(prepared: &[Prepared], args: &StageArgs, cache: Option<&Path>) 
                 name: p.name.clone(),
                 launch: p.launch,
             },
-            problem: problem(&p.task, 0),
+            problem: Problem::for_task(&p.task, 0),
             workdir: workdir.path().to_path_buf(),
         };
         let result = optimize(&p.kernel, &mut pool, &target, &config)
