@@ -266,8 +266,8 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
         .output()
         .unwrap()
         .stdout;
-    let log = search::record::parse_log(&String::from_utf8_lossy(&text));
-    let summaries = search::report::summarize(&log.records, &[]);
+    let log = records::record::parse_log(&String::from_utf8_lossy(&text));
+    let summaries = records::summarize(&log.records, &[]);
     assert_eq!(summaries.len(), 13);
     let command = WorkerCommand {
         program: bin(),
@@ -283,10 +283,8 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
     let (mut checked, mut moved) = (0, 0);
     let mut walk_seed = 0;
     for s in &summaries {
-        let best = s.best.unwrap();
-        let spec = best.device.spec().unwrap();
-        let k = schedule::generate(&best.shape, &best.state, &spec).unwrap();
-        let compiled = gpu::compile(&k.source, &k.name, &best.device.arch()).unwrap();
+        let (best, compiled) = records::best_kernel(&log.records, &s.task, &gz).unwrap();
+        let k = best.kernel;
         let cubin = Cubin::parse(compiled.cubin).unwrap();
         let kt = cubin.kernel(&k.name).unwrap();
         let lines = sass_stage::disasm::disassemble(cubin.bytes(), &k.name).unwrap();
@@ -306,7 +304,7 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
             std::fs::write(&path, cubin.with_text(&kt, &kernel.words(&order))).unwrap();
             let request = MeasureRequest {
                 id: 0,
-                problem: gpu::Problem::for_task(&best.shape, seed),
+                problem: gpu::Problem::for_task(&best.record.shape, seed),
                 reference: image(reference.clone()),
                 candidate: image(path),
                 timing: once,
@@ -358,4 +356,40 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
     }
     println!("{checked} reordered kernels checked bit for bit, {moved} instructions moved in all");
     assert!(moved > 0);
+}
+
+#[test]
+#[ignore = "needs a GPU and nvdisasm (run by scripts/device-check)"]
+fn pipeline_runs_both_stages_in_one_process_with_tunes_options() {
+    let dir = std::env::var_os("TILESCHED_TEST_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let log = dir.join("gpu-test-pipeline.jsonl");
+    let cache = dir.join("gpu-test-pipeline-cache");
+    let out = dir.join("gpu-test-pipeline-sass");
+    let _ = std::fs::remove_file(&log);
+    let o = Command::new(bin())
+        .args(["pipeline", "matmul", "--shape", "256,256,256", "--log"])
+        .arg(&log)
+        .arg("--cache")
+        .arg(&cache)
+        .arg("--out")
+        .arg(&out)
+        // Search options of `tune`, which the pipeline once could not take.
+        .args(["--search", "random", "--trials", "12", "--min-time-ms", "2"])
+        .args(["--agent", "greedy", "--budget", "4", "--rounds", "2"])
+        .output()
+        .expect("tilesched runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("pipeline:\n{text}");
+    assert!(o.status.success(), "{text}");
+    let records = std::fs::read_to_string(&log).unwrap().lines().count();
+    assert_eq!(records, 12, "{text}");
+    assert!(text.contains("stage 1: tune") && text.contains("stage 2: sass"));
+    assert!(out.join("sass.md").is_file());
+    assert!(cache.join("index.json").is_file());
 }

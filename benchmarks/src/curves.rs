@@ -16,7 +16,7 @@
 //! best; so do "correct" measurements whose time is not a finite positive number.
 
 use schedule::Workload;
-use search::Record;
+use records::Record;
 use std::collections::HashMap;
 use std::time::UNIX_EPOCH;
 
@@ -354,7 +354,7 @@ mod tests {
     fn record(task: &Task, result: Outcome, timestamp: &str) -> Record {
         let state = Sampler::new(task, &GpuSpec::h100(), 1).sample().unwrap();
         Record {
-            version: search::record::RECORD_VERSION,
+            version: records::record::RECORD_VERSION,
             task: task.key(),
             shape: *task,
             state,
@@ -365,6 +365,7 @@ mod tests {
             tool_version: "0.1.0".into(),
             timestamp: timestamp.into(),
             injected: None,
+            source_hash: None,
         }
     }
 

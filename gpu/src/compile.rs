@@ -10,8 +10,8 @@ use thiserror::Error;
 /// Why a kernel did not compile.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum CompileError {
-    #[error("{0}")]
-    Unavailable(String),
+    #[error(transparent)]
+    Unavailable(#[from] nvrtc_lib::NvrtcLibError),
     #[error("invalid architecture '{0}' (expected sm_XY, e.g. sm_90)")]
     Arch(String),
     #[error("NVRTC rejected the source: {log}")]
@@ -19,7 +19,7 @@ pub enum CompileError {
     #[error("NVRTC failed: {0}")]
     Nvrtc(String),
     #[error("the cubin is malformed: {0}")]
-    Cubin(String),
+    Cubin(#[from] cubin::CubinError),
 }
 
 /// A compiled kernel: the cubin and what the compiler says it uses.
@@ -67,7 +67,7 @@ fn run_nvrtc(
     kernel: &str,
     options: &[String],
 ) -> Result<(Program, String), CompileError> {
-    nvrtc_lib::ensure_loaded().map_err(CompileError::Unavailable)?;
+    nvrtc_lib::ensure_loaded()?;
     let src = CString::new(source).map_err(|_| CompileError::Source {
         log: "source contains a NUL byte".to_string(),
     })?;
@@ -130,7 +130,7 @@ pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel,
         sys::nvrtcGetCUBIN,
     )?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-    let resources = cubin::resources(&cubin, kernel, &log).map_err(CompileError::Cubin)?;
+    let resources = cubin::resources(&cubin, kernel, &log)?;
     Ok(CompiledKernel {
         cubin,
         resources,

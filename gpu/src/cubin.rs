@@ -24,17 +24,33 @@ const EIATTR_REGCOUNT: u8 = 0x2f;
 /// Record format whose 16-bit header field is a payload length (EIFMT_SVAL).
 const EIFMT_SVAL: u8 = 0x04;
 
+/// Why a cubin's resources cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CubinError {
+    #[error("{0}")]
+    Elf(String),
+    #[error("no symbol {0}")]
+    NoSymbol(String),
+    #[error(".nv.info missing")]
+    NoInfo,
+    #[error("no register count for the kernel")]
+    NoRegisterCount,
+}
+
 /// Reads the resources of `kernel` from its cubin and NVRTC's log.
-pub fn resources(cubin: &[u8], kernel: &str, log: &str) -> Result<Resources, String> {
-    let file = object::File::parse(cubin).map_err(|e| e.to_string())?;
+pub fn resources(cubin: &[u8], kernel: &str, log: &str) -> Result<Resources, CubinError> {
+    let elf = |e: object::Error| CubinError::Elf(e.to_string());
+    let file = object::File::parse(cubin).map_err(elf)?;
     let symbol = file
         .symbols()
         .find(|s| s.name() == Ok(kernel))
-        .ok_or_else(|| format!("no symbol {kernel}"))?
+        .ok_or_else(|| CubinError::NoSymbol(kernel.to_string()))?
         .index()
         .0 as u32;
-    let info = file.section_by_name(".nv.info").ok_or(".nv.info missing")?;
-    let data = object::ObjectSection::data(&info).map_err(|e| e.to_string())?;
+    let info = file
+        .section_by_name(".nv.info")
+        .ok_or(CubinError::NoInfo)?;
+    let data = object::ObjectSection::data(&info).map_err(elf)?;
     let value = |wanted: u8| {
         attributes(data)
             .filter(|&(attr, _)| attr == wanted)
@@ -42,7 +58,7 @@ pub fn resources(cubin: &[u8], kernel: &str, log: &str) -> Result<Resources, Str
             .find(|&(sym, _)| sym == symbol)
             .map(|(_, v)| v)
     };
-    let registers = value(EIATTR_REGCOUNT).ok_or("no register count for the kernel")?;
+    let registers = value(EIATTR_REGCOUNT).ok_or(CubinError::NoRegisterCount)?;
     let stack_frame_bytes = value(EIATTR_FRAME_SIZE).unwrap_or(0);
     let number_before = |suffix: &str| -> u32 {
         log.lines()

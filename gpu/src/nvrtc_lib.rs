@@ -43,9 +43,21 @@ fn candidates() -> Vec<PathBuf> {
     out
 }
 
+/// Why NVRTC cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvrtcLibError {
+    #[error(
+        "{LIBRARY} (NVRTC of CUDA 13) not found: run scripts/setup.sh, or set TILESCHED_NVRTC to its path (looked in: {})",
+        tried.join(", ")
+    )]
+    NotFound { tried: Vec<String> },
+    #[error("nvrtcVersion failed: {0}")]
+    Version(String),
+}
+
 /// Loads NVRTC once per process; the error says where it was looked for.
-pub fn ensure_loaded() -> Result<(), String> {
-    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
+pub fn ensure_loaded() -> Result<(), NvrtcLibError> {
+    static LOADED: OnceLock<Result<(), NvrtcLibError>> = OnceLock::new();
     LOADED.get_or_init(load).clone()
 }
 
@@ -55,7 +67,7 @@ fn open(path: &Path) -> Option<Library> {
     unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }.ok()
 }
 
-fn load() -> Result<(), String> {
+fn load() -> Result<(), NvrtcLibError> {
     let tried = candidates();
     for path in &tried {
         if !path.is_file() {
@@ -77,23 +89,18 @@ fn load() -> Result<(), String> {
         std::mem::forget(lib);
         return Ok(());
     }
-    Err(format!(
-        "{LIBRARY} (NVRTC of CUDA 13) not found: run scripts/setup.sh, or set TILESCHED_NVRTC to its path (looked in: {})",
-        tried
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
+    Err(NvrtcLibError::NotFound {
+        tried: tried.iter().map(|p| p.display().to_string()).collect(),
+    })
 }
 
 /// NVRTC's version, e.g. (13, 0).
-pub fn version() -> Result<(i32, i32), String> {
+pub fn version() -> Result<(i32, i32), NvrtcLibError> {
     ensure_loaded()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: NVRTC is loaded; both pointers are valid for writes.
     unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
         .result()
-        .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+        .map_err(|e| NvrtcLibError::Version(format!("{e:?}")))?;
     Ok((major, minor))
 }

@@ -1,4 +1,4 @@
-//! The timing protocol, shared by candidates and (later) vendor baselines.
+//! The timing protocol, shared by candidates and the vendor baselines.
 //!
 //! Warm-up launches first, then timed repeats, each launch between its own pair of CUDA
 //! events, until the timed runs add up to a minimum time and a minimum count; the median

@@ -3,19 +3,42 @@
 //! candidate that does not compile is a result (`compile`), never an abort.
 
 use crate::inject;
-use crate::record::CompileInfo;
+use records::{CompileInfo, source_hash};
 use gpu::{ErrorKind, KernelImage};
 use rayon::prelude::*;
 use schedule::reference::reference_kernel;
-use schedule::{GpuSpec, State, Task, generate};
+use schedule::{GeneratedKernel, GpuSpec, InvalidState, State, Task, generate};
 use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Why a candidate (or a task's reference kernel) was not built. For a candidate it is
+/// data: its message becomes the record's `compile` error.
+#[derive(Debug, Error)]
+pub enum BuildError {
+    #[error("invalid state: {0}")]
+    InvalidState(#[from] InvalidState),
+    #[error(transparent)]
+    Compile(#[from] gpu::CompileError),
+    #[error("the reference kernel of {task} does not compile: {error}")]
+    Reference {
+        task: String,
+        error: gpu::CompileError,
+    },
+    #[error("cannot write {path}: {error}")]
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
 
 /// A candidate ready to measure, or why it is not.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Candidate {
     pub state: State,
     pub injected: Option<ErrorKind>,
-    pub build: Result<(KernelImage, CompileInfo), String>,
+    /// `records::source_hash` of the generated source (None when generation failed).
+    pub source_hash: Option<String>,
+    pub build: Result<(KernelImage, CompileInfo), BuildError>,
 }
 
 /// Where the cubins of `task` are written.
@@ -23,29 +46,39 @@ fn task_dir(dir: &Path, task: &Task) -> PathBuf {
     dir.join(task.key())
 }
 
-fn write_cubin(path: &Path, cubin: &[u8]) -> Result<(), String> {
+fn write_cubin(path: &Path, cubin: &[u8]) -> Result<(), BuildError> {
+    let error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |error| BuildError::Write { path, error }
+    };
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(error(parent))?;
     }
-    std::fs::write(path, cubin).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    std::fs::write(path, cubin).map_err(error(path))
 }
 
-/// Generates and compiles one state (with a fault built in when asked).
-fn build_one(
+/// Generates one state (with a fault built in when asked).
+fn generate_one(
     task: &Task,
     state: &State,
     injected: Option<ErrorKind>,
     gpu: &GpuSpec,
-    arch: &str,
-    dir: &Path,
-) -> Result<(KernelImage, CompileInfo), String> {
-    let kernel = match injected {
+) -> Result<GeneratedKernel, BuildError> {
+    Ok(match injected {
         Some(kind) => inject::faulty_kernel(kind, task, state, gpu),
         None => generate(task, state, gpu),
-    }
-    .map_err(|e| format!("invalid state: {e}"))?;
-    let compiled = gpu::compile(&kernel.source, &kernel.name, arch).map_err(|e| e.to_string())?;
+    }?)
+}
+
+/// Compiles one generated kernel and writes its cubin.
+fn build_one(
+    task: &Task,
+    state: &State,
+    kernel: GeneratedKernel,
+    arch: &str,
+    dir: &Path,
+) -> Result<(KernelImage, CompileInfo), BuildError> {
+    let compiled = gpu::compile(&kernel.source, &kernel.name, arch)?;
     let path = task_dir(dir, task).join(format!("{}.cubin", state.id()));
     write_cubin(&path, &compiled.cubin)?;
     let r = compiled.resources;
@@ -79,10 +112,13 @@ pub fn build(
         .enumerate()
         .map(|(i, state)| {
             let fault = injected.get(i).copied().flatten();
-            let build = build_one(task, &state, fault, gpu, arch, dir);
+            let kernel = generate_one(task, &state, fault, gpu);
+            let source_hash = kernel.as_ref().ok().map(|k| source_hash(&k.source));
+            let build = kernel.and_then(|k| build_one(task, &state, k, arch, dir));
             Candidate {
                 state,
                 injected: fault,
+                source_hash,
                 build,
             }
         })
@@ -90,14 +126,13 @@ pub fn build(
 }
 
 /// Builds the reference kernel of `task`.
-pub fn build_reference(task: &Task, arch: &str, dir: &Path) -> Result<KernelImage, String> {
+pub fn build_reference(task: &Task, arch: &str, dir: &Path) -> Result<KernelImage, BuildError> {
     let kernel = reference_kernel(task);
-    let compiled = gpu::compile(&kernel.source, &kernel.name, arch).map_err(|e| {
-        format!(
-            "the reference kernel of {} does not compile: {e}",
-            task.key()
-        )
-    })?;
+    let compiled =
+        gpu::compile(&kernel.source, &kernel.name, arch).map_err(|error| BuildError::Reference {
+            task: task.key(),
+            error,
+        })?;
     let path = task_dir(dir, task).join("reference.cubin");
     write_cubin(&path, &compiled.cubin)?;
     Ok(KernelImage {

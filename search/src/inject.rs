@@ -8,22 +8,29 @@ use gpu::ErrorKind;
 use schedule::{Epilogue, GeneratedKernel, GpuSpec, InvalidState, State, Task, generate};
 use std::collections::BTreeMap;
 
+/// A fault specification that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InjectError {
+    #[error("fault '{0}' is not KIND@TRIAL")]
+    Syntax(String),
+    #[error("unknown fault kind '{0}' (expected compile, launch, timeout or wrong_answer)")]
+    Kind(String),
+    #[error("fault trial '{0}' is not a number")]
+    Trial(String),
+}
+
 /// Parses `KIND@TRIAL[,KIND@TRIAL...]`, where TRIAL counts candidates from 0 in the
 /// order this run builds them and KIND is compile, launch, timeout or wrong_answer.
-pub fn parse(spec: &str) -> Result<BTreeMap<usize, ErrorKind>, String> {
+pub fn parse(spec: &str) -> Result<BTreeMap<usize, ErrorKind>, InjectError> {
     let mut out = BTreeMap::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (kind, trial) = item
             .split_once('@')
-            .ok_or_else(|| format!("fault '{item}' is not KIND@TRIAL"))?;
-        let kind = ErrorKind::parse(kind).ok_or_else(|| {
-            format!(
-                "unknown fault kind '{kind}' (expected compile, launch, timeout or wrong_answer)"
-            )
-        })?;
+            .ok_or_else(|| InjectError::Syntax(item.to_string()))?;
+        let kind = ErrorKind::parse(kind).ok_or_else(|| InjectError::Kind(kind.to_string()))?;
         let trial = trial
             .parse()
-            .map_err(|_| format!("fault trial '{trial}' is not a number"))?;
+            .map_err(|_| InjectError::Trial(trial.to_string()))?;
         out.insert(trial, kind);
     }
     Ok(out)
@@ -98,9 +105,9 @@ mod tests {
         assert_eq!(m[&3], ErrorKind::Launch);
         assert_eq!(m[&7], ErrorKind::Timeout);
         assert_eq!(m[&12], ErrorKind::WrongAnswer);
-        assert!(parse("crash@1").unwrap_err().contains("unknown fault kind"));
-        assert!(parse("launch").unwrap_err().contains("KIND@TRIAL"));
-        assert!(parse("launch@x").unwrap_err().contains("not a number"));
+        assert!(parse("crash@1").unwrap_err().to_string().contains("unknown fault kind"));
+        assert!(parse("launch").unwrap_err().to_string().contains("KIND@TRIAL"));
+        assert!(parse("launch@x").unwrap_err().to_string().contains("not a number"));
     }
 
     #[test]

@@ -1,20 +1,17 @@
-//! Search: how candidates are chosen, built and measured, and what is kept of them.
+//! Search: how candidates are chosen, built and measured.
 //!
-//! Tuning records (the JSON-lines log), per-task summaries, candidate building (NVRTC in
-//! parallel), fault injection for tests, and the tuning loop over the measurement
-//! workers, with random search and the cost-model-guided evolutionary search, and the
-//! gradient task scheduler that shares a network's trials among its layers.
+//! Candidate building (NVRTC in parallel), fault injection for tests, and the tuning
+//! loop over the measurement workers, with random search, the cost-model-guided
+//! evolutionary search and DGD, and the gradient task scheduler that shares a network's
+//! trials among its layers. What is kept of the measurements — the records and the
+//! log — is the `records` crate's.
 
 pub mod build;
 pub mod dgd;
 pub mod evolution;
 pub mod inject;
 pub mod mutate;
-pub mod record;
-pub mod report;
 pub mod scheduler;
 pub mod tune;
 
-pub use record::{CompileInfo, Log, LogWriter, Record, read_log};
-pub use report::{TaskSummary, summarize};
-pub use tune::{Progress, Status, TuneConfig, TuneStats, tune};
+pub use tune::{Progress, Status, Strategy, TuneConfig, TuneError, TuneStats, tune};

@@ -11,7 +11,7 @@
 use crate::build::{self, Candidate};
 use crate::dgd::{Dgd, DgdParams};
 use crate::evolution::{self, EvolutionParams, TaskSpace};
-use crate::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
+use records::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
 use crate::scheduler::{Objective, SchedTask, TaskScheduler};
 use costmodel::{CostModel, Dataset, ModelError};
 use features::FeatureExtractor;
@@ -32,10 +32,12 @@ pub enum TuneError {
     Pool(#[from] PoolError),
     #[error(transparent)]
     Log(#[from] LogError),
-    #[error("{0}")]
-    Reference(String),
+    #[error(transparent)]
+    Reference(#[from] build::BuildError),
     #[error("NVRTC: {0}")]
-    Nvrtc(String),
+    Nvrtc(#[from] gpu::nvrtc_lib::NvrtcLibError),
+    #[error("cannot start build threads: {0}")]
+    Threads(#[from] rayon::ThreadPoolBuildError),
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
@@ -318,8 +320,7 @@ impl Planner {
                 continue;
             }
             if let std::collections::btree_map::Entry::Vacant(slot) = self.references.entry(key) {
-                let image = build::build_reference(&run.task, arch, &cfg.workdir)
-                    .map_err(TuneError::Reference)?;
+                let image = build::build_reference(&run.task, arch, &cfg.workdir)?;
                 slot.insert(image);
             }
             run.planned += states.len();
@@ -372,9 +373,7 @@ pub fn tune(
     let device = pool.devices()[0].clone();
     let spec = device.spec()?;
     let arch = device.arch();
-    let nvrtc = gpu::nvrtc_lib::version()
-        .map(|(a, b)| format!("{a}.{b}"))
-        .map_err(TuneError::Nvrtc)?;
+    let nvrtc = gpu::nvrtc_lib::version().map(|(a, b)| format!("{a}.{b}"))?;
     let keep = seeds_kept(cfg);
     let mut runs: Vec<TaskRun> = tasks
         .iter()
@@ -459,8 +458,7 @@ pub fn tune(
     // Builds run on all cores but two, which stay free for the workers' launches.
     let builders = rayon::ThreadPoolBuilder::new()
         .num_threads(rayon::current_num_threads().saturating_sub(2).max(1))
-        .build()
-        .map_err(|e| TuneError::Nvrtc(format!("cannot start build threads: {e}")))?;
+        .build()?;
     let build_batch = |batch: Batch| {
         let t = Instant::now();
         let candidates = builders.install(|| {
@@ -502,7 +500,10 @@ pub fn tune(
                 }
                 Err(message) => {
                     progress.measured();
-                    outcomes.push(Some((Outcome::error(ErrorKind::Compile, message), 0)));
+                    outcomes.push(Some((
+                        Outcome::error(ErrorKind::Compile, message.to_string()),
+                        0,
+                    )));
                 }
             }
         }
@@ -635,6 +636,7 @@ fn record(task: &Task, c: Candidate, result: Outcome, device: &DeviceInfo, nvrtc
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         timestamp: now(),
         injected: c.injected,
+        source_hash: c.source_hash,
     }
 }
 

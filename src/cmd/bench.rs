@@ -11,10 +11,9 @@ use benchmarks::report::{Measured, Protocol, Report, Row, Summary};
 use benchmarks::run::{BenchError, Options, OurKernel, Session};
 use gpu::TimingConfig;
 use rayon::prelude::*;
-use schedule::{Epilogue, generate, reference::reference_kernel};
-use search::record::{Record, now, read_log};
-use search::report::summarize;
-use gpu::Problem;
+use schedule::{Epilogue, reference::reference_kernel};
+use records::{BestKernel, Record, now, read_log, summarize};
+use gpu::{DeviceInfo, Problem};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -70,13 +69,15 @@ struct Prepared {
     problem: Option<String>,
 }
 
+/// The reference kernel of `task` and, from its best record, our kernel (or why there
+/// is none), both for `device`.
 fn build(
     task: &schedule::Task,
     best: Option<&Record>,
-    arch: &str,
+    device: &DeviceInfo,
 ) -> Result<(OurKernel, Option<OurKernel>, Option<String>)> {
     let kernel = reference_kernel(task);
-    let cubin = gpu::compile(&kernel.source, &kernel.name, arch)
+    let cubin = gpu::compile(&kernel.source, &kernel.name, &device.arch())
         .with_context(|| format!("the reference kernel of {} does not compile", task.key()))?
         .cubin;
     let reference = OurKernel {
@@ -91,20 +92,18 @@ fn build(
             Some("no correct kernel in the log".to_string()),
         ));
     };
-    let ours = best
-        .device
-        .spec()
-        .map_err(|e| e.to_string())
-        .and_then(|spec| generate(&best.shape, &best.state, &spec).map_err(|e| e.to_string()))
-        .and_then(|k| {
-            gpu::compile(&k.source, &k.name, arch)
-                .map(|c| OurKernel {
-                    cubin: c.cubin,
-                    name: k.name,
-                    launch: k.launch,
-                })
-                .map_err(|e| e.to_string())
-        });
+    let ours = BestKernel::regenerate(best).and_then(|k| {
+        if let Some(stale) = &k.stale {
+            eprintln!("warning: {}: {stale}", best.task);
+        }
+        k.runs_on(device)?;
+        let compiled = k.compile()?;
+        Ok(OurKernel {
+            cubin: compiled.cubin,
+            name: k.kernel.name,
+            launch: k.kernel.launch,
+        })
+    });
     Ok(match ours {
         Ok(ours) => (reference, Some(ours), None),
         Err(e) => (
@@ -173,13 +172,12 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
 
-    let arch = device.arch();
     let prepared: Vec<Prepared> = workloads
         .par_iter()
         .zip(summaries.par_iter())
         .map(|(w, s)| {
             let best = s.best.cloned();
-            let (reference, ours, problem) = build(&w.task, best.as_ref(), &arch)?;
+            let (reference, ours, problem) = build(&w.task, best.as_ref(), &device)?;
             Ok(Prepared {
                 count: w.count,
                 task: w.task,

@@ -2,8 +2,7 @@
 //! task in a tuning log, as a table or as the full records in JSON.
 
 use anyhow::{Result, bail};
-use search::record::read_log;
-use search::report::{best_table, summarize};
+use records::{best_table, read_log, summarize};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

@@ -5,10 +5,8 @@
 //! kernel adds into its output: the launch configuration says so (`zero_output`), and
 //! the caller must zero the output before every launch.
 
-use anyhow::{Context, Result, bail};
-use schedule::generate;
-use search::record::read_log;
-use search::report::summarize;
+use anyhow::{Context, Result};
+use records::{BestKernel, best_record, read_log};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -62,59 +60,29 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(w) = log.warning(&args.log) {
         eprintln!("{w}");
     }
-    let summaries = summarize(&log.records, &[]);
-    let Some(summary) = summaries.iter().find(|s| s.task == args.task) else {
-        bail!(
-            "task {} has no records in {}",
-            args.task,
-            args.log.display()
-        );
-    };
-    let Some(best) = summary.best else {
-        bail!(
-            "task {} has no correct kernel in {} ({} records, all failed)",
-            args.task,
-            args.log.display(),
-            summary.trials
-        );
-    };
-    if best.tool_version != env!("CARGO_PKG_VERSION") {
-        eprintln!(
-            "warning: the record was measured with tilesched {}, this is {}: the regenerated kernel may differ",
-            best.tool_version,
-            env!("CARGO_PKG_VERSION")
-        );
+    let best = BestKernel::regenerate(best_record(&log.records, &args.task, &args.log)?)?;
+    if let Some(stale) = &best.stale {
+        eprintln!("warning: {stale}");
     }
-    let kernel = generate(&best.shape, &best.state, &best.device.spec()?)
-        .context("the recorded state is not valid for its device")?;
-    let arch = best
-        .compile
-        .as_ref()
-        .map_or_else(|| best.device.arch(), |c| c.arch.clone());
     match args.format {
-        Format::Cuda => write(&args.out, kernel.source.as_bytes())?,
-        Format::Ptx => {
-            let ptx = gpu::compile::compile_ptx(&kernel.source, &kernel.name, &arch)?;
-            write(&args.out, ptx.as_bytes())?;
-        }
-        Format::Cubin => {
-            let compiled = gpu::compile(&kernel.source, &kernel.name, &arch)?;
-            write(&args.out, &compiled.cubin)?;
-        }
+        Format::Cuda => write(&args.out, best.kernel.source.as_bytes())?,
+        Format::Ptx => write(&args.out, best.ptx()?.as_bytes())?,
+        Format::Cubin => write(&args.out, &best.compile()?.cubin)?,
     }
+    let (kernel, record) = (&best.kernel, best.record);
     let sidecar = Sidecar {
         task: &args.task,
         kernel: &kernel.name,
         format: args.format,
-        arch,
+        arch: best.arch.clone(),
         grid: [kernel.launch.grid, 1, 1],
         block: [kernel.launch.block, 1, 1],
         dynamic_shared_bytes: kernel.launch.dynamic_shared_bytes,
         zero_output: kernel.launch.zero_output,
-        median_us: best.median_us(),
-        device: &best.device.name,
-        state: &best.state,
-        tool_version: env!("CARGO_PKG_VERSION"),
+        median_us: record.median_us(),
+        device: &record.device.name,
+        state: &record.state,
+        tool_version: records::kernel::TOOL_VERSION,
     };
     let mut json_path = args.out.clone().into_os_string();
     json_path.push(".json");
@@ -136,8 +104,8 @@ pub fn run(args: Args) -> Result<()> {
         kernel.launch.grid,
         kernel.launch.block,
         kernel.launch.dynamic_shared_bytes,
-        best.median_us().unwrap_or(f64::NAN),
-        best.device.name
+        record.median_us().unwrap_or(f64::NAN),
+        record.device.name
     );
     Ok(())
 }

@@ -6,7 +6,7 @@ use crate::cmd::tasks::check_op;
 use anyhow::{Context, Result, bail};
 use features::{FEATURE_NAMES, FeatureExtractor};
 use schedule::{Epilogue, GpuSpec, Sampler, State, Task, parse_shape};
-use search::record::read_log;
+use records::read_log;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::path::PathBuf;

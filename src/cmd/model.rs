@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use costmodel::eval::{spearman, top_k_recall};
 use costmodel::{CostModel, Dataset, XgbModel, XgbParams};
 use features::{FEATURE_COUNT, FEATURE_NAMES, FeatureExtractor};
-use search::record::read_log;
+use records::read_log;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

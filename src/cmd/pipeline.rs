@@ -1,14 +1,15 @@
 //! `tilesched pipeline <op> (--network NAME | --shape SPEC) --log FILE --cache DIR`:
-//! both stages. Stage 1 is `tilesched tune` on the tasks (continuing the log with
-//! `--resume`), stage 2 is `tilesched sass` on each task's best kernel, and every final
-//! kernel goes into the deploy cache for `tilesched deploy lookup`.
+//! both stages in one process. Stage 1 is the search `tune` runs, with the same search
+//! options (continuing the log with `--resume`), stage 2 is `sass` on each task's best
+//! kernel, and every final kernel goes into the deploy cache for `tilesched deploy
+//! lookup`.
 
 use crate::cmd::sass::{StageArgs, prepare, run_stage};
 use crate::cmd::tasks::{TaskArgs, resolve};
-use anyhow::{Context, Result, bail};
+use crate::cmd::tune::{SearchArgs, run_search};
+use anyhow::{Result, bail};
 use schedule::Epilogue;
 use std::path::PathBuf;
-use std::process::Command;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,18 +26,12 @@ pub struct Args {
     /// Deploy cache receiving the final kernels.
     #[arg(long, value_name = "DIR")]
     cache: PathBuf,
-    /// Stage 1: measurement trials over all tasks [default: tune's].
-    #[arg(long)]
-    trials: Option<usize>,
-    /// Stage 1: continue the log (its records count as trials done).
-    #[arg(long)]
-    resume: bool,
-    /// Stage 1: start no new batch after this many seconds.
-    #[arg(long, value_name = "SECS")]
-    time_budget: Option<f64>,
     /// Skip stage 1 and take the best kernels of the log as they are.
     #[arg(long)]
     skip_tuning: bool,
+    /// Stage 1: how to search (as for `tune`; `--device` and `--seed` serve both stages).
+    #[command(flatten)]
+    search: SearchArgs,
     #[command(flatten)]
     stage: StageArgs,
 }
@@ -51,36 +46,14 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     if !args.skip_tuning {
-        let exe = std::env::current_exe().context("cannot locate the tilesched executable")?;
-        let mut tune = Command::new(exe);
-        tune.arg("tune").arg(&args.op);
-        match &args.tasks.network {
-            Some(n) => {
-                tune.args(["--network", n]);
-            }
-            None => {
-                for s in &args.tasks.shape {
-                    tune.args(["--shape", s]);
-                }
-            }
-        }
-        tune.args(["--batch", &args.batch.to_string()]);
-        tune.arg("--log").arg(&args.log);
-        tune.args(["--device", &args.stage.device.to_string()]);
-        if let Some(t) = args.trials {
-            tune.args(["--trials", &t.to_string()]);
-        }
-        if args.resume {
-            tune.arg("--resume");
-        }
-        if let Some(t) = args.time_budget {
-            tune.args(["--time-budget", &t.to_string()]);
-        }
         eprintln!("stage 1: tune");
-        let status = tune.status().context("cannot run stage 1")?;
-        if !status.success() {
-            bail!("stage 1 (tune) failed");
-        }
+        run_search(
+            &tasks,
+            &args.log,
+            &[args.stage.device],
+            args.stage.seed,
+            &args.search,
+        )?;
     }
     eprintln!("stage 2: sass");
     let prepared = prepare(&args.log, None, Some(&keys))?;

@@ -8,14 +8,13 @@ use anyhow::{Context, Result, bail};
 use costmodel::{CostModel, RandomModel, XgbModel, XgbParams};
 use gpu::{Pool, PoolError, TimingConfig, WorkerCommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use schedule::Epilogue;
+use records::{LogWriter, read_log, summarize, tune_table};
+use schedule::{Epilogue, Workload};
 use search::dgd::DgdParams;
 use search::evolution::EvolutionParams;
-use search::record::{LogWriter, read_log};
-use search::report::{summarize, tune_table};
 use search::scheduler::Objective;
-use search::tune::{Progress, Status, Strategy, TuneConfig, TuneStats, tune};
-use std::path::PathBuf;
+use search::{Progress, Status, Strategy, TuneConfig, TuneStats, tune};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -53,6 +52,28 @@ pub struct Args {
     /// Network batch size.
     #[arg(long, default_value_t = 1)]
     batch: u32,
+    #[command(flatten)]
+    search: SearchArgs,
+    /// Tuning log (JSON lines) [default: <op>-<network>.jsonl or <task key>.jsonl].
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// GPUs to measure on, e.g. 0 or 0,1 (one worker process each).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    device: Vec<u32>,
+    /// Seed of the search: the same seed draws the same candidates.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Fuse a bias add into the epilogue (with --shape).
+    #[arg(long)]
+    bias: bool,
+    /// Fuse a ReLU into the epilogue (with --shape).
+    #[arg(long)]
+    relu: bool,
+}
+
+/// How stage 1 searches and measures (shared by `tune` and `pipeline`).
+#[derive(clap::Args)]
+pub struct SearchArgs {
     /// Search strategy.
     #[arg(long, value_enum, default_value = "evolution")]
     search: SearchArg,
@@ -74,18 +95,9 @@ pub struct Args {
     /// Measurement trials over all tasks [default: 200 per task].
     #[arg(long)]
     trials: Option<usize>,
-    /// Tuning log (JSON lines) [default: <op>-<network>.jsonl or <task key>.jsonl].
-    #[arg(long)]
-    log: Option<PathBuf>,
     /// Continue the log: count its records as trials done, never re-measure its states.
     #[arg(long)]
     resume: bool,
-    /// GPUs to measure on, e.g. 0 or 0,1 (one worker process each).
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    device: Vec<u32>,
-    /// Seed of the search: the same seed draws the same candidates.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     /// Start no new batch after this many seconds.
     #[arg(long, value_name = "SECS")]
     time_budget: Option<f64>,
@@ -113,12 +125,6 @@ pub struct Args {
     /// per-layer speedups over a baseline).
     #[arg(long, value_enum, default_value_t = ObjectiveArg::Latency)]
     objective: ObjectiveArg,
-    /// Fuse a bias add into the epilogue (with --shape).
-    #[arg(long)]
-    bias: bool,
-    /// Fuse a ReLU into the epilogue (with --shape).
-    #[arg(long)]
-    relu: bool,
     /// Developer hook: build faults into candidates, e.g. launch@3,timeout@7,wrong_answer@12.
     #[arg(long, hide = true)]
     inject_fault: Option<String>,
@@ -174,6 +180,23 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--bias and --relu apply to --shape; a network's layers have their own epilogue");
     }
     let (workloads, name) = resolve(&args.op, &args.tasks, args.batch, epilogue)?;
+    let log_path = args
+        .log
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}.jsonl")));
+    run_search(&workloads, &log_path, &args.device, args.seed, &args.search)
+}
+
+/// Stage 1 on `workloads`: checks every option, continues or starts the log at
+/// `log_path`, measures on `devices`, and prints the best kernel per task and the run's
+/// times. Bad input is refused before any worker starts.
+pub fn run_search(
+    workloads: &[Workload],
+    log_path: &Path,
+    devices: &[u32],
+    seed: u64,
+    args: &SearchArgs,
+) -> Result<()> {
     let tasks: Vec<schedule::Task> = workloads.iter().map(|w| w.task).collect();
     let weights: Vec<u32> = workloads.iter().map(|w| w.count).collect();
     let strategy = match args.search {
@@ -187,14 +210,14 @@ pub fn run(args: Args) -> Result<()> {
         .collect();
     let mut model: Box<dyn CostModel> = match (args.model, &args.model_in) {
         (ModelArg::Random, Some(_)) => bail!("--model-in needs --model xgboost"),
-        (ModelArg::Random, None) => Box::new(RandomModel::new(features::FEATURE_COUNT, args.seed)),
+        (ModelArg::Random, None) => Box::new(RandomModel::new(features::FEATURE_COUNT, seed)),
         (ModelArg::Xgboost, Some(path)) => {
-            Box::new(XgbModel::load(path, &feature_names, args.seed)?)
+            Box::new(XgbModel::load(path, &feature_names, seed)?)
         }
         (ModelArg::Xgboost, None) => Box::new(XgbModel::new(
             feature_names.clone(),
             XgbParams::default(),
-            args.seed,
+            seed,
         )),
     };
     if args.model_out.is_some() && !matches!(args.model, ModelArg::Xgboost) {
@@ -215,15 +238,11 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--timeout must be positive and --min-time-ms not negative");
     }
     let inject = match &args.inject_fault {
-        Some(spec) => search::inject::parse(spec).map_err(anyhow::Error::msg)?,
+        Some(spec) => search::inject::parse(spec)?,
         None => Default::default(),
     };
-    let log_path = args
-        .log
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("{name}.jsonl")));
     let prior = if log_path.exists() {
-        let log = read_log(&log_path)?;
+        let log = read_log(log_path)?;
         if !args.resume && !log.records.is_empty() {
             bail!(
                 "tuning log {} already holds {} records: pass --resume to continue it, or choose another --log",
@@ -231,7 +250,7 @@ pub fn run(args: Args) -> Result<()> {
                 log.records.len()
             );
         }
-        if let Some(w) = log.warning(&log_path) {
+        if let Some(w) = log.warning(log_path) {
             eprintln!("{w}");
         }
         log.records
@@ -241,7 +260,7 @@ pub fn run(args: Args) -> Result<()> {
     // Open the log first (an unwritable path fails before any GPU work); a log created
     // here is removed again if no worker starts.
     let created = !log_path.exists();
-    let mut writer = LogWriter::open(&log_path)?;
+    let mut writer = LogWriter::open(log_path)?;
     let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
     let mut worker_args = vec!["worker".to_string()];
     if args.simulate {
@@ -251,11 +270,11 @@ pub fn run(args: Args) -> Result<()> {
         program,
         args: worker_args,
     };
-    let mut pool = match Pool::start(&command, &args.device) {
+    let mut pool = match Pool::start(&command, devices) {
         Ok(pool) => pool,
         Err(e) => {
             if created {
-                let _ = std::fs::remove_file(&log_path);
+                let _ = std::fs::remove_file(log_path);
             }
             match e {
                 PoolError::Unavailable(message) => bail!("{message}"),
@@ -281,7 +300,7 @@ pub fn run(args: Args) -> Result<()> {
     let cfg = TuneConfig {
         trials,
         batch: args.measure_batch,
-        seed: args.seed,
+        seed: seed,
         time_budget: args.time_budget.map(Duration::from_secs_f64),
         timing: TimingConfig {
             min_time_ms: args.min_time_ms,
@@ -341,7 +360,7 @@ pub fn run(args: Args) -> Result<()> {
         .filter(|s| keys.contains(&s.task))
         .collect();
     print!("{}", tune_table(&summaries));
-    print_stats(&stats, &log_path);
+    print_stats(&stats, log_path);
     Ok(())
 }
 

@@ -1,5 +1,5 @@
 //! Tuning records: one JSON line per measured candidate, appended to a log that is the
-//! single source for "best kernel of a task", resuming, and (later) model training.
+//! single source for "best kernel of a task", resuming, model training and feature dumps.
 //!
 //! A batch's lines are written together, flushed and synced, so an interrupted run loses
 //! at most the batch in flight. Readers skip lines that do not parse (a line cut short
@@ -50,6 +50,18 @@ pub struct Record {
     /// Set when a developer's fault injection deliberately broke this candidate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub injected: Option<ErrorKind>,
+    /// `source_hash` of the CUDA source that was compiled and measured, so that a kernel
+    /// regenerated from the state later can be proven the same (absent in older logs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_hash: Option<String>,
+}
+
+/// The first 64 bits of the SHA-256 of a kernel's CUDA source, in hex: what records
+/// keep to tell whether a regenerated kernel is the one that was measured.
+pub fn source_hash(source: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(source.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Record {
@@ -235,6 +247,7 @@ pub(crate) mod tests {
             tool_version: "0.1.0".into(),
             timestamp: "2026-11-22T10:00:00Z".into(),
             injected: None,
+            source_hash: None,
         }
     }
 
@@ -309,6 +322,14 @@ pub(crate) mod tests {
         let log = read_log(&path).unwrap();
         assert_eq!(log.records.len(), 2);
         assert_eq!(log.skipped.len(), 2);
+    }
+
+    #[test]
+    fn source_hashes_are_stable_and_tell_sources_apart() {
+        assert_eq!(source_hash("a"), source_hash("a"));
+        assert_ne!(source_hash("a"), source_hash("b"));
+        // SHA-256("abc") starts ba7816bf 8f01cfea.
+        assert_eq!(source_hash("abc"), "ba7816bf8f01cfea");
     }
 
     #[test]
