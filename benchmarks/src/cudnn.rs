@@ -68,7 +68,7 @@ impl CudnnConv {
             y: std::ptr::null_mut(),
             conv: std::ptr::null_mut(),
         };
-        // SAFETY (this block): each call gets a live handle or a descriptor created just
+        // SAFETY: each call gets a live handle or a descriptor created just
         // before; the raw stream belongs to the current context.
         unsafe {
             check(

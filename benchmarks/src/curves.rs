@@ -15,8 +15,8 @@
 //! each network its own curve. Failed measurements count as trials but never improve a
 //! best; so do "correct" measurements whose time is not a finite positive number.
 
-use schedule::Workload;
 use records::Record;
+use schedule::Workload;
 use std::collections::HashMap;
 use std::time::UNIX_EPOCH;
 

@@ -4,8 +4,8 @@
 //! (up to the sign of zero), with no tolerance that could hide a missing tile.
 
 use rand_chacha::ChaCha8Rng;
-use schedule::Task;
 use rand_chacha::rand_core::{Rng, SeedableRng};
+use schedule::Task;
 use serde::{Deserialize, Serialize};
 
 /// The buffers of one task, in kernel parameter order (inputs, then the output).

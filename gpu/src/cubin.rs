@@ -47,9 +47,7 @@ pub fn resources(cubin: &[u8], kernel: &str, log: &str) -> Result<Resources, Cub
         .ok_or_else(|| CubinError::NoSymbol(kernel.to_string()))?
         .index()
         .0 as u32;
-    let info = file
-        .section_by_name(".nv.info")
-        .ok_or(CubinError::NoInfo)?;
+    let info = file.section_by_name(".nv.info").ok_or(CubinError::NoInfo)?;
     let data = object::ObjectSection::data(&info).map_err(elf)?;
     let value = |wanted: u8| {
         attributes(data)

@@ -134,11 +134,12 @@ impl<'a> BestKernel<'a> {
                 task: task(),
                 error,
             })?;
-        let kernel = generate(&record.shape, &record.state, &spec)
-            .map_err(|error| KernelError::InvalidState {
+        let kernel = generate(&record.shape, &record.state, &spec).map_err(|error| {
+            KernelError::InvalidState {
                 task: task(),
                 error,
-            })?;
+            }
+        })?;
         let stale = staleness(record, &kernel.source);
         Ok(BestKernel {
             record,

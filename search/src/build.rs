@@ -3,9 +3,9 @@
 //! candidate that does not compile is a result (`compile`), never an abort.
 
 use crate::inject;
-use records::{CompileInfo, source_hash};
 use gpu::{ErrorKind, KernelImage};
 use rayon::prelude::*;
+use records::{CompileInfo, source_hash};
 use schedule::reference::reference_kernel;
 use schedule::{GeneratedKernel, GpuSpec, InvalidState, State, Task, generate};
 use std::path::{Path, PathBuf};
@@ -128,11 +128,12 @@ pub fn build(
 /// Builds the reference kernel of `task`.
 pub fn build_reference(task: &Task, arch: &str, dir: &Path) -> Result<KernelImage, BuildError> {
     let kernel = reference_kernel(task);
-    let compiled =
-        gpu::compile(&kernel.source, &kernel.name, arch).map_err(|error| BuildError::Reference {
+    let compiled = gpu::compile(&kernel.source, &kernel.name, arch).map_err(|error| {
+        BuildError::Reference {
             task: task.key(),
             error,
-        })?;
+        }
+    })?;
     let path = task_dir(dir, task).join("reference.cubin");
     write_cubin(&path, &compiled.cubin)?;
     Ok(KernelImage {

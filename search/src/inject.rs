@@ -105,9 +105,24 @@ mod tests {
         assert_eq!(m[&3], ErrorKind::Launch);
         assert_eq!(m[&7], ErrorKind::Timeout);
         assert_eq!(m[&12], ErrorKind::WrongAnswer);
-        assert!(parse("crash@1").unwrap_err().to_string().contains("unknown fault kind"));
-        assert!(parse("launch").unwrap_err().to_string().contains("KIND@TRIAL"));
-        assert!(parse("launch@x").unwrap_err().to_string().contains("not a number"));
+        assert!(
+            parse("crash@1")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown fault kind")
+        );
+        assert!(
+            parse("launch")
+                .unwrap_err()
+                .to_string()
+                .contains("KIND@TRIAL")
+        );
+        assert!(
+            parse("launch@x")
+                .unwrap_err()
+                .to_string()
+                .contains("not a number")
+        );
     }
 
     #[test]

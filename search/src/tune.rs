@@ -11,7 +11,6 @@
 use crate::build::{self, Candidate};
 use crate::dgd::{Dgd, DgdParams};
 use crate::evolution::{self, EvolutionParams, TaskSpace};
-use records::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
 use crate::scheduler::{Objective, SchedTask, TaskScheduler};
 use costmodel::{CostModel, Dataset, ModelError};
 use features::FeatureExtractor;
@@ -19,6 +18,7 @@ use gpu::KernelImage;
 use gpu::{DeviceInfo, ErrorKind, MeasureRequest, Outcome, Pool, PoolError, Problem, TimingConfig};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
+use records::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
 use schedule::task::Contraction;
 use schedule::{GpuSpec, Sampler, State, Task};
 use std::collections::{BTreeMap, HashSet};

@@ -10,10 +10,10 @@ use benchmarks::plot;
 use benchmarks::report::{Measured, Protocol, Report, Row, Summary};
 use benchmarks::run::{BenchError, Options, OurKernel, Session};
 use gpu::TimingConfig;
-use rayon::prelude::*;
-use schedule::{Epilogue, reference::reference_kernel};
-use records::{BestKernel, Record, now, read_log, summarize};
 use gpu::{DeviceInfo, Problem};
+use rayon::prelude::*;
+use records::{BestKernel, Record, now, read_log, summarize};
+use schedule::{Epilogue, reference::reference_kernel};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]

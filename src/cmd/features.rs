@@ -5,8 +5,8 @@
 use crate::cmd::tasks::check_op;
 use anyhow::{Context, Result, bail};
 use features::{FEATURE_NAMES, FeatureExtractor};
-use schedule::{Epilogue, GpuSpec, Sampler, State, Task, parse_shape};
 use records::read_log;
+use schedule::{Epilogue, GpuSpec, Sampler, State, Task, parse_shape};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::path::PathBuf;
@@ -62,7 +62,9 @@ pub fn run(args: Args) -> Result<()> {
             .map(|r| {
                 let ex = match extractors.entry((r.task.clone(), r.device.name.clone())) {
                     Entry::Occupied(e) => e.into_mut(),
-                    Entry::Vacant(e) => e.insert(FeatureExtractor::new(&r.shape, &r.device.spec()?)),
+                    Entry::Vacant(e) => {
+                        e.insert(FeatureExtractor::new(&r.shape, &r.device.spec()?))
+                    }
                 };
                 let error = r.error_kind().map_or("", |k| k.name());
                 Ok(row(

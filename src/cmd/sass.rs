@@ -6,17 +6,17 @@
 //! analysed) before a worker starts or a file is written.
 
 use anyhow::{Context, Result, bail};
+use gpu::Problem;
 use gpu::protocol::KernelImage;
 use gpu::{Pool, PoolError, WorkerCommand};
+use records::read_log;
+use records::summarize;
 use sass_stage::analysis::Kernel;
 use sass_stage::cubin::{Cubin, KernelText};
 use sass_stage::deploy::{DeployCache, NewEntry, Stage};
 use sass_stage::measure::Target;
 use sass_stage::stage::{AgentKind, KernelResult, StageConfig, optimize, order_diff};
 use schedule::{LaunchConfig, Task};
-use records::read_log;
-use records::summarize;
-use gpu::Problem;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

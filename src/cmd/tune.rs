@@ -211,9 +211,7 @@ pub fn run_search(
     let mut model: Box<dyn CostModel> = match (args.model, &args.model_in) {
         (ModelArg::Random, Some(_)) => bail!("--model-in needs --model xgboost"),
         (ModelArg::Random, None) => Box::new(RandomModel::new(features::FEATURE_COUNT, seed)),
-        (ModelArg::Xgboost, Some(path)) => {
-            Box::new(XgbModel::load(path, &feature_names, seed)?)
-        }
+        (ModelArg::Xgboost, Some(path)) => Box::new(XgbModel::load(path, &feature_names, seed)?),
         (ModelArg::Xgboost, None) => Box::new(XgbModel::new(
             feature_names.clone(),
             XgbParams::default(),
@@ -300,7 +298,7 @@ pub fn run_search(
     let cfg = TuneConfig {
         trials,
         batch: args.measure_batch,
-        seed: seed,
+        seed,
         time_budget: args.time_budget.map(Duration::from_secs_f64),
         timing: TimingConfig {
             min_time_ms: args.min_time_ms,
