@@ -13,6 +13,15 @@
 //! that no thread of a block takes is skipped whole (as on the GPU, where a uniform
 //! branch around a barrier is legal). Tests compare its output with `reference`, the
 //! contraction evaluated straight from its definition.
+//!
+//! It runs the nest exactly as it is printed, transforms included (register prefetch,
+//! see `prefetch`): register arrays are per thread, and reading a slot that no load
+//! filled since the array's declaration is an error; register loads check global
+//! bounds like a fetch, register stores go through the same shared-memory race and
+//! initialization bookkeeping. A `Block` is a C scope: the bindings made inside it (a
+//! `Let` shadowing a loop counter, loop counters, register arrays) end with it, and
+//! whatever they shadowed is visible again. (Other bodies bind only variables that are
+//! unique in the kernel, so they need no restoring.)
 
 use crate::ir::{Cond, Expr, Kernel, Stmt};
 use crate::task::Contraction;
@@ -55,6 +64,17 @@ pub enum InterpError {
     },
     #[error("accumulator index {index} outside 0..{len}")]
     Accumulator { index: i64, len: i64 },
+    #[error("block {block} thread {thread}: register pf{array}[{slot}] read before it was loaded")]
+    UnsetRegister {
+        block: usize,
+        thread: usize,
+        array: usize,
+        slot: i64,
+    },
+    #[error(
+        "register pf{array}[{slot}] of width {width}: no such slot in a register array declared in scope"
+    )]
+    RegisterSlot { array: usize, slot: i64, width: u32 },
 }
 
 /// The tensors a kernel reads, in parameter order.
@@ -73,6 +93,15 @@ struct Cell {
     read: Option<(u64, usize)>,
 }
 
+/// One declared register array (`Stmt::Registers`) of every thread of a block.
+#[derive(Clone)]
+struct RegisterArray {
+    width: u32,
+    len: usize,
+    /// Per thread, slot and component (row-major); None until loaded.
+    values: Vec<Option<f32>>,
+}
+
 struct Block<'k> {
     kernel: &'k Kernel,
     index: usize,
@@ -81,6 +110,10 @@ struct Block<'k> {
     acc: Vec<Vec<f32>>,
     tiles: [Vec<Cell>; 2],
     interval: u64,
+    /// Register arrays in scope, by id.
+    registers: Vec<Option<RegisterArray>>,
+    /// Per enclosing `Block`, the arrays it declared and what each one shadowed.
+    declared: Vec<Vec<(usize, Option<RegisterArray>)>>,
 }
 
 /// Runs `kernel` on the CPU and returns its output (`out_len` elements).
@@ -111,6 +144,8 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
                 vec![blank; kernel.tile_elements[1] as usize],
             ],
             interval: 0,
+            registers: Vec::new(),
+            declared: Vec::new(),
         };
         let active = vec![true; threads];
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
@@ -189,6 +224,71 @@ impl Block<'_> {
         Ok(())
     }
 
+    /// Element `index` of input `input`, or the out-of-bounds error thread `t` hits.
+    fn read_global(
+        &self,
+        inputs: &Inputs,
+        input: usize,
+        index: i64,
+        t: usize,
+    ) -> Result<f32, InterpError> {
+        let data = inputs.inputs[input];
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| data.get(i))
+            .copied()
+            .ok_or(InterpError::OutOfBounds {
+                block: self.index,
+                thread: t,
+                tensor: self.kernel.params.inputs[input],
+                index,
+                len: data.len(),
+            })
+    }
+
+    /// Declares register array `array` (every slot unloaded), shadowing any array of
+    /// that id until the enclosing block ends.
+    fn declare(&mut self, array: usize, width: u32, len: i64) {
+        let len = usize::try_from(len).unwrap_or(0);
+        let fresh = RegisterArray {
+            width,
+            len,
+            values: vec![None; self.threads * len * width as usize],
+        };
+        if self.registers.len() <= array {
+            self.registers.resize(array + 1, None);
+        }
+        let shadowed = self.registers[array].replace(fresh);
+        if let Some(frame) = self.declared.last_mut() {
+            frame.push((array, shadowed));
+        }
+    }
+
+    /// The position of component `j` of thread `t`'s slot `slot` in a declared array
+    /// of width `width`.
+    fn register_cell(
+        &mut self,
+        array: usize,
+        slot: i64,
+        width: u32,
+        j: usize,
+        t: usize,
+    ) -> Result<&mut Option<f32>, InterpError> {
+        let threads = self.threads;
+        let missing = InterpError::RegisterSlot { array, slot, width };
+        let Some(Some(regs)) = self.registers.get_mut(array) else {
+            return Err(missing);
+        };
+        let slot_index = usize::try_from(slot)
+            .ok()
+            .filter(|&s| s < regs.len && regs.width == width && t < threads);
+        let Some(s) = slot_index else {
+            return Err(missing);
+        };
+        let w = regs.width as usize;
+        Ok(&mut regs.values[(t * regs.len + s) * w + j])
+    }
+
     fn exec(
         &mut self,
         stmts: &[Stmt],
@@ -244,29 +344,75 @@ impl Block<'_> {
                     step,
                     ..
                 } => {
-                    let data = inputs.inputs[*input];
                     for t in threads.clone().filter(|&t| active[t]) {
                         let (s, g) = (self.eval(shared, t), self.eval(global, t));
                         let ok = self.holds(valid, t);
                         for j in 0..i64::from(*width) {
                             let value = if ok {
-                                let index = g + j;
-                                *usize::try_from(index)
-                                    .ok()
-                                    .and_then(|i| data.get(i))
-                                    .ok_or(InterpError::OutOfBounds {
-                                        block: self.index,
-                                        thread: t,
-                                        tensor: self.kernel.params.inputs[*input],
-                                        index,
-                                        len: data.len(),
-                                    })?
+                                self.read_global(inputs, *input, g + j, t)?
                             } else {
                                 0.0
                             };
                             self.write_shared(*input, s + j * step, t, value)?;
                         }
                     }
+                }
+                Stmt::Registers { array, width, len } => self.declare(*array, *width, *len),
+                Stmt::RegisterLoad {
+                    array,
+                    slot,
+                    input,
+                    global,
+                    valid,
+                    width,
+                } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let (slot, g) = (self.eval(slot, t), self.eval(global, t));
+                        let ok = self.holds(valid, t);
+                        for j in 0..*width as usize {
+                            let value = if ok {
+                                self.read_global(inputs, *input, g + j as i64, t)?
+                            } else {
+                                0.0
+                            };
+                            *self.register_cell(*array, slot, *width, j, t)? = Some(value);
+                        }
+                    }
+                }
+                Stmt::RegisterStore {
+                    array,
+                    slot,
+                    input,
+                    shared,
+                    width,
+                    step,
+                    ..
+                } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let (slot, s) = (self.eval(slot, t), self.eval(shared, t));
+                        for j in 0..*width as usize {
+                            let value = self.register_cell(*array, slot, *width, j, t)?.ok_or(
+                                InterpError::UnsetRegister {
+                                    block: self.index,
+                                    thread: t,
+                                    array: *array,
+                                    slot,
+                                },
+                            )?;
+                            self.write_shared(*input, s + j as i64 * step, t, value)?;
+                        }
+                    }
+                }
+                Stmt::Block { body } => {
+                    // Bindings inside end with the block: restore what they shadowed.
+                    let env = self.env.clone();
+                    self.declared.push(Vec::new());
+                    let result = self.exec(body, active, inputs, out, writes);
+                    self.env = env;
+                    for (array, shadowed) in self.declared.pop().into_iter().flatten().rev() {
+                        self.registers[array] = shadowed;
+                    }
+                    result?;
                 }
                 Stmt::Fma { acc, a, b } => {
                     for t in threads.clone().filter(|&t| active[t]) {
