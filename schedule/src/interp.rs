@@ -528,3 +528,217 @@ pub fn reference(c: &Contraction, inputs: &Inputs) -> Vec<f32> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{LaunchConfig, Params, Scope};
+
+    /// One block of two threads, two accumulators each, tiles of 4 floats, running
+    /// `body` over inputs and an output of 4 floats.
+    fn run_body(scope: Scope, body: Vec<Stmt>) -> Result<Vec<f32>, InterpError> {
+        let kernel = Kernel {
+            name: "k".to_string(),
+            scope,
+            params: Params {
+                inputs: ["a", "b"],
+                bias: false,
+                relu: false,
+            },
+            tile_offsets: [0, 4],
+            tile_elements: [4, 4],
+            accumulators: 2,
+            split_k: 1,
+            body,
+            launch: LaunchConfig {
+                grid: 1,
+                block: 2,
+                dynamic_shared_bytes: 32,
+                zero_output: false,
+            },
+        };
+        let (a, b) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
+        let inputs = Inputs {
+            inputs: [&a, &b],
+            bias: None,
+        };
+        run(&kernel, &inputs, 4)
+    }
+
+    /// `out[2 * t + i] = acc[i]` for both accumulators of thread `t`.
+    fn store_both(scope: &mut Scope) -> Stmt {
+        let i = scope.var("i", 0, 1);
+        let out = scope.add(scope.mul(Expr::ThreadIdx, 2), Expr::Var(i));
+        Stmt::For {
+            var: i,
+            extent: 2,
+            unroll: true,
+            body: vec![Stmt::Store {
+                acc: Expr::Var(i),
+                out,
+                bias: None,
+                bias_when: Vec::new(),
+                valid: Vec::new(),
+                atomic: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_block_restores_the_variables_it_shadows() {
+        let mut scope = Scope::new(1, 2);
+        let ro = scope.var("ro", 0, 1);
+        let next = scope.var("ro_next", 1, 1);
+        // for (ro < 2) { { const int ro = 7; } acc[ro] += a_sh[2t + ro] * b_sh[...]; }:
+        // inside the block `ro` is 7 (an accumulator out of range if it leaked).
+        let shared = scope.add(scope.mul(Expr::ThreadIdx, 2), Expr::Var(ro));
+        let fetch = |input| Stmt::Fetch {
+            input,
+            shared: shared.clone(),
+            global: shared.clone(),
+            valid: Vec::new(),
+            width: 1,
+            step: 1,
+            vector_store: false,
+        };
+        let body = vec![
+            Stmt::ZeroAcc,
+            Stmt::For {
+                var: ro,
+                extent: 2,
+                unroll: false,
+                body: vec![
+                    Stmt::Block {
+                        body: vec![
+                            Stmt::Let {
+                                var: next,
+                                value: Expr::Const(7),
+                            },
+                            Stmt::Let {
+                                var: ro,
+                                value: Expr::Var(next),
+                            },
+                        ],
+                    },
+                    fetch(0),
+                    fetch(1),
+                    Stmt::Sync,
+                    Stmt::Fma {
+                        acc: Expr::Var(ro),
+                        a: shared.clone(),
+                        b: shared.clone(),
+                    },
+                ],
+            },
+            store_both(&mut scope),
+        ];
+        assert_eq!(run_body(scope, body), Ok(vec![5.0, 12.0, 21.0, 32.0]));
+    }
+
+    /// Both inputs through registers: thread `t` loads its two floats of each as one
+    /// vector, stores them to the tiles, and multiplies them.
+    fn through_registers(scope: &mut Scope, load: bool, scoped: bool) -> Vec<Stmt> {
+        let base = scope.mul(Expr::ThreadIdx, 2);
+        let mut declare_and_load = Vec::new();
+        for input in 0..2 {
+            declare_and_load.push(Stmt::Registers {
+                array: input,
+                width: 2,
+                len: 1,
+            });
+            if load {
+                declare_and_load.push(Stmt::RegisterLoad {
+                    array: input,
+                    slot: Expr::Const(0),
+                    input,
+                    global: base.clone(),
+                    valid: Vec::new(),
+                    width: 2,
+                });
+            }
+        }
+        let mut body = if scoped {
+            vec![Stmt::Block {
+                body: declare_and_load,
+            }]
+        } else {
+            declare_and_load
+        };
+        for input in 0..2 {
+            body.push(Stmt::RegisterStore {
+                array: input,
+                slot: Expr::Const(0),
+                input,
+                shared: base.clone(),
+                width: 2,
+                step: 1,
+                vector_store: true,
+            });
+        }
+        body.push(Stmt::Sync);
+        body.push(Stmt::ZeroAcc);
+        for j in 0..2 {
+            let at = scope.add(base.clone(), Expr::Const(j));
+            body.push(Stmt::Fma {
+                acc: Expr::Const(j),
+                a: at.clone(),
+                b: at,
+            });
+        }
+        body.push(store_both(scope));
+        body
+    }
+
+    #[test]
+    fn registers_carry_loads_to_stores() {
+        let mut scope = Scope::new(1, 2);
+        let body = through_registers(&mut scope, true, false);
+        assert_eq!(run_body(scope, body), Ok(vec![5.0, 12.0, 21.0, 32.0]));
+    }
+
+    #[test]
+    fn reading_an_unloaded_register_is_an_error() {
+        let mut scope = Scope::new(1, 2);
+        let body = through_registers(&mut scope, false, false);
+        assert_eq!(
+            run_body(scope, body),
+            Err(InterpError::UnsetRegister {
+                block: 0,
+                thread: 0,
+                array: 0,
+                slot: 0
+            })
+        );
+    }
+
+    #[test]
+    fn registers_declared_in_a_block_end_with_it() {
+        let mut scope = Scope::new(1, 2);
+        let body = through_registers(&mut scope, true, true);
+        assert_eq!(
+            run_body(scope, body),
+            Err(InterpError::RegisterSlot {
+                array: 0,
+                slot: 0,
+                width: 2
+            })
+        );
+    }
+
+    #[test]
+    fn a_slot_outside_its_array_is_an_error() {
+        let mut scope = Scope::new(1, 2);
+        let mut body = through_registers(&mut scope, true, false);
+        if let Stmt::RegisterLoad { slot, .. } = &mut body[1] {
+            *slot = Expr::Const(1);
+        }
+        assert_eq!(
+            run_body(scope, body),
+            Err(InterpError::RegisterSlot {
+                array: 0,
+                slot: 1,
+                width: 2
+            })
+        );
+    }
+}
