@@ -4,6 +4,10 @@
 //! with a comment that names the task, carries the state's JSON and the launch
 //! configuration (including, for split-K kernels, that the output must be zeroed before
 //! each launch), so that a `.cu` file found on disk can be replayed.
+//!
+//! It only prints: every transform (register prefetch included, see `prefetch`) is
+//! already in the loop nest, so what the CPU interpreter runs is what is compiled. A
+//! register array `array` is named `pf{array}`.
 
 use crate::ir::{Cond, Expr, Kernel, Scope, Stmt};
 use std::fmt::Write;
@@ -53,16 +57,31 @@ pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
         );
     }
     let _ = writeln!(out, "  float acc[{}];", kernel.accumulators);
-    let printer = Printer { kernel };
-    for stmt in &kernel.body {
-        printer.stmt(&mut out, stmt, 1);
-    }
+    Printer { kernel }.body(&mut out, &kernel.body, 1);
     out.push_str("}\n");
     out
 }
 
 struct Printer<'a> {
     kernel: &'a Kernel,
+}
+
+/// Where a fetched vector goes in an input's shared tile (a `Fetch`'s or a
+/// `RegisterStore`'s destination).
+#[derive(Clone, Copy)]
+struct SharedWrite<'a> {
+    input: usize,
+    shared: &'a Expr,
+    width: u32,
+    step: i64,
+    vector_store: bool,
+}
+
+impl SharedWrite<'_> {
+    /// Whether the vector is stored component by component.
+    fn scattered(&self) -> bool {
+        self.width > 1 && !self.vector_store
+    }
 }
 
 /// Operator precedence levels for parenthesization.
@@ -134,21 +153,11 @@ impl Printer<'_> {
         parts.join(" && ")
     }
 
-    /// The value a fetch loads: `valid ? load : zero`, or the load alone when always
-    /// valid (one float, or one `float{w}` vector).
-    fn fetch_value(&self, stmt: &Stmt) -> String {
-        let Stmt::Fetch {
-            input,
-            global,
-            valid,
-            width,
-            ..
-        } = stmt
-        else {
-            unreachable!("a fetch statement");
-        };
-        let name = self.kernel.params.inputs[*input];
-        let w = *width;
+    /// The value a global read loads: `valid ? load : zero`, or the load alone when
+    /// always valid (one float, or one `float{w}` vector).
+    fn global_value(&self, input: usize, global: &Expr, valid: &[Cond], width: u32) -> String {
+        let name = self.kernel.params.inputs[input];
+        let w = width;
         let (load, zero) = if w == 1 {
             (format!("{name}[{}]", self.expr(global)), "0.0f".to_string())
         } else {
@@ -167,32 +176,18 @@ impl Printer<'_> {
         }
     }
 
-    /// Whether a fetch's vector is stored component by component, `step` floats apart
-    /// (a shared layout whose contiguous dimension is not the vector's, or whose padded
-    /// rows are not aligned to the vector).
-    fn scattered(stmt: &Stmt) -> bool {
-        matches!(stmt, Stmt::Fetch { width, vector_store, .. } if *width > 1 && !*vector_store)
-    }
-
-    /// Stores `value` (a float, or a vector when not scattered) where the fetch puts it.
-    fn fetch_store(&self, out: &mut String, stmt: &Stmt, pad: &str, value: &str) {
-        let Stmt::Fetch {
-            input,
-            shared,
-            width,
-            step,
-            ..
-        } = stmt
-        else {
-            unreachable!("a fetch statement");
-        };
-        let name = self.kernel.params.inputs[*input];
-        let w = *width;
-        if Self::scattered(stmt) {
+    /// Stores `value` (a float, or a `float{width}` vector) at `shared` in an input's
+    /// tile: as one store, or component by component `step` floats apart when
+    /// `scattered` (a shared layout whose contiguous dimension is not the vector's, or
+    /// whose padded rows are not aligned to the vector).
+    fn shared_store(&self, out: &mut String, pad: &str, to: SharedWrite, value: &str) {
+        let name = self.kernel.params.inputs[to.input];
+        let w = to.width;
+        if to.scattered() {
             for (j, component) in ["x", "y", "z", "w"].iter().take(w as usize).enumerate() {
                 let at = self
                     .scope()
-                    .add(shared.clone(), Expr::Const(j as i64 * step));
+                    .add(to.shared.clone(), Expr::Const(j as i64 * to.step));
                 let _ = writeln!(
                     out,
                     "{pad}{name}_sh[{}] = {value}.{component};",
@@ -200,13 +195,20 @@ impl Printer<'_> {
                 );
             }
         } else if w == 1 {
-            let _ = writeln!(out, "{pad}{name}_sh[{}] = {value};", self.expr(shared));
+            let _ = writeln!(out, "{pad}{name}_sh[{}] = {value};", self.expr(to.shared));
         } else {
             let _ = writeln!(
                 out,
                 "{pad}*reinterpret_cast<float{w}*>({name}_sh + {}) = {value};",
-                self.expr_in(shared, ADD)
+                self.expr_in(to.shared, ADD)
             );
+        }
+    }
+
+    /// The statements of a body, each at `depth`.
+    fn body(&self, out: &mut String, body: &[Stmt], depth: usize) {
+        for s in body {
+            self.stmt(out, s, depth);
         }
     }
 
@@ -216,16 +218,6 @@ impl Printer<'_> {
             Stmt::Let { var, value } => {
                 let name = &self.scope().vars[var.0].name;
                 let _ = writeln!(out, "{pad}const int {name} = {};", self.expr(value));
-            }
-            Stmt::For {
-                var,
-                extent,
-                unroll,
-                body,
-            } if self.kernel.prefetch && contains_sync(body) => {
-                let name = &self.scope().vars[var.0].name;
-                debug_assert!(!*unroll);
-                self.prefetch_loop(out, name, *extent, body, depth);
             }
             Stmt::For {
                 var,
@@ -244,16 +236,12 @@ impl Printer<'_> {
                     out,
                     "{pad}for (int {name} = 0; {name} < {extent}; ++{name}) {{"
                 );
-                for s in body {
-                    self.stmt(out, s, depth + 1);
-                }
+                self.body(out, body, depth + 1);
                 let _ = writeln!(out, "{pad}}}");
             }
             Stmt::If { conds, body } => {
                 let _ = writeln!(out, "{pad}if ({}) {{", self.conds(conds));
-                for s in body {
-                    self.stmt(out, s, depth + 1);
-                }
+                self.body(out, body, depth + 1);
                 let _ = writeln!(out, "{pad}}}");
             }
             Stmt::Sync => {
@@ -264,17 +252,76 @@ impl Printer<'_> {
                 let _ = writeln!(out, "{pad}#pragma unroll");
                 let _ = writeln!(out, "{pad}for (int i = 0; i < {n}; ++i) acc[i] = 0.0f;");
             }
-            Stmt::Fetch { input, width, .. } => {
-                let value = self.fetch_value(stmt);
-                if Self::scattered(stmt) {
+            Stmt::Fetch {
+                input,
+                shared,
+                global,
+                valid,
+                width,
+                step,
+                vector_store,
+            } => {
+                let value = self.global_value(*input, global, valid, *width);
+                let to = SharedWrite {
+                    input: *input,
+                    shared,
+                    width: *width,
+                    step: *step,
+                    vector_store: *vector_store,
+                };
+                if to.scattered() {
+                    // The vector is loaded once, then stored component by component.
                     let name = self.kernel.params.inputs[*input];
                     let _ = writeln!(out, "{pad}{{");
                     let _ = writeln!(out, "{pad}  const float{width} {name}_f = {value};");
-                    self.fetch_store(out, stmt, &format!("{pad}  "), &format!("{name}_f"));
+                    self.shared_store(out, &format!("{pad}  "), to, &format!("{name}_f"));
                     let _ = writeln!(out, "{pad}}}");
                 } else {
-                    self.fetch_store(out, stmt, &pad, &value);
+                    self.shared_store(out, &pad, to, &value);
                 }
+            }
+            Stmt::Registers { array, width, len } => {
+                let ty = if *width == 1 {
+                    "float".to_string()
+                } else {
+                    format!("float{width}")
+                };
+                let _ = writeln!(out, "{pad}{ty} pf{array}[{len}];");
+            }
+            Stmt::RegisterLoad {
+                array,
+                slot,
+                input,
+                global,
+                valid,
+                width,
+            } => {
+                let value = self.global_value(*input, global, valid, *width);
+                let _ = writeln!(out, "{pad}pf{array}[{}] = {value};", self.expr(slot));
+            }
+            Stmt::RegisterStore {
+                array,
+                slot,
+                input,
+                shared,
+                width,
+                step,
+                vector_store,
+            } => {
+                let to = SharedWrite {
+                    input: *input,
+                    shared,
+                    width: *width,
+                    step: *step,
+                    vector_store: *vector_store,
+                };
+                let value = format!("pf{array}[{}]", self.expr(slot));
+                self.shared_store(out, &pad, to, &value);
+            }
+            Stmt::Block { body } => {
+                let _ = writeln!(out, "{pad}{{");
+                self.body(out, body, depth + 1);
+                let _ = writeln!(out, "{pad}}}");
             }
             Stmt::Fma { acc, a, b } => {
                 let [na, nb] = self.kernel.params.inputs;
@@ -318,204 +365,6 @@ impl Printer<'_> {
                     let _ = writeln!(out, "{pad}if ({}) {store}", self.conds(valid));
                 }
             }
-        }
-    }
-}
-
-/// What a fetch statement does in a prefetching stage loop.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Global memory into the prefetch registers.
-    Load,
-    /// Prefetch registers into shared memory.
-    Store,
-}
-
-fn contains_sync(stmts: &[Stmt]) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Sync => true,
-        Stmt::If { body, .. } => contains_sync(body),
-        _ => false,
-    })
-}
-
-fn contains_fetch(stmts: &[Stmt]) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Fetch { .. } => true,
-        Stmt::If { body, .. } | Stmt::For { body, .. } => contains_fetch(body),
-        _ => false,
-    })
-}
-
-/// The fetch statements of a stage (before its first barrier), in emission order:
-/// (vector width, register slots) each.
-fn fetch_slots(stmts: &[Stmt], loops: i64, out: &mut Vec<(u32, i64)>) {
-    for s in stmts {
-        match s {
-            Stmt::Sync => return,
-            Stmt::Fetch { width, .. } => out.push((*width, loops)),
-            Stmt::For { extent, body, .. } if contains_fetch(body) => {
-                fetch_slots(body, loops * extent, out);
-            }
-            Stmt::If { body, .. } if contains_fetch(body) || contains_sync(body) => {
-                fetch_slots(body, loops, out);
-            }
-            _ => {}
-        }
-    }
-}
-
-impl Printer<'_> {
-    /// The stage loop with register prefetch: stage 0 is loaded into registers before
-    /// the loop; each iteration stores the registers to shared memory, synchronizes,
-    /// issues the next stage's loads into the registers, then computes.
-    fn prefetch_loop(
-        &self,
-        out: &mut String,
-        name: &str,
-        extent: i64,
-        body: &[Stmt],
-        depth: usize,
-    ) {
-        let pad = "  ".repeat(depth);
-        let mut slots = Vec::new();
-        fetch_slots(body, 1, &mut slots);
-        for (k, (w, n)) in slots.iter().enumerate() {
-            let ty = if *w == 1 {
-                "float".to_string()
-            } else {
-                format!("float{w}")
-            };
-            let _ = writeln!(out, "{pad}{ty} pf{k}[{n}];");
-        }
-        let _ = writeln!(out, "{pad}{{");
-        let _ = writeln!(out, "{pad}  const int {name} = 0;");
-        self.phase(out, body, depth + 1, Phase::Load, &mut Vec::new(), &mut 0);
-        let _ = writeln!(out, "{pad}}}");
-        let _ = writeln!(out, "{pad}#pragma unroll 1");
-        let _ = writeln!(
-            out,
-            "{pad}for (int {name} = 0; {name} < {extent}; ++{name}) {{"
-        );
-        self.stage_with_prefetch(out, body, body, depth + 1, (name, extent), &mut 0);
-        let _ = writeln!(out, "{pad}}}");
-    }
-
-    /// One iteration: stores from the registers, the barrier, the next stage's loads,
-    /// and the rest of the stage as it is.
-    fn stage_with_prefetch(
-        &self,
-        out: &mut String,
-        stmts: &[Stmt],
-        whole: &[Stmt],
-        depth: usize,
-        (name, extent): (&str, i64),
-        counter: &mut usize,
-    ) {
-        let pad = "  ".repeat(depth);
-        let mut computing = false;
-        for s in stmts {
-            if computing {
-                self.stmt(out, s, depth);
-                continue;
-            }
-            match s {
-                Stmt::If { conds, body } if contains_sync(body) => {
-                    let _ = writeln!(out, "{pad}if ({}) {{", self.conds(conds));
-                    self.stage_with_prefetch(out, body, whole, depth + 1, (name, extent), counter);
-                    let _ = writeln!(out, "{pad}}}");
-                }
-                Stmt::Sync => {
-                    let _ = writeln!(out, "{pad}__syncthreads();");
-                    let _ = writeln!(out, "{pad}if ({name} + 1 < {extent}) {{");
-                    let _ = writeln!(out, "{pad}  const int {name}_next = {name} + 1;");
-                    let _ = writeln!(out, "{pad}  {{");
-                    let _ = writeln!(out, "{pad}    const int {name} = {name}_next;");
-                    self.phase(out, whole, depth + 2, Phase::Load, &mut Vec::new(), &mut 0);
-                    let _ = writeln!(out, "{pad}  }}");
-                    let _ = writeln!(out, "{pad}}}");
-                    computing = true;
-                }
-                _ => self.phase(
-                    out,
-                    std::slice::from_ref(s),
-                    depth,
-                    Phase::Store,
-                    &mut Vec::new(),
-                    counter,
-                ),
-            }
-        }
-    }
-
-    /// The fetch part of a stage (up to its first barrier) in one phase; `loops` are
-    /// the enclosing fetch loops (name, extent), `counter` numbers fetch statements.
-    fn phase(
-        &self,
-        out: &mut String,
-        stmts: &[Stmt],
-        depth: usize,
-        phase: Phase,
-        loops: &mut Vec<(String, i64)>,
-        counter: &mut usize,
-    ) {
-        let pad = "  ".repeat(depth);
-        for s in stmts {
-            match s {
-                Stmt::Sync => return,
-                Stmt::Let { .. } => self.stmt(out, s, depth),
-                Stmt::Fetch { .. } => {
-                    let slot = loops.iter().fold(String::from("0"), |acc, (v, e)| {
-                        if acc == "0" {
-                            v.clone()
-                        } else {
-                            format!("({acc}) * {e} + {v}")
-                        }
-                    });
-                    self.prefetch_fetch(out, s, depth, phase, &format!("pf{}[{slot}]", *counter));
-                    *counter += 1;
-                }
-                Stmt::For {
-                    var,
-                    extent,
-                    unroll,
-                    body,
-                } if contains_fetch(body) => {
-                    let name = self.scope().vars[var.0].name.clone();
-                    let pragma = if *unroll {
-                        "#pragma unroll"
-                    } else {
-                        "#pragma unroll 1"
-                    };
-                    let _ = writeln!(out, "{pad}{pragma}");
-                    let _ = writeln!(
-                        out,
-                        "{pad}for (int {name} = 0; {name} < {extent}; ++{name}) {{"
-                    );
-                    loops.push((name, *extent));
-                    self.phase(out, body, depth + 1, phase, loops, counter);
-                    loops.pop();
-                    let _ = writeln!(out, "{pad}}}");
-                }
-                Stmt::If { conds, body } if contains_fetch(body) || contains_sync(body) => {
-                    let _ = writeln!(out, "{pad}if ({}) {{", self.conds(conds));
-                    self.phase(out, body, depth + 1, phase, loops, counter);
-                    let _ = writeln!(out, "{pad}}}");
-                }
-                _ if phase == Phase::Store => self.stmt(out, s, depth),
-                _ => {}
-            }
-        }
-    }
-
-    /// One fetch statement against its prefetch register `reg`.
-    fn prefetch_fetch(&self, out: &mut String, stmt: &Stmt, depth: usize, phase: Phase, reg: &str) {
-        let pad = "  ".repeat(depth);
-        match phase {
-            Phase::Load => {
-                let _ = writeln!(out, "{pad}{reg} = {};", self.fetch_value(stmt));
-            }
-            Phase::Store => self.fetch_store(out, stmt, &pad, reg),
         }
     }
 }

@@ -1,6 +1,6 @@
-//! The hardware facts that schedules are validated against (and, later, that analytical
-//! features are computed for). Read off the device when there is one; the built-in
-//! tables hold NVIDIA's published limits for H100 and H200 (SXM).
+//! The hardware facts that schedules are validated against and that analytical features
+//! are computed for. Read off the device when there is one; the built-in tables hold
+//! NVIDIA's published limits for H100 and H200 (SXM).
 
 use serde::{Deserialize, Serialize};
 

@@ -13,6 +13,15 @@
 //! that no thread of a block takes is skipped whole (as on the GPU, where a uniform
 //! branch around a barrier is legal). Tests compare its output with `reference`, the
 //! contraction evaluated straight from its definition.
+//!
+//! It runs the nest exactly as it is printed, transforms included (register prefetch,
+//! see `prefetch`): register arrays are per thread, and reading a slot that no load
+//! filled since the array's declaration is an error; register loads check global
+//! bounds like a fetch, register stores go through the same shared-memory race and
+//! initialization bookkeeping. A `Block` is a C scope: the bindings made inside it (a
+//! `Let` shadowing a loop counter, loop counters, register arrays) end with it, and
+//! whatever they shadowed is visible again. (Other bodies bind only variables that are
+//! unique in the kernel, so they need no restoring.)
 
 use crate::ir::{Cond, Expr, Kernel, Stmt};
 use crate::task::Contraction;
@@ -55,6 +64,17 @@ pub enum InterpError {
     },
     #[error("accumulator index {index} outside 0..{len}")]
     Accumulator { index: i64, len: i64 },
+    #[error("block {block} thread {thread}: register pf{array}[{slot}] read before it was loaded")]
+    UnsetRegister {
+        block: usize,
+        thread: usize,
+        array: usize,
+        slot: i64,
+    },
+    #[error(
+        "register pf{array}[{slot}] of width {width}: no such slot in a register array declared in scope"
+    )]
+    RegisterSlot { array: usize, slot: i64, width: u32 },
 }
 
 /// The tensors a kernel reads, in parameter order.
@@ -73,6 +93,15 @@ struct Cell {
     read: Option<(u64, usize)>,
 }
 
+/// One declared register array (`Stmt::Registers`) of every thread of a block.
+#[derive(Clone)]
+struct RegisterArray {
+    width: u32,
+    len: usize,
+    /// Per thread, slot and component (row-major); None until loaded.
+    values: Vec<Option<f32>>,
+}
+
 struct Block<'k> {
     kernel: &'k Kernel,
     index: usize,
@@ -81,6 +110,10 @@ struct Block<'k> {
     acc: Vec<Vec<f32>>,
     tiles: [Vec<Cell>; 2],
     interval: u64,
+    /// Register arrays in scope, by id.
+    registers: Vec<Option<RegisterArray>>,
+    /// Per enclosing `Block`, the arrays it declared and what each one shadowed.
+    declared: Vec<Vec<(usize, Option<RegisterArray>)>>,
 }
 
 /// Runs `kernel` on the CPU and returns its output (`out_len` elements).
@@ -111,6 +144,8 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
                 vec![blank; kernel.tile_elements[1] as usize],
             ],
             interval: 0,
+            registers: Vec::new(),
+            declared: Vec::new(),
         };
         let active = vec![true; threads];
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
@@ -189,6 +224,71 @@ impl Block<'_> {
         Ok(())
     }
 
+    /// Element `index` of input `input`, or the out-of-bounds error thread `t` hits.
+    fn read_global(
+        &self,
+        inputs: &Inputs,
+        input: usize,
+        index: i64,
+        t: usize,
+    ) -> Result<f32, InterpError> {
+        let data = inputs.inputs[input];
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| data.get(i))
+            .copied()
+            .ok_or(InterpError::OutOfBounds {
+                block: self.index,
+                thread: t,
+                tensor: self.kernel.params.inputs[input],
+                index,
+                len: data.len(),
+            })
+    }
+
+    /// Declares register array `array` (every slot unloaded), shadowing any array of
+    /// that id until the enclosing block ends.
+    fn declare(&mut self, array: usize, width: u32, len: i64) {
+        let len = usize::try_from(len).unwrap_or(0);
+        let fresh = RegisterArray {
+            width,
+            len,
+            values: vec![None; self.threads * len * width as usize],
+        };
+        if self.registers.len() <= array {
+            self.registers.resize(array + 1, None);
+        }
+        let shadowed = self.registers[array].replace(fresh);
+        if let Some(frame) = self.declared.last_mut() {
+            frame.push((array, shadowed));
+        }
+    }
+
+    /// The position of component `j` of thread `t`'s slot `slot` in a declared array
+    /// of width `width`.
+    fn register_cell(
+        &mut self,
+        array: usize,
+        slot: i64,
+        width: u32,
+        j: usize,
+        t: usize,
+    ) -> Result<&mut Option<f32>, InterpError> {
+        let threads = self.threads;
+        let missing = InterpError::RegisterSlot { array, slot, width };
+        let Some(Some(regs)) = self.registers.get_mut(array) else {
+            return Err(missing);
+        };
+        let slot_index = usize::try_from(slot)
+            .ok()
+            .filter(|&s| s < regs.len && regs.width == width && t < threads);
+        let Some(s) = slot_index else {
+            return Err(missing);
+        };
+        let w = regs.width as usize;
+        Ok(&mut regs.values[(t * regs.len + s) * w + j])
+    }
+
     fn exec(
         &mut self,
         stmts: &[Stmt],
@@ -244,29 +344,75 @@ impl Block<'_> {
                     step,
                     ..
                 } => {
-                    let data = inputs.inputs[*input];
                     for t in threads.clone().filter(|&t| active[t]) {
                         let (s, g) = (self.eval(shared, t), self.eval(global, t));
                         let ok = self.holds(valid, t);
                         for j in 0..i64::from(*width) {
                             let value = if ok {
-                                let index = g + j;
-                                *usize::try_from(index)
-                                    .ok()
-                                    .and_then(|i| data.get(i))
-                                    .ok_or(InterpError::OutOfBounds {
-                                        block: self.index,
-                                        thread: t,
-                                        tensor: self.kernel.params.inputs[*input],
-                                        index,
-                                        len: data.len(),
-                                    })?
+                                self.read_global(inputs, *input, g + j, t)?
                             } else {
                                 0.0
                             };
                             self.write_shared(*input, s + j * step, t, value)?;
                         }
                     }
+                }
+                Stmt::Registers { array, width, len } => self.declare(*array, *width, *len),
+                Stmt::RegisterLoad {
+                    array,
+                    slot,
+                    input,
+                    global,
+                    valid,
+                    width,
+                } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let (slot, g) = (self.eval(slot, t), self.eval(global, t));
+                        let ok = self.holds(valid, t);
+                        for j in 0..*width as usize {
+                            let value = if ok {
+                                self.read_global(inputs, *input, g + j as i64, t)?
+                            } else {
+                                0.0
+                            };
+                            *self.register_cell(*array, slot, *width, j, t)? = Some(value);
+                        }
+                    }
+                }
+                Stmt::RegisterStore {
+                    array,
+                    slot,
+                    input,
+                    shared,
+                    width,
+                    step,
+                    ..
+                } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let (slot, s) = (self.eval(slot, t), self.eval(shared, t));
+                        for j in 0..*width as usize {
+                            let value = self.register_cell(*array, slot, *width, j, t)?.ok_or(
+                                InterpError::UnsetRegister {
+                                    block: self.index,
+                                    thread: t,
+                                    array: *array,
+                                    slot,
+                                },
+                            )?;
+                            self.write_shared(*input, s + j as i64 * step, t, value)?;
+                        }
+                    }
+                }
+                Stmt::Block { body } => {
+                    // Bindings inside end with the block: restore what they shadowed.
+                    let env = self.env.clone();
+                    self.declared.push(Vec::new());
+                    let result = self.exec(body, active, inputs, out, writes);
+                    self.env = env;
+                    for (array, shadowed) in self.declared.pop().into_iter().flatten().rev() {
+                        self.registers[array] = shadowed;
+                    }
+                    result?;
                 }
                 Stmt::Fma { acc, a, b } => {
                     for t in threads.clone().filter(|&t| active[t]) {
@@ -381,4 +527,218 @@ pub fn reference(c: &Contraction, inputs: &Inputs) -> Vec<f32> {
             sum
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{LaunchConfig, Params, Scope};
+
+    /// One block of two threads, two accumulators each, tiles of 4 floats, running
+    /// `body` over inputs and an output of 4 floats.
+    fn run_body(scope: Scope, body: Vec<Stmt>) -> Result<Vec<f32>, InterpError> {
+        let kernel = Kernel {
+            name: "k".to_string(),
+            scope,
+            params: Params {
+                inputs: ["a", "b"],
+                bias: false,
+                relu: false,
+            },
+            tile_offsets: [0, 4],
+            tile_elements: [4, 4],
+            accumulators: 2,
+            split_k: 1,
+            body,
+            launch: LaunchConfig {
+                grid: 1,
+                block: 2,
+                dynamic_shared_bytes: 32,
+                zero_output: false,
+            },
+        };
+        let (a, b) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
+        let inputs = Inputs {
+            inputs: [&a, &b],
+            bias: None,
+        };
+        run(&kernel, &inputs, 4)
+    }
+
+    /// `out[2 * t + i] = acc[i]` for both accumulators of thread `t`.
+    fn store_both(scope: &mut Scope) -> Stmt {
+        let i = scope.var("i", 0, 1);
+        let out = scope.add(scope.mul(Expr::ThreadIdx, 2), Expr::Var(i));
+        Stmt::For {
+            var: i,
+            extent: 2,
+            unroll: true,
+            body: vec![Stmt::Store {
+                acc: Expr::Var(i),
+                out,
+                bias: None,
+                bias_when: Vec::new(),
+                valid: Vec::new(),
+                atomic: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_block_restores_the_variables_it_shadows() {
+        let mut scope = Scope::new(1, 2);
+        let ro = scope.var("ro", 0, 1);
+        let next = scope.var("ro_next", 1, 1);
+        // for (ro < 2) { { const int ro = 7; } acc[ro] += a_sh[2t + ro] * b_sh[...]; }:
+        // inside the block `ro` is 7 (an accumulator out of range if it leaked).
+        let shared = scope.add(scope.mul(Expr::ThreadIdx, 2), Expr::Var(ro));
+        let fetch = |input| Stmt::Fetch {
+            input,
+            shared: shared.clone(),
+            global: shared.clone(),
+            valid: Vec::new(),
+            width: 1,
+            step: 1,
+            vector_store: false,
+        };
+        let body = vec![
+            Stmt::ZeroAcc,
+            Stmt::For {
+                var: ro,
+                extent: 2,
+                unroll: false,
+                body: vec![
+                    Stmt::Block {
+                        body: vec![
+                            Stmt::Let {
+                                var: next,
+                                value: Expr::Const(7),
+                            },
+                            Stmt::Let {
+                                var: ro,
+                                value: Expr::Var(next),
+                            },
+                        ],
+                    },
+                    fetch(0),
+                    fetch(1),
+                    Stmt::Sync,
+                    Stmt::Fma {
+                        acc: Expr::Var(ro),
+                        a: shared.clone(),
+                        b: shared.clone(),
+                    },
+                ],
+            },
+            store_both(&mut scope),
+        ];
+        assert_eq!(run_body(scope, body), Ok(vec![5.0, 12.0, 21.0, 32.0]));
+    }
+
+    /// Both inputs through registers: thread `t` loads its two floats of each as one
+    /// vector, stores them to the tiles, and multiplies them.
+    fn through_registers(scope: &mut Scope, load: bool, scoped: bool) -> Vec<Stmt> {
+        let base = scope.mul(Expr::ThreadIdx, 2);
+        let mut declare_and_load = Vec::new();
+        for input in 0..2 {
+            declare_and_load.push(Stmt::Registers {
+                array: input,
+                width: 2,
+                len: 1,
+            });
+            if load {
+                declare_and_load.push(Stmt::RegisterLoad {
+                    array: input,
+                    slot: Expr::Const(0),
+                    input,
+                    global: base.clone(),
+                    valid: Vec::new(),
+                    width: 2,
+                });
+            }
+        }
+        let mut body = if scoped {
+            vec![Stmt::Block {
+                body: declare_and_load,
+            }]
+        } else {
+            declare_and_load
+        };
+        for input in 0..2 {
+            body.push(Stmt::RegisterStore {
+                array: input,
+                slot: Expr::Const(0),
+                input,
+                shared: base.clone(),
+                width: 2,
+                step: 1,
+                vector_store: true,
+            });
+        }
+        body.push(Stmt::Sync);
+        body.push(Stmt::ZeroAcc);
+        for j in 0..2 {
+            let at = scope.add(base.clone(), Expr::Const(j));
+            body.push(Stmt::Fma {
+                acc: Expr::Const(j),
+                a: at.clone(),
+                b: at,
+            });
+        }
+        body.push(store_both(scope));
+        body
+    }
+
+    #[test]
+    fn registers_carry_loads_to_stores() {
+        let mut scope = Scope::new(1, 2);
+        let body = through_registers(&mut scope, true, false);
+        assert_eq!(run_body(scope, body), Ok(vec![5.0, 12.0, 21.0, 32.0]));
+    }
+
+    #[test]
+    fn reading_an_unloaded_register_is_an_error() {
+        let mut scope = Scope::new(1, 2);
+        let body = through_registers(&mut scope, false, false);
+        assert_eq!(
+            run_body(scope, body),
+            Err(InterpError::UnsetRegister {
+                block: 0,
+                thread: 0,
+                array: 0,
+                slot: 0
+            })
+        );
+    }
+
+    #[test]
+    fn registers_declared_in_a_block_end_with_it() {
+        let mut scope = Scope::new(1, 2);
+        let body = through_registers(&mut scope, true, true);
+        assert_eq!(
+            run_body(scope, body),
+            Err(InterpError::RegisterSlot {
+                array: 0,
+                slot: 0,
+                width: 2
+            })
+        );
+    }
+
+    #[test]
+    fn a_slot_outside_its_array_is_an_error() {
+        let mut scope = Scope::new(1, 2);
+        let mut body = through_registers(&mut scope, true, false);
+        if let Stmt::RegisterLoad { slot, .. } = &mut body[1] {
+            *slot = Expr::Const(1);
+        }
+        assert_eq!(
+            run_body(scope, body),
+            Err(InterpError::RegisterSlot {
+                array: 0,
+                slot: 1,
+                width: 2
+            })
+        );
+    }
 }

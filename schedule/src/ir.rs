@@ -1,5 +1,6 @@
 //! The loop-nest IR that a state lowers to: integer index expressions, loops, barriers,
-//! and the few statements a tiled contraction needs. CUDA code generation prints it; the
+//! and the few statements a tiled contraction needs, plus the register arrays and C
+//! blocks that transform passes (`prefetch`) build. CUDA code generation prints it; the
 //! CPU interpreter executes it. Expressions are built through `Scope`, which knows every
 //! variable's range and simplifies as it builds (constant folding, dropping divisions
 //! and remainders that cannot change the value), so that the generated code and the
@@ -63,6 +64,39 @@ pub enum Stmt {
         step: i64,
         vector_store: bool,
     },
+    /// `float{width} pf{array}[len];` (`float` when `width` is 1): a per-thread array of
+    /// `len` register vectors, unwritten until a `RegisterLoad` fills a slot. Like any C
+    /// declaration it lives until the end of the enclosing body.
+    Registers { array: usize, width: u32, len: i64 },
+    /// `pf{array}[slot] = valid ? global[input][global + j] : 0` for `j` in `0..width`:
+    /// the global half of a `Fetch`, kept in registers (register prefetch, see
+    /// `prefetch`). `slot` must be a compile-time constant once unrolled (the fetch
+    /// loops around it are), or the array would leave the registers.
+    RegisterLoad {
+        array: usize,
+        slot: Expr,
+        input: usize,
+        global: Expr,
+        valid: Vec<Cond>,
+        width: u32,
+    },
+    /// `shared_tile[input][shared + j * step] = pf{array}[slot][j]` for `j` in
+    /// `0..width`: the shared half of a `Fetch`, from the registers a `RegisterLoad`
+    /// filled (one vector store when `vector_store`, as for `Fetch`).
+    RegisterStore {
+        array: usize,
+        slot: Expr,
+        input: usize,
+        shared: Expr,
+        width: u32,
+        step: i64,
+        vector_store: bool,
+    },
+    /// `{ body }`: a C block. Every binding made inside it (`Let`, loop counters,
+    /// `Registers`) ends with it, including a `Let` that shadows a variable bound
+    /// outside (the prefetch's `const int ro = ro_next;` that re-evaluates a stage's
+    /// addresses for the next stage).
+    Block { body: Vec<Stmt> },
     /// `acc[acc] += tile0[a] * tile1[b]` (offsets within each input's shared tile).
     Fma { acc: Expr, a: Expr, b: Expr },
     /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`; with `atomic`,
@@ -262,9 +296,6 @@ pub struct Kernel {
     /// Blocks that add into each output element (the state's `split_k`); 1 when the
     /// epilogue stores rather than adds.
     pub split_k: u32,
-    /// Emit the stage loop with register prefetch (see `State::prefetch`); the loop
-    /// is then the flattened stage loop.
-    pub prefetch: bool,
     pub body: Vec<Stmt>,
     pub launch: LaunchConfig,
 }

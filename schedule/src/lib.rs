@@ -3,8 +3,10 @@
 //! Tasks (operators and their generic affine contraction form) and the networks that
 //! group them; states (the multi-level tiling sketch with every factor filled in), their
 //! sampling and validation against a GPU description; lowering of a state to a loop
-//! nest, CUDA C generation from that nest, and a CPU interpreter that proves the nest
-//! computes the task's definition. Nothing here needs a GPU.
+//! nest (`lower`) and the transform passes it applies to the nest (`prefetch`: register
+//! prefetch), CUDA C generation that only prints the finished nest (`codegen`), and a
+//! CPU interpreter that proves the same nest computes the task's definition (`interp`).
+//! Nothing here needs a GPU.
 
 pub mod codegen;
 pub mod gpu_spec;
@@ -12,6 +14,7 @@ pub mod interp;
 pub mod ir;
 pub mod lower;
 pub mod network;
+pub mod prefetch;
 pub mod reference;
 pub mod sample;
 pub mod shape;

@@ -36,17 +36,27 @@
 //! branch skips the stages past the end (every thread of a block takes it alike, so
 //! its barriers are safe). The epilogue adds into the output with `atomicAdd`, the bias
 //! only from chunk 0. Without a split the nest is exactly the one above.
+//!
+//! Register prefetch (`State::prefetch`) is a transform of the finished nest, the pass
+//! in `prefetch`: lowering only gives it what it rewrites, the flattened stage loop
+//! (built as for split-K, with split coordinate 0 when the reduction is not split).
 
 use crate::ir::{Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
+use crate::prefetch::register_prefetch;
 use crate::state::State;
 use crate::task::{Access, AffineIndex, AxisRef, Contraction, Task};
 use crate::tiling::{ReductionUnroll, Tiling, fetch_unrolled};
 
-/// Lowers a validated state of `task`.
+/// Lowers a validated state of `task`, applying the state's transform passes.
 pub fn lower(task: &Task, state: &State) -> Kernel {
     let c = task.contraction();
     let tiling = Tiling::new(&c, state);
-    Lowering::new(task, &c, state, &tiling).kernel()
+    let kernel = Lowering::new(task, &c, state, &tiling).kernel();
+    if state.prefetch {
+        register_prefetch(kernel)
+    } else {
+        kernel
+    }
 }
 
 struct Lowering<'a> {
@@ -143,7 +153,7 @@ impl<'a> Lowering<'a> {
             .collect();
 
         match &split_coord {
-            // Prefetch needs one flattened stage loop, as split-K builds it.
+            // The prefetch pass rewrites one flattened stage loop, as split-K builds it.
             None if state.prefetch => {
                 body.extend(self.split_stages(Expr::Const(0), &block_base, &thread));
             }
@@ -181,7 +191,6 @@ impl<'a> Lowering<'a> {
             tile_elements: [tiling.tiles[0].allocated(), tiling.tiles[1].allocated()],
             accumulators: i64::from(state.accumulators()),
             split_k: state.split_k,
-            prefetch: state.prefetch,
             scope: self.scope,
             body,
             launch,

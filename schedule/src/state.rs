@@ -1,5 +1,24 @@
 //! States: the multi-level tiling sketch with every tile size and annotation filled in.
 //!
+//! Checklist for adding a state option (a new field of `State`), in pipeline order:
+//!
+//! 1. The field, here, with a serde default and `skip_serializing_if` at that default,
+//!    so that logged states keep their JSON, hence their ids (extend the serialization
+//!    test at the bottom of this file).
+//! 2. Validation: `schedule/src/validate.rs` (a reason in `InvalidState`; the register
+//!    estimate too if the option changes what stays live).
+//! 3. Sampling: `schedule/src/sample.rs`, drawn so that the earlier draws of a seed
+//!    stay what they were.
+//! 4. Mutation: `search/src/mutate.rs`.
+//! 5. The DGD lattice: `search/src/dgd.rs` (the neighbours along the new dimension).
+//! 6. Lowering: `schedule/src/lower.rs`, or a transform pass over the loop nest in a
+//!    file of its own that `lower::lower` applies (as `schedule/src/prefetch.rs` does).
+//! 7. Interpreter: `schedule/src/interp.rs` runs any new IR statement faithfully, and
+//!    `schedule/tests/interpreter.rs` runs states with the option against the
+//!    reference.
+//! 8. Features: `features/src/extract.rs` (described in `features/src/table.rs`).
+//! 9. A snapshot test: `schedule/tests/states.rs`.
+//!
 //! The sketch is Ansor's GPU structure "SSSRRSRS": each spatial axis is split into five
 //! levels (block, virtual thread, thread, outer register, inner register) and each
 //! reduction axis into three (outer, middle, inner). Both inputs are staged in shared
@@ -163,8 +182,9 @@ pub struct State {
     /// Register prefetch (double buffering through registers): the next stage's global
     /// loads are issued right after the barrier that publishes this stage, into
     /// registers, so that their latency hides behind this stage's inner product; they
-    /// are stored to shared memory at the top of the next iteration. Needs the fetch
-    /// loops unrolled. Left out of the JSON when off (older states keep their ids).
+    /// are stored to shared memory at the top of the next iteration (the pass in
+    /// `prefetch`). Needs the fetch loops unrolled. Left out of the JSON when off (older
+    /// states keep their ids).
     #[serde(default, skip_serializing_if = "is_false")]
     pub prefetch: bool,
 }

@@ -7,11 +7,18 @@
 //! focused test runs sampled states under every layout each input admits (each
 //! spatial dimension innermost or the tensor's order, each row padding), with tails,
 //! vectorized fetches scattered into transposed tiles, and conv2d stride and padding.
+//!
+//! Register prefetch is a pass over the nest, so the interpreter runs it as compiled:
+//! sampled states of every operator run with prefetch forced on (split-K too), and
+//! mutation tests show that the interpreter would catch a broken nest — dropping any
+//! one barrier of a kernel, prefetching or not, or the predicates of a padded
+//! convolution's fetches, makes it fail or compute a wrong output.
 
 use proptest::prelude::*;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
+use schedule::ir::{Kernel, Stmt};
 use schedule::state::{ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit};
 use schedule::task::Conv2d;
 use schedule::tiling::innermost_choices;
@@ -421,6 +428,438 @@ fn sampled_states_include_transposed_and_padded_tiles() {
             moved(spatial_input) >= 20,
             "{task}: {} moved",
             moved(spatial_input)
+        );
+    }
+}
+
+/// Rebuilds a nest bottom-up: `f` gets every statement (its bodies already rebuilt) and
+/// returns what replaces it, or None to remove it.
+fn rewrite(stmts: &[Stmt], f: &mut dyn FnMut(Stmt) -> Option<Stmt>) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for stmt in stmts {
+        let stmt = match stmt.clone() {
+            Stmt::For {
+                var,
+                extent,
+                unroll,
+                body,
+            } => Stmt::For {
+                var,
+                extent,
+                unroll,
+                body: rewrite(&body, f),
+            },
+            Stmt::If { conds, body } => Stmt::If {
+                conds,
+                body: rewrite(&body, f),
+            },
+            Stmt::Block { body } => Stmt::Block {
+                body: rewrite(&body, f),
+            },
+            other => other,
+        };
+        out.extend(f(stmt));
+    }
+    out
+}
+
+/// How many statements of the nest satisfy `is`, wherever they are nested.
+fn count(kernel: &Kernel, is: &dyn Fn(&Stmt) -> bool) -> usize {
+    let mut n = 0;
+    rewrite(&kernel.body, &mut |s| {
+        n += usize::from(is(&s));
+        Some(s)
+    });
+    n
+}
+
+fn barriers(kernel: &Kernel) -> usize {
+    count(kernel, &|s| matches!(s, Stmt::Sync))
+}
+
+/// Whether the kernel runs register prefetch (the pass declared register arrays).
+fn prefetches(kernel: &Kernel) -> bool {
+    count(kernel, &|s| matches!(s, Stmt::Registers { .. })) > 0
+        && count(kernel, &|s| matches!(s, Stmt::Fetch { .. })) == 0
+}
+
+/// The kernel without its `k`-th barrier (in source order).
+fn without_barrier(kernel: &Kernel, k: usize) -> Kernel {
+    let mut seen = 0;
+    let body = rewrite(&kernel.body, &mut |s| {
+        if matches!(s, Stmt::Sync) {
+            seen += 1;
+            if seen == k + 1 {
+                return None;
+            }
+        }
+        Some(s)
+    });
+    assert_eq!(seen, barriers(kernel));
+    Kernel {
+        body,
+        ..kernel.clone()
+    }
+}
+
+/// The kernel with no validity condition on any global read (fetch or register
+/// load), and how many conditions that removed.
+fn without_predicates(kernel: &Kernel) -> (Kernel, usize) {
+    let mut removed = 0;
+    let body = rewrite(&kernel.body, &mut |mut s| {
+        if let Stmt::Fetch { valid, .. } | Stmt::RegisterLoad { valid, .. } = &mut s {
+            removed += valid.len();
+            valid.clear();
+        }
+        Some(s)
+    });
+    let kernel = Kernel {
+        body,
+        ..kernel.clone()
+    };
+    (kernel, removed)
+}
+
+/// Inputs and reference output of `task` for `seed`.
+struct Case {
+    task: Task,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    expected: Vec<f32>,
+}
+
+impl Case {
+    fn new(task: Task, seed: u64) -> Self {
+        let (a, b, bias) = data(&task, seed);
+        let inputs = Inputs {
+            inputs: [&a, &b],
+            bias: bias.as_deref(),
+        };
+        let expected = interp::reference(&task.contraction(), &inputs);
+        Case {
+            task,
+            a,
+            b,
+            bias,
+            expected,
+        }
+    }
+
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            inputs: [&self.a, &self.b],
+            bias: self.bias.as_deref(),
+        }
+    }
+
+    /// Whether the kernel fails in the interpreter or computes a wrong output.
+    fn broken(&self, kernel: &Kernel) -> bool {
+        interp::run(kernel, &self.inputs(), self.expected.len())
+            .map_or(true, |out| out != self.expected)
+    }
+}
+
+/// Sampled states of `task` with register prefetch forced on wherever validation
+/// accepts it — as drawn, with every fetch loop unrolled (what prefetch needs), and
+/// each of those split 2, 3 and one block per stage — run exactly against the
+/// reference. Returns how many prefetching kernels ran, and how many split-K ones.
+fn check_prefetch(task: &Task, states: usize, seed: u64) -> (usize, usize) {
+    let gpu = GpuSpec::h100();
+    let c = task.contraction();
+    let case = Case::new(*task, seed);
+    let mut variants: Vec<State> = Vec::new();
+    for state in Sampler::new(task, &gpu, seed).sample_distinct(states) {
+        let stages = state.stages(&c).min(64) as u32;
+        for unroll_max_step in [state.unroll_max_step, 1024] {
+            for split_k in [state.split_k, 1, 2, 3, stages] {
+                let s = State {
+                    prefetch: true,
+                    unroll_max_step,
+                    split_k,
+                    ..state.clone()
+                };
+                if !variants.contains(&s) && validate(&c, &s, &gpu).is_ok() {
+                    variants.push(s);
+                }
+            }
+        }
+    }
+    for state in &variants {
+        let kernel = lower(task, state);
+        assert!(
+            prefetches(&kernel),
+            "{task} {}: not prefetched",
+            state.to_json()
+        );
+    }
+    check_states(task, &case.inputs(), &case.expected, &variants);
+    let split = variants.iter().filter(|s| s.split_k > 1).count();
+    (variants.len(), split)
+}
+
+/// Register prefetch computes exactly the definition on every operator: conv2d padded,
+/// strided, dilated, asymmetric and with epilogues, matmul with tails in every axis,
+/// batch matmul; split-K (short and empty chunks included) with it.
+#[test]
+fn prefetch_is_exact_on_every_operator() {
+    let bias = Epilogue {
+        bias: true,
+        relu: false,
+    };
+    let mm = |m, n, k, e| Task::new(Operator::Matmul { m, n, k }, e).unwrap();
+    let bmm = |b, m, n, k, e| Task::new(Operator::BatchMatmul { b, m, n, k }, e).unwrap();
+    let operators = [
+        (
+            "conv2d",
+            12,
+            vec![
+                conv(1, 8, (6, 6), 8, (3, 3), (1, 1), (1, 1), (1, 1), NONE),
+                conv(1, 5, (11, 9), 6, (3, 3), (2, 2), (1, 1), (1, 1), bias),
+                conv(2, 3, (9, 10), 5, (3, 2), (2, 1), (1, 0), (1, 2), BOTH),
+                conv(1, 12, (7, 6), 10, (3, 3), (1, 1), (2, 2), (2, 2), bias),
+                conv(1, 3, (14, 14), 4, (7, 7), (2, 2), (3, 3), (1, 1), bias),
+            ],
+        ),
+        (
+            "matmul",
+            30,
+            vec![
+                mm(13, 19, 7, NONE),
+                mm(21, 30, 45, bias),
+                mm(32, 24, 16, BOTH),
+            ],
+        ),
+        (
+            "batch_matmul",
+            40,
+            vec![bmm(3, 9, 16, 12, BOTH), bmm(2, 12, 9, 40, bias)],
+        ),
+    ];
+    for (name, states, tasks) in operators {
+        let (mut kernels, mut split) = (0, 0);
+        for (i, task) in tasks.iter().enumerate() {
+            let (k, s) = check_prefetch(task, states, 60 + i as u64);
+            kernels += k;
+            split += s;
+        }
+        eprintln!("{name}: {kernels} prefetching kernels, {split} split-K");
+        assert!(
+            kernels >= 100,
+            "{name}: only {kernels} prefetching kernels ran"
+        );
+        assert!(
+            split >= 40,
+            "{name}: only {split} prefetching split-K kernels ran"
+        );
+    }
+}
+
+/// Prefetching or not, split or not: every barrier of the stage loop is needed, and the
+/// interpreter sees it. Returns how many (kernel, barrier) pairs were checked.
+fn check_every_barrier_matters(case: &Case, states: &[State]) -> usize {
+    let c = case.task.contraction();
+    let mut checked = 0;
+    for state in states {
+        assert_eq!(validate(&c, state, &GpuSpec::h100()), Ok(()));
+        // With one stage per block the last barrier has nothing to order.
+        assert!(state.stages_per_block(&c) >= 2 && state.threads() >= 32);
+        let kernel = lower(&case.task, state);
+        assert_eq!(prefetches(&kernel), state.prefetch);
+        assert!(!case.broken(&kernel), "{}: intact kernel", state.to_json());
+        let n = barriers(&kernel);
+        assert!(n >= 2);
+        for k in 0..n {
+            assert!(
+                case.broken(&without_barrier(&kernel, k)),
+                "{} {}: dropping barrier {k} of {n} went unnoticed",
+                case.task,
+                state.to_json()
+            );
+            checked += 1;
+        }
+    }
+    checked
+}
+
+/// States of `task` (seeded) with at least two stages per block and a warp of
+/// threads, each with and without prefetch and with a split of 3 when valid.
+fn mutation_states(task: &Task, states: usize, seed: u64) -> Vec<State> {
+    let gpu = GpuSpec::h100();
+    let c = task.contraction();
+    let mut out: Vec<State> = Vec::new();
+    for state in Sampler::new(task, &gpu, seed).sample_distinct(states) {
+        for (prefetch, split_k) in [(true, 1), (false, 1), (true, 3), (false, 3)] {
+            let s = State {
+                prefetch,
+                split_k,
+                unroll_max_step: 1024,
+                ..state.clone()
+            };
+            if validate(&c, &s, &gpu).is_ok()
+                && s.stages_per_block(&c) >= 2
+                && s.threads() >= 32
+                && !out.contains(&s)
+            {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Dropping any one barrier of a prefetching kernel (the one that publishes the stored
+/// registers, or the one that ends the inner product before the next stores) makes it
+/// fail: shared data read before it is stored, or overwritten while others read it.
+#[test]
+fn every_barrier_of_a_prefetching_kernel_matters() {
+    let bias = Epilogue {
+        bias: true,
+        relu: false,
+    };
+    let mut checked = 0;
+    for (i, task) in [
+        conv(1, 8, (6, 6), 8, (3, 3), (1, 1), (1, 1), (1, 1), bias),
+        Task::new(
+            Operator::Matmul {
+                m: 21,
+                n: 30,
+                k: 45,
+            },
+            bias,
+        )
+        .unwrap(),
+        Task::new(
+            Operator::BatchMatmul {
+                b: 2,
+                m: 12,
+                n: 9,
+                k: 40,
+            },
+            NONE,
+        )
+        .unwrap(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let case = Case::new(task, 80 + i as u64);
+        let states: Vec<State> = mutation_states(&case.task, 8, 80 + i as u64)
+            .into_iter()
+            .filter(|s| s.prefetch)
+            .collect();
+        assert!(states.len() >= 3, "{}: {} states", case.task, states.len());
+        assert!(states.iter().any(|s| s.split_k > 1));
+        checked += check_every_barrier_matters(&case, &states);
+    }
+    eprintln!("{checked} barrier removals caught");
+    assert!(checked >= 18, "{checked} barriers");
+}
+
+/// The same for kernels without prefetch: the fetch's barrier and the stage's last one.
+#[test]
+fn every_barrier_of_a_plain_kernel_matters() {
+    let mut checked = 0;
+    for (i, task) in [
+        conv(1, 5, (11, 9), 6, (3, 3), (2, 2), (1, 1), (1, 1), NONE),
+        Task::new(
+            Operator::Matmul {
+                m: 13,
+                n: 40,
+                k: 29,
+            },
+            NONE,
+        )
+        .unwrap(),
+        Task::new(
+            Operator::BatchMatmul {
+                b: 3,
+                m: 9,
+                n: 16,
+                k: 24,
+            },
+            NONE,
+        )
+        .unwrap(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let case = Case::new(task, 90 + i as u64);
+        let states: Vec<State> = mutation_states(&case.task, 8, 90 + i as u64)
+            .into_iter()
+            .filter(|s| !s.prefetch)
+            .collect();
+        assert!(states.len() >= 3, "{}: {} states", case.task, states.len());
+        assert!(states.iter().any(|s| s.split_k > 1));
+        checked += check_every_barrier_matters(&case, &states);
+    }
+    eprintln!("{checked} barrier removals caught");
+    assert!(checked >= 18, "{checked} barriers");
+}
+
+/// The interpreter tracks what the prefetch registers hold: without the loads of stage
+/// 0 before the loop (the first top-level block), the first stores read registers that
+/// nothing loaded.
+#[test]
+fn prefetch_registers_must_be_loaded_before_they_are_stored() {
+    let case = Case::new(
+        Task::new(
+            Operator::Matmul {
+                m: 21,
+                n: 30,
+                k: 45,
+            },
+            NONE,
+        )
+        .unwrap(),
+        110,
+    );
+    let states: Vec<State> = mutation_states(&case.task, 6, 110)
+        .into_iter()
+        .filter(|s| s.prefetch)
+        .collect();
+    assert!(states.len() >= 3);
+    for state in &states {
+        let kernel = lower(&case.task, state);
+        let at = kernel
+            .body
+            .iter()
+            .position(|s| matches!(s, Stmt::Block { .. }));
+        let mut body = kernel.body.clone();
+        body.remove(at.expect("stage 0's loads"));
+        let unloaded = Kernel { body, ..kernel };
+        let got = interp::run(&unloaded, &case.inputs(), case.expected.len());
+        assert!(
+            matches!(got, Err(interp::InterpError::UnsetRegister { .. })),
+            "{}: {:?}",
+            state.to_json(),
+            got.map(|_| "an output")
+        );
+    }
+}
+
+/// A padded convolution's fetches (plain and prefetching) need their predicates:
+/// without them the kernel reads outside the data tensor, or reads neighbouring pixels
+/// where the padding's zeros belong.
+#[test]
+fn padded_convolution_needs_its_fetch_predicates() {
+    let case = Case::new(
+        conv(1, 8, (6, 6), 8, (3, 3), (1, 1), (1, 1), (1, 1), NONE),
+        100,
+    );
+    let states = mutation_states(&case.task, 6, 100);
+    let prefetching = states.iter().filter(|s| s.prefetch).count();
+    assert!(prefetching >= 3 && states.len() - prefetching >= 3);
+    for state in &states {
+        let kernel = lower(&case.task, state);
+        assert!(!case.broken(&kernel));
+        let (unpredicated, removed) = without_predicates(&kernel);
+        assert!(removed > 0, "{}: no fetch predicates", state.to_json());
+        assert!(
+            case.broken(&unpredicated),
+            "{}: fetching without predicates went unnoticed",
+            state.to_json()
         );
     }
 }
