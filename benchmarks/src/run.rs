@@ -6,14 +6,17 @@
 //!
 //! Runs in the calling process: every kernel of ours comes from a log whose worker
 //! already checked it, and the vendor libraries are trusted.
+//!
+//! Buffers, checks and launches are `gpu::buffers`', the worker's own: the same rotated
+//! copies and the same split-K zeroing, so that our times here compare with the log's.
 
 use crate::cublas::{Cublas, Gemm};
 use crate::cudnn::{Algorithm, CudnnConv};
 use crate::peaks::{self, Peaks};
 use crate::report::{Measured, Side};
 use crate::vendor::{self, Library, Source, VendorError};
-use gpu::check::first_mismatch;
-use gpu::cuda::{Buffer, Context, CudaError, Function, Module};
+use gpu::buffers::{BufferSets, ReferenceError};
+use gpu::cuda::{Buffer, Context, CudaError, Module};
 use gpu::timing::{self, SPIN_PTX, TimingConfig};
 use gpu::{DeviceInfo, Problem};
 use schedule::{LaunchConfig, Operator, Task};
@@ -28,8 +31,21 @@ pub enum BenchError {
     Vendor(#[from] VendorError),
     #[error("CUDA: {0}")]
     Cuda(#[from] CudaError),
+    /// The reference kernel's output cannot be the expected one (a CUDA failure while
+    /// running it is a `Cuda` error).
+    #[error(transparent)]
+    Reference(ReferenceError),
     #[error("compiling {what}: {message}")]
     Compile { what: String, message: String },
+}
+
+impl From<ReferenceError> for BenchError {
+    fn from(e: ReferenceError) -> BenchError {
+        match e {
+            ReferenceError::Cuda(e) => BenchError::Cuda(e),
+            e => BenchError::Reference(e),
+        }
+    }
 }
 
 /// Our kernel for a task, as built from the log's best state.
@@ -83,8 +99,6 @@ pub struct Session {
     pub vendor_description: Option<String>,
 }
 
-/// Most buffer copies kept for rotation.
-const MAX_COPIES: u64 = 64;
 /// Workspace cuDNN may use while its algorithms are searched.
 const FIND_WORKSPACE_BYTES: usize = 1 << 30;
 /// cuDNN handles per task, each with its own find and our timing of what it returns;
@@ -175,55 +189,6 @@ impl Session {
         )?)
     }
 
-    /// Buffer sets for `problem`: copy 0 filled with its inputs, the others copies of
-    /// it, enough that a rotation touches over twice the L2.
-    fn buffer_sets(&self, problem: &Problem) -> Result<Vec<Vec<Buffer>>, CudaError> {
-        let ctx = &self.ctx;
-        let alloc_set = || -> Result<Vec<Buffer>, CudaError> {
-            problem
-                .inputs
-                .iter()
-                .chain([&problem.output])
-                .map(|&len| ctx.alloc(len))
-                .collect()
-        };
-        let first = alloc_set()?;
-        for (buffer, host) in first.iter().zip(problem.input_values()) {
-            ctx.upload(buffer, &host)?;
-        }
-        let bytes = problem.bytes().max(1);
-        let copies = (2 * self.device.l2_bytes)
-            .div_ceil(bytes)
-            .clamp(1, MAX_COPIES)
-            .min((self.device.memory_bytes / 4 / bytes).max(1));
-        let mut sets = vec![first];
-        for _ in 1..copies {
-            let set = alloc_set()?;
-            for (dst, src) in set.iter().zip(&sets[0]).take(problem.inputs.len()) {
-                ctx.copy(dst, src)?;
-            }
-            sets.push(set);
-        }
-        ctx.synchronize_all()?;
-        Ok(sets)
-    }
-
-    /// Enqueues one of our kernels (or the reference) on `set`, zeroing the output first
-    /// where the kernel adds into it (split-K).
-    fn launch_kernel(
-        &self,
-        function: &Function,
-        launch: LaunchConfig,
-        set: &[Buffer],
-    ) -> Result<(), CudaError> {
-        let params: Vec<&Buffer> = set.iter().collect();
-        if launch.zero_output {
-            self.ctx
-                .zero(set.last().expect("a set ends with its output"))?;
-        }
-        self.ctx.launch(function, launch, &params, &[])
-    }
-
     /// Measures one task: `ours` is the log's best kernel (if any), `reference` the
     /// cubin of the task's reference kernel.
     pub fn task(
@@ -234,27 +199,19 @@ impl Session {
         ours: Option<&OurKernel>,
     ) -> Result<TaskTimes, BenchError> {
         let ctx = &self.ctx;
-        let sets = self.buffer_sets(problem)?;
-        fn output(set: &[Buffer]) -> &Buffer {
-            set.last().expect("a set ends with its output")
-        }
+        let sets = BufferSets::new(ctx, problem, &self.device)?;
 
         let reference_module = ctx.load(&reference.cubin)?;
         let reference_fn =
             reference_module.function(&reference.name, reference.launch.dynamic_shared_bytes)?;
-        ctx.poison(output(&sets[0]))?;
-        self.launch_kernel(&reference_fn, reference.launch, &sets[0])?;
-        let expected = ctx.download(output(&sets[0]))?;
+        let expected = sets.run_reference(ctx, &reference_fn, reference.launch)?;
 
         let mut problems = Vec::new();
         let ours_module = ours.map(|k| ctx.load(&k.cubin)).transpose()?;
         let ours_fn = match (ours, &ours_module) {
             (Some(k), Some(m)) => {
                 let f = m.function(&k.name, k.launch.dynamic_shared_bytes)?;
-                ctx.poison(output(&sets[0]))?;
-                self.launch_kernel(&f, k.launch, &sets[0])?;
-                let got = ctx.download(output(&sets[0]))?;
-                match first_mismatch(&expected, &got) {
+                match sets.check(ctx, &f, k.launch, &expected)? {
                     None => Some((f, k.launch)),
                     Some(m) => {
                         problems.push(format!("our kernel is wrong: {m}"));
@@ -267,9 +224,7 @@ impl Session {
 
         let vendor = self.prepare_vendor(task, &sets)?;
         let (vendor_max_abs_error, vendor_ok) = {
-            ctx.poison(output(&sets[0]))?;
-            vendor.run(&sets[0])?;
-            let got = ctx.download(output(&sets[0]))?;
+            let got = sets.output_of(ctx, |set| vendor.run(set).map_err(BenchError::from))?;
             let scale = expected
                 .iter()
                 .fold(1.0f64, |m, v| m.max(f64::from(v.abs())));
@@ -305,7 +260,7 @@ impl Session {
                             &spin,
                             self.device.sm_clock_mhz,
                             &round,
-                            |i| self.launch_kernel(f, *launch, &sets[i % sets.len()]),
+                            |i| sets.launch(ctx, f, *launch, i),
                         )?;
                         our_samples.extend(t.samples_us);
                     }
@@ -313,7 +268,7 @@ impl Session {
                     let mut failure = None;
                     let t =
                         timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &round, |i| {
-                            if let Err(e) = vendor.run(&sets[i % sets.len()]) {
+                            if let Err(e) = vendor.run(sets.set(i)) {
                                 failure.get_or_insert(e);
                             }
                             Ok(())
@@ -341,17 +296,13 @@ impl Session {
     /// Times, by our protocol, the FMA algorithms `cudnn`'s find returns (the first
     /// `--algorithms` of them): the fastest that ran, the workspace they share, and one
     /// line per algorithm.
-    fn time_cudnn(
-        &self,
-        cudnn: &CudnnConv,
-        sets: &[Vec<Buffer>],
-    ) -> Result<CudnnTimes, BenchError> {
+    fn time_cudnn(&self, cudnn: &CudnnConv, sets: &BufferSets) -> Result<CudnnTimes, BenchError> {
         let ctx = &self.ctx;
         fn three(s: &[Buffer]) -> [&Buffer; 3] {
             [&s[0], &s[1], &s[2]]
         }
         let find_workspace = ctx.alloc(FIND_WORKSPACE_BYTES / 4)?;
-        let found = cudnn.algorithms(three(&sets[0]), &find_workspace)?;
+        let found = cudnn.algorithms(three(sets.set(0)), &find_workspace)?;
         drop(find_workspace);
         let candidates: Vec<Algorithm> = found
             .into_iter()
@@ -375,7 +326,7 @@ impl Session {
         for algorithm in candidates {
             let mut failure = None;
             let t = timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &quick, |i| {
-                if let Err(e) = cudnn.run(&algorithm, three(&sets[i % sets.len()]), &workspace) {
+                if let Err(e) = cudnn.run(&algorithm, three(sets.set(i)), &workspace) {
                     failure.get_or_insert(e);
                 }
                 Ok(())
@@ -406,7 +357,7 @@ impl Session {
     fn prepare_vendor<'s>(
         &'s self,
         task: &Task,
-        sets: &'s [Vec<Buffer>],
+        sets: &BufferSets,
     ) -> Result<VendorRun<'s>, BenchError> {
         let ctx = &self.ctx;
         match (&task.op, &self.vendor) {

@@ -3,6 +3,7 @@
 //! GPU in isolated worker processes (exact correctness check against a reference kernel,
 //! then timing), with the client side that starts, feeds, times out and restarts them.
 
+pub mod buffers;
 pub mod check;
 pub mod compile;
 pub mod cubin;
@@ -14,6 +15,7 @@ pub mod protocol;
 pub mod timing;
 pub mod worker;
 
+pub use buffers::{BufferSets, ReferenceError};
 pub use check::Problem;
 pub use compile::{CompileError, CompiledKernel, compile};
 pub use cubin::Resources;

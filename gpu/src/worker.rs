@@ -4,27 +4,26 @@
 //! exits; the tuner starts a fresh one. A hung kernel is the tuner's to notice: it kills
 //! the worker when an answer is late.
 //!
-//! Per task the worker keeps the inputs (small integers), the reference kernel's output,
-//! and enough copies of the buffers to exceed twice the L2 cache, rotated between timed
-//! launches. A launch with `zero_output` (split-K: the kernel adds into its output)
-//! gets its output zeroed on the same stream right before every run, the check's and
-//! each timed one's, so the memset is timed as part of the operation. A simulated
+//! Per task the worker keeps the buffers (`buffers::BufferSets`: the inputs, small
+//! integers, in copies rotated between timed launches) and the reference kernel's
+//! output. Candidates are launched by `BufferSets::launch`, as the benchmark launches
+//! them: a launch with `zero_output` (split-K: the kernel adds into its output) gets
+//! its output zeroed on the same stream right before every run, the check's and each
+//! timed one's, so the memset is timed as part of the operation. A simulated
 //! backend speaks the same protocol without a GPU, for tests of the tuner's side.
 
-use crate::check::{Problem, first_mismatch};
-use crate::cuda::{self, Buffer, Context, CudaError, Function, Module};
+use crate::buffers::BufferSets;
+use crate::check::Problem;
+use crate::cuda::{self, Context, CudaError, Module};
 use crate::device::DeviceInfo;
 use crate::protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Request, Response, Timing};
 use crate::timing::{self, SPIN_PTX};
-use schedule::LaunchConfig;
 use std::io::{BufRead, Write};
 
 /// Exit status of a worker that lost its context after answering.
 pub const EXIT_FATAL: i32 = 3;
 /// Exit status of a worker that found no GPU.
 pub const EXIT_UNAVAILABLE: i32 = 4;
-/// Most buffer copies kept for rotation.
-const MAX_COPIES: u64 = 256;
 
 /// Measures requests; returns the outcome and whether the context is lost.
 pub trait Backend {
@@ -98,8 +97,7 @@ pub fn serve<B: Backend>(
 struct Buffers {
     problem: Problem,
     reference: KernelImage,
-    /// Copies of (inputs..., output); copy 0 is the one checked.
-    sets: Vec<Vec<Buffer>>,
+    sets: BufferSets,
     expected: Vec<f32>,
 }
 
@@ -137,54 +135,18 @@ impl CudaBackend {
         self.current = None;
         let ctx = &self.ctx;
         let cuda = |e: CudaError| e.to_string();
-        let values = problem.input_values();
-        let alloc_set = || -> Result<Vec<Buffer>, CudaError> {
-            let mut set = Vec::new();
-            for &len in problem.inputs.iter().chain([&problem.output]) {
-                set.push(ctx.alloc(len)?);
-            }
-            Ok(set)
-        };
-        let first = alloc_set().map_err(cuda)?;
-        for (buffer, host) in first.iter().zip(&values) {
-            ctx.upload(buffer, host).map_err(cuda)?;
-        }
-        ctx.synchronize_all().map_err(cuda)?;
+        let sets = BufferSets::new(ctx, problem, &self.device).map_err(cuda)?;
         let image = std::fs::read(&reference.cubin)
             .map_err(|e| format!("reference cubin {}: {e}", reference.cubin.display()))?;
         let module = ctx.load(&image).map_err(cuda)?;
         let function = module
             .function(&reference.name, reference.launch.dynamic_shared_bytes)
             .map_err(cuda)?;
-        let output = first.last().expect("a set ends with its output");
-        ctx.poison(output).map_err(cuda)?;
-        let params: Vec<&Buffer> = first.iter().collect();
-        // `launch` zeroes the output first when the reference adds into it (a split-K
-        // kernel as the reference of its own SASS reorderings).
-        launch(ctx, &function, reference.launch, &params).map_err(cuda)?;
-        let expected = ctx.download(output).map_err(cuda)?;
-        if let Some(i) = expected.iter().position(|v| !v.is_finite()) {
-            return Err(format!(
-                "the reference kernel left output[{i}] = {}",
-                expected[i]
-            ));
-        }
-        // Enough copies that a rotation touches over twice the L2 before coming back.
-        let bytes = problem.bytes().max(1);
-        let budget = self.device.memory_bytes / 4;
-        let copies = (2 * self.device.l2_bytes)
-            .div_ceil(bytes)
-            .clamp(1, MAX_COPIES)
-            .min((budget / bytes).max(1));
-        let mut sets = vec![first];
-        for _ in 1..copies {
-            let set = alloc_set().map_err(cuda)?;
-            for (dst, src) in set.iter().zip(&sets[0]).take(problem.inputs.len()) {
-                ctx.copy(dst, src).map_err(cuda)?;
-            }
-            sets.push(set);
-        }
-        ctx.synchronize_all().map_err(cuda)?;
+        // Zeroed first when the reference adds into its output (a split-K kernel as the
+        // reference of its own SASS reorderings).
+        let expected = sets
+            .run_reference(ctx, &function, reference.launch)
+            .map_err(|e| e.to_string())?;
         self.current = Some(Buffers {
             problem: problem.clone(),
             reference: reference.clone(),
@@ -193,21 +155,6 @@ impl CudaBackend {
         });
         Ok(())
     }
-}
-
-/// Enqueues one run of a candidate on `set` (its inputs, then its output): the zeroing
-/// of the output first when the launch asks for it (split-K kernels add into it), so
-/// that each timed run includes it, as the operation does.
-fn launch(
-    ctx: &Context,
-    function: &Function,
-    config: LaunchConfig,
-    set: &[&Buffer],
-) -> Result<(), CudaError> {
-    if config.zero_output {
-        ctx.zero(set.last().expect("a set ends with its output"))?;
-    }
-    ctx.launch(function, config, set, &[])
 }
 
 impl Backend for CudaBackend {
@@ -241,27 +188,21 @@ impl Backend for CudaBackend {
         };
         // Exact check on copy 0, output poisoned first (zeroed instead for a kernel
         // that adds into it).
-        let set: Vec<&Buffer> = buffers.sets[0].iter().collect();
-        let output = set.last().expect("a set ends with its output");
-        let checked = ctx
-            .poison(output)
-            .and_then(|()| launch(ctx, &function, candidate.launch, &set))
-            .and_then(|()| ctx.download(output));
-        let got = match checked {
-            Ok(got) => got,
+        let sets = &buffers.sets;
+        match sets.check(ctx, &function, candidate.launch, &buffers.expected) {
+            Ok(None) => {}
+            Ok(Some(m)) => {
+                return (Outcome::error(ErrorKind::WrongAnswer, m.to_string()), false);
+            }
             Err(e) => return launch_error(e),
-        };
-        if let Some(m) = first_mismatch(&buffers.expected, &got) {
-            return (Outcome::error(ErrorKind::WrongAnswer, m.to_string()), false);
         }
         let spin = match self.spin.function("tilesched_spin", 0) {
             Ok(f) => f,
             Err(e) => return launch_error(e),
         };
-        let sets: Vec<Vec<&Buffer>> = buffers.sets.iter().map(|s| s.iter().collect()).collect();
         let timed =
             timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &request.timing, |i| {
-                launch(ctx, &function, candidate.launch, &sets[i % sets.len()])
+                sets.launch(ctx, &function, candidate.launch, i)
             });
         match timed {
             Ok(t) => (Outcome::Ok(t), false),

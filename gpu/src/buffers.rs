@@ -1,0 +1,236 @@
+//! The device buffers a problem is measured on, and the one rule by which kernels are
+//! launched on them. The tuner's measurement worker and the benchmark both use this
+//! module, so that a kernel's time in a tuning log and in a benchmark report come from
+//! the same buffers (the same number of rotated copies, the same input values) and the
+//! same launch (the same zeroing of a split-K output inside the timed run): otherwise
+//! their figures would not compare.
+//!
+//! A `BufferSets` holds several copies of a problem's buffers (its inputs, then its
+//! output, in kernel parameter order). Copy 0 is filled with the problem's input values
+//! and is the one checked; the others are device-to-device copies of its inputs, rotated
+//! between timed launches so that L2 does not serve a working set it would not hold in
+//! a real network (see `copy_count` for how many). Checks poison the output of copy 0
+//! (every float NaN) before the kernel runs, so an element it never writes cannot pass.
+
+use crate::check::{Mismatch, Problem, first_mismatch};
+use crate::cuda::{Buffer, Context, CudaError, Function};
+use crate::device::DeviceInfo;
+use schedule::LaunchConfig;
+use thiserror::Error;
+
+/// Most buffer copies kept for rotation.
+pub const MAX_COPIES: usize = 256;
+
+/// How many copies of a problem's buffers (`problem_bytes` for one set) to rotate
+/// through on `device`: enough that a rotation touches over twice the L2 before it comes
+/// back to a copy, but at most `MAX_COPIES`, and no more than fit in a quarter of the
+/// device's memory; always at least one. With the cap, a problem smaller than
+/// `2 * L2 / MAX_COPIES` bytes (400 KiB with an H100's 50 MiB of L2) rotates through
+/// less than twice the L2.
+pub fn copy_count(problem_bytes: u64, device: &DeviceInfo) -> usize {
+    let bytes = problem_bytes.max(1);
+    let budget = device.memory_bytes / 4;
+    let copies = (2 * device.l2_bytes)
+        .div_ceil(bytes)
+        .clamp(1, MAX_COPIES as u64)
+        .min((budget / bytes).max(1));
+    copies as usize
+}
+
+/// A reference kernel whose output cannot serve as the expected one.
+#[derive(Debug, Clone, Error)]
+pub enum ReferenceError {
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    /// It left an element NaN or infinite (unwritten, or a broken reference).
+    #[error("the reference kernel left output[{index}] = {value}")]
+    NotFinite { index: usize, value: f32 },
+}
+
+/// The rotated copies of one problem's buffers; see the module doc.
+pub struct BufferSets {
+    /// Each set holds the inputs, then the output; set 0 is the one checked.
+    sets: Vec<Vec<Buffer>>,
+}
+
+impl BufferSets {
+    /// Allocates `copy_count` sets of `problem`'s buffers on `ctx`, uploads the
+    /// problem's input values to set 0 and copies them to the others; returns once the
+    /// copies are complete. Outputs are left uninitialized.
+    pub fn new(
+        ctx: &Context,
+        problem: &Problem,
+        device: &DeviceInfo,
+    ) -> Result<BufferSets, CudaError> {
+        let alloc_set = || -> Result<Vec<Buffer>, CudaError> {
+            problem
+                .inputs
+                .iter()
+                .chain([&problem.output])
+                .map(|&len| ctx.alloc(len))
+                .collect()
+        };
+        let first = alloc_set()?;
+        for (buffer, host) in first.iter().zip(problem.input_values()) {
+            ctx.upload(buffer, &host)?;
+        }
+        let copies = copy_count(problem.bytes(), device);
+        let mut sets = Vec::with_capacity(copies);
+        sets.push(first);
+        for _ in 1..copies {
+            let set = alloc_set()?;
+            for (dst, src) in set.iter().zip(&sets[0]).take(problem.inputs.len()) {
+                ctx.copy(dst, src)?;
+            }
+            sets.push(set);
+        }
+        ctx.synchronize_all()?;
+        Ok(BufferSets { sets })
+    }
+
+    /// The number of sets rotated through.
+    pub fn count(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// The set of the `i`-th launch of a rotation (`i` modulo `count`): the inputs,
+    /// then the output, in kernel parameter order. Set 0 is the checked one.
+    pub fn set(&self, i: usize) -> &[Buffer] {
+        &self.sets[i % self.sets.len()]
+    }
+
+    /// The output buffer of set `i` (modulo `count`).
+    pub fn output(&self, i: usize) -> &Buffer {
+        self.set(i).last().expect("a set ends with its output")
+    }
+
+    /// Enqueues one run of `function` on set `i` (modulo `count`), zeroing its output
+    /// first, on the same stream, when `config.zero_output` asks for it (a split-K
+    /// kernel adds into its output): the zeroing is part of the operation, so it falls
+    /// inside every timed run, as it would in a network.
+    pub fn launch(
+        &self,
+        ctx: &Context,
+        function: &Function,
+        config: LaunchConfig,
+        i: usize,
+    ) -> Result<(), CudaError> {
+        if config.zero_output {
+            ctx.zero(self.output(i))?;
+        }
+        let params: Vec<&Buffer> = self.set(i).iter().collect();
+        ctx.launch(function, config, &params, &[])
+    }
+
+    /// The output that `run` leaves in set 0: poisons the output first, then runs
+    /// `run` on set 0 and downloads the output. For routines that launch themselves
+    /// (vendor libraries); kernels go through `run_reference` and `check`.
+    pub fn output_of<E: From<CudaError>>(
+        &self,
+        ctx: &Context,
+        run: impl FnOnce(&[Buffer]) -> Result<(), E>,
+    ) -> Result<Vec<f32>, E> {
+        ctx.poison(self.output(0))?;
+        run(self.set(0))?;
+        Ok(ctx.download(self.output(0))?)
+    }
+
+    /// Runs the reference kernel on set 0 (output poisoned, then zeroed if the launch
+    /// asks for it) and returns its output, the expected one of every candidate; an
+    /// element left NaN or infinite is an error, since no candidate could match it.
+    pub fn run_reference(
+        &self,
+        ctx: &Context,
+        function: &Function,
+        config: LaunchConfig,
+    ) -> Result<Vec<f32>, ReferenceError> {
+        let expected = self.output_of(ctx, |_| self.launch(ctx, function, config, 0))?;
+        finite(expected)
+    }
+
+    /// Runs a candidate on set 0 like the reference and compares its output with
+    /// `expected` exactly: the first mismatch, if any.
+    pub fn check(
+        &self,
+        ctx: &Context,
+        function: &Function,
+        config: LaunchConfig,
+        expected: &[f32],
+    ) -> Result<Option<Mismatch>, CudaError> {
+        let got = self.output_of(ctx, |_| self.launch(ctx, function, config, 0))?;
+        Ok(first_mismatch(expected, &got))
+    }
+}
+
+/// `output`, unless an element is NaN or infinite.
+fn finite(output: Vec<f32>) -> Result<Vec<f32>, ReferenceError> {
+    match output.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(ReferenceError::NotFinite {
+            index,
+            value: output[index],
+        }),
+        None => Ok(output),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::Simulated;
+
+    /// A device with `l2` bytes of L2 and `memory` bytes of memory.
+    fn device(l2: u64, memory: u64) -> DeviceInfo {
+        DeviceInfo {
+            l2_bytes: l2,
+            memory_bytes: memory,
+            ..Simulated::device()
+        }
+    }
+
+    #[test]
+    fn a_rotation_touches_over_twice_the_l2() {
+        let d = device(50 << 20, 80 << 30);
+        // 1 MB sets: 100 copies make 100 MB = 2 x L2.
+        assert_eq!(copy_count(1 << 20, &d), 100);
+        // One byte more per set still needs ceil(100 MB / set) copies.
+        assert_eq!(copy_count((1 << 20) + 1, &d), 100);
+        assert_eq!(copy_count(3 << 20, &d), 34);
+        assert!(34 * (3u64 << 20) > 2 * d.l2_bytes);
+    }
+
+    #[test]
+    fn tiny_problems_are_capped_at_max_copies() {
+        let d = device(50 << 20, 80 << 30);
+        assert_eq!(copy_count(4096, &d), MAX_COPIES);
+        assert_eq!(copy_count(0, &d), MAX_COPIES);
+        // The bench's old cap (64) would have stopped short of 2 x L2 here.
+        assert!(copy_count(1 << 19, &d) > 64);
+    }
+
+    #[test]
+    fn problems_over_twice_the_l2_get_one_copy() {
+        let d = device(50 << 20, 80 << 30);
+        assert_eq!(copy_count(200 << 20, &d), 1);
+        // Even one that exceeds the memory budget: at least one set.
+        assert_eq!(copy_count(100 << 30, &d), 1);
+    }
+
+    #[test]
+    fn copies_fit_in_a_quarter_of_the_memory() {
+        // 1 GB of memory, 256 MB budget; 2 x L2 = 1 GB would ask for 16 copies of 64 MB.
+        let d = device(512 << 20, 1 << 30);
+        assert_eq!(copy_count(64 << 20, &d), 4);
+        assert_eq!(copy_count(100 << 20, &d), 2);
+        assert_eq!(copy_count(300 << 20, &d), 1);
+    }
+
+    #[test]
+    fn a_reference_output_must_be_finite() {
+        assert_eq!(finite(vec![1.0, -2.0]).unwrap(), vec![1.0, -2.0]);
+        let e = finite(vec![1.0, f32::NAN, f32::INFINITY]).unwrap_err();
+        assert!(matches!(e, ReferenceError::NotFinite { index: 1, .. }));
+        assert_eq!(e.to_string(), "the reference kernel left output[1] = NaN");
+        let e = finite(vec![f32::NEG_INFINITY]).unwrap_err();
+        assert_eq!(e.to_string(), "the reference kernel left output[0] = -inf");
+    }
+}
