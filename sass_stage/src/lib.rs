@@ -22,6 +22,8 @@ pub mod measure;
 pub mod objective;
 pub mod order;
 pub mod ppo;
+pub mod report;
+pub mod run;
 pub mod stage;
 
 /// Why the stage could not work on a kernel (bad input or missing tools); failures of
@@ -34,4 +36,11 @@ pub enum SassError {
     Tool(String),
     #[error("{0}")]
     Gpu(String),
+    #[error("cannot write {path}: {error}")]
+    Io {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{0}: stage 2: {1}")]
+    Kernel(String, Box<SassError>),
 }

@@ -6,19 +6,13 @@
 //! analysed) before a worker starts or a file is written.
 
 use anyhow::{Context, Result, bail};
-use gpu::Problem;
-use gpu::protocol::KernelImage;
-use gpu::{Pool, PoolError, WorkerCommand};
-use records::read_log;
-use records::summarize;
+use gpu::{DeviceInfo, WorkerCommand};
+use records::{best_kernel, read_log, summarize};
 use sass_stage::analysis::Kernel;
-use sass_stage::cubin::{Cubin, KernelText};
-use sass_stage::deploy::{DeployCache, NewEntry, Stage};
-use sass_stage::measure::Target;
-use sass_stage::stage::{AgentKind, KernelResult, StageConfig, optimize, order_diff};
-use schedule::{LaunchConfig, Task};
-use serde::Serialize;
-use std::fmt::Write as _;
+use sass_stage::cubin::Cubin;
+use sass_stage::deploy::Stored;
+use sass_stage::run::{Prepared, Progress, RunOptions};
+use sass_stage::stage::{AgentKind, KernelResult};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -89,33 +83,6 @@ pub struct Args {
     stage: StageArgs,
 }
 
-/// One kernel ready for the stage: decoded and analysed.
-pub struct Prepared {
-    pub task: Task,
-    pub key: String,
-    pub name: String,
-    pub launch: LaunchConfig,
-    pub cubin: Cubin,
-    pub text: KernelText,
-    pub kernel: Kernel,
-}
-
-#[derive(Serialize)]
-struct Row<'a> {
-    task: &'a str,
-    #[serde(flatten)]
-    result: &'a KernelResult,
-}
-
-#[derive(Serialize)]
-struct Report<'a> {
-    device: &'a str,
-    budget: usize,
-    rounds: usize,
-    geomean_speedup: f64,
-    kernels: Vec<Row<'a>>,
-}
-
 pub fn run(args: Args) -> Result<()> {
     if let (Some(cubin), Some(kernel)) = (&args.cubin, &args.kernel) {
         return analyse(cubin, kernel);
@@ -157,7 +124,8 @@ fn analyse(path: &Path, name: &str) -> Result<()> {
 }
 
 /// Reads the log and prepares the best kernel of each selected task (all when `task`
-/// is `None`; only those in `keys` when given).
+/// is `None`; only those in `keys` when given): the record → kernel path of `records`,
+/// then decoded and analysed.
 pub fn prepare(
     log_path: &Path,
     task: Option<&str>,
@@ -189,108 +157,40 @@ pub fn prepare(
     }
     let mut out = Vec::new();
     for s in summaries {
-        let Some(best) = s.best else {
-            bail!(
-                "task {} has no correct kernel in {}",
-                s.task,
-                log_path.display()
-            );
-        };
-        let generated = schedule::generate(&best.shape, &best.state, &best.device.spec()?)
-            .with_context(|| format!("{}: the recorded state is not valid", s.task))?;
-        let arch = best
-            .compile
-            .as_ref()
-            .map_or_else(|| best.device.arch(), |c| c.arch.clone());
-        let compiled = gpu::compile(&generated.source, &generated.name, &arch)
-            .with_context(|| format!("{}: compiling the stage-1 kernel", s.task))?;
-        let cubin = Cubin::parse(compiled.cubin).with_context(|| s.task.clone())?;
-        let text = cubin.kernel(&generated.name)?;
-        let lines = sass_stage::disasm::disassemble(cubin.bytes(), &generated.name)?;
-        let kernel = Kernel::analyze(&text, &lines)?;
-        out.push(Prepared {
-            task: best.shape,
-            key: s.task.clone(),
-            name: generated.name,
-            launch: generated.launch,
-            cubin,
-            text,
-            kernel,
-        });
+        let (best, compiled) = best_kernel(&log.records, &s.task, log_path)?;
+        if let Some(stale) = &best.stale {
+            eprintln!("warning: {}: {stale}", s.task);
+        }
+        let k = best.kernel;
+        let prepared = Prepared::new(
+            best.record.shape,
+            s.task.clone(),
+            k.name,
+            k.launch,
+            compiled.cubin,
+        )
+        .with_context(|| s.task.clone())?;
+        out.push(prepared);
     }
     Ok(out)
 }
 
-/// Runs the stage on prepared kernels and writes the results.
-pub fn run_stage(prepared: &[Prepared], args: &StageArgs, cache: Option<&Path>) -> Result<()> {
-    let mut agents: Vec<AgentKind> = args.agent.iter().map(|a| a.kind()).collect();
-    if agents.is_empty() {
-        agents = vec![AgentKind::Ppo, AgentKind::Greedy, AgentKind::Anneal];
+/// Prints what the stage reports as it goes.
+struct Printer {
+    explain: bool,
+}
+
+impl Progress for Printer {
+    fn device(&mut self, device: &DeviceInfo) {
+        eprintln!(
+            "device {}: {} ({})",
+            device.ordinal,
+            device.name,
+            device.arch()
+        );
     }
-    agents.dedup();
-    if args.budget < 2 {
-        bail!("--budget must be at least 2 (the baseline takes one measurement)");
-    }
-    let mut deploy = cache.map(DeployCache::open).transpose()?;
-    let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
-    let command = WorkerCommand {
-        program,
-        args: vec!["worker".to_string()],
-    };
-    let mut pool = match Pool::start(&command, &[args.device]) {
-        Ok(pool) => pool,
-        Err(PoolError::Unavailable(message)) => bail!("{message}"),
-        Err(e) => return Err(e.into()),
-    };
-    let device = pool.devices()[0].clone();
-    eprintln!(
-        "device {}: {} ({})",
-        device.ordinal,
-        device.name,
-        device.arch()
-    );
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let workdir = tempfile::Builder::new()
-        .prefix("tilesched-sass-")
-        .tempdir()
-        .context("cannot create a temporary directory for cubins")?;
-    let config = StageConfig {
-        agents,
-        budget: args.budget,
-        seed: args.seed,
-        rounds: args.rounds,
-        validation_seeds: vec![101, 102, 103, 104],
-    };
-    let mut results = Vec::new();
-    for p in prepared {
-        let dir = args.out.join(&p.key);
-        std::fs::create_dir_all(&dir)?;
-        let stage1 = dir.join("stage1.cubin");
-        std::fs::write(&stage1, p.cubin.bytes())?;
-        let target = Target {
-            cubin: &p.cubin,
-            text: &p.text,
-            reference: KernelImage {
-                cubin: stage1.canonicalize()?,
-                name: p.name.clone(),
-                launch: p.launch,
-            },
-            problem: Problem::for_task(&p.task, 0),
-            workdir: workdir.path().to_path_buf(),
-        };
-        let result = optimize(&p.kernel, &mut pool, &target, &config)
-            .with_context(|| format!("{}: stage 2", p.key))?;
-        let optimized = p.cubin.with_text(&p.text, &p.kernel.words(&result.order));
-        std::fs::write(dir.join("optimized.cubin"), &optimized)?;
-        std::fs::write(dir.join("order.diff"), order_diff(&p.kernel, &result.order))?;
-        std::fs::write(
-            dir.join("result.json"),
-            serde_json::to_string_pretty(&Row {
-                task: &p.key,
-                result: &result,
-            })?,
-        )?;
+
+    fn kernel(&mut self, p: &Prepared, result: &KernelResult, stored: Option<&Stored>) {
         let agent_times: Vec<String> = result
             .agents
             .iter()
@@ -310,128 +210,41 @@ pub fn run_stage(prepared: &[Prepared], args: &StageArgs, cache: Option<&Path>) 
             result.legal_at_start,
             result.validations
         );
-        if args.explain {
+        if self.explain {
             for m in result.explain.iter().take(10) {
                 println!("    {:>5} → {:<5} {}", m.from, m.to, m.text);
             }
         }
-        if let Some(cache) = deploy.as_mut() {
-            let stored = cache.store(
-                NewEntry {
-                    gpu: device.name.clone(),
-                    compute_capability: device.compute_capability,
-                    task: p.key.clone(),
-                    kernel: p.name.clone(),
-                    launch: p.launch,
-                    stage1_us: result.stage1_us,
-                    final_us: result.final_us,
-                    stage: if result.winner.is_some() {
-                        Stage::Sass
-                    } else {
-                        Stage::Stage1
-                    },
-                    created_by: sass_stage::deploy::TOOL_VERSION.to_string(),
-                },
-                &optimized,
-            )?;
+        if let Some(stored) = stored {
             eprintln!("    deploy cache: {:?}", stored.action);
         }
-        results.push((p.key.clone(), result));
     }
-    let geomean = (results.iter().map(|(_, r)| r.speedup.ln()).sum::<f64>()
-        / results.len().max(1) as f64)
-        .exp();
-    let report = Report {
-        device: &device.name,
+}
+
+/// Runs the stage on prepared kernels and writes the results.
+pub fn run_stage(prepared: &[Prepared], args: &StageArgs, cache: Option<&Path>) -> Result<()> {
+    let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
+    let worker = WorkerCommand {
+        program,
+        args: vec!["worker".to_string()],
+    };
+    let options = RunOptions {
+        agents: args.agent.iter().map(|a| a.kind()).collect(),
         budget: args.budget,
         rounds: args.rounds,
-        geomean_speedup: geomean,
-        kernels: results
-            .iter()
-            .map(|(task, result)| Row { task, result })
-            .collect(),
+        out: args.out.clone(),
+        device: args.device,
+        seed: args.seed,
     };
-    std::fs::write(
-        args.out.join("sass.json"),
-        serde_json::to_string_pretty(&report)?,
-    )?;
-    std::fs::write(args.out.join("sass.md"), markdown(&report, &config.agents))?;
+    let mut printer = Printer {
+        explain: args.explain,
+    };
+    let report = sass_stage::run::run(prepared, &options, &worker, cache, &mut printer)?;
     println!(
-        "geometric-mean stage-2 speedup {geomean:.3}x over {} kernels; wrote {}",
-        results.len(),
+        "geometric-mean stage-2 speedup {:.3}x over {} kernels; wrote {}",
+        report.geomean_speedup,
+        report.kernels.len(),
         args.out.join("sass.md").display()
     );
     Ok(())
-}
-
-fn markdown(report: &Report, agents: &[AgentKind]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "# Stage 2 (SASS reordering) on {}\n", report.device);
-    let _ = writeln!(
-        s,
-        "Budget {} distinct measurements per agent and kernel; final times are medians of {} \
-         alternating rounds (stage-1 order and each agent's validated best, same process); \
-         a reordering replaces stage 1 only when faster by more than {:.1}%.\n",
-        report.budget,
-        report.rounds,
-        100.0 * sass_stage::stage::MIN_GAIN
-    );
-    let mut header = "| task | instr. | legal moves | stage 1 µs |".to_string();
-    let mut rule = "|---|---:|---:|---:|".to_string();
-    for a in agents {
-        let _ = write!(header, " {} µs |", a.name());
-        rule.push_str("---:|");
-    }
-    header.push_str(" final µs | speedup | winner | moved | validations |");
-    rule.push_str("---:|---:|---|---:|---:|");
-    let _ = writeln!(s, "{header}\n{rule}");
-    for row in &report.kernels {
-        let r = row.result;
-        let mut line = format!(
-            "| {} | {} | {} | {:.2} |",
-            row.task, r.instructions, r.legal_at_start, r.stage1_us
-        );
-        for a in agents {
-            let cell = match r.agents.iter().find(|x| x.agent == *a) {
-                Some(x) => match (x.final_us, &x.rejected) {
-                    (Some(t), _) => format!("{t:.2}"),
-                    (None, Some(_)) => "rejected".to_string(),
-                    (None, None) => "–".to_string(),
-                },
-                None => "–".to_string(),
-            };
-            let _ = write!(line, " {cell} |");
-        }
-        let _ = writeln!(
-            s,
-            "{line} {:.2} | {:.3}x | {} | {} | {} |",
-            r.final_us,
-            r.speedup,
-            r.winner.map_or("stage 1", |w| w.name()),
-            r.explain.len(),
-            r.validations
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\nGeometric-mean speedup over stage 1: **{:.3}x**.",
-        report.geomean_speedup
-    );
-    let wins = |a: AgentKind| {
-        report
-            .kernels
-            .iter()
-            .filter(|r| r.result.winner == Some(a))
-            .count()
-    };
-    let _ = writeln!(
-        s,
-        "Wins: {}.",
-        agents
-            .iter()
-            .map(|&a| format!("{} {}", a.name(), wins(a)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    s
 }

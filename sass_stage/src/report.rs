@@ -1,0 +1,222 @@
+//! The stage's report over all kernels of a run: `sass.json` (every kernel's result) and
+//! `sass.md` (one table row per kernel, each agent's final time, the winner, the
+//! geometric-mean speedup and the wins per agent). Pure functions of the results, so the
+//! Markdown is checked by a snapshot test.
+
+use crate::stage::{AgentKind, KernelResult, MIN_GAIN};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// One kernel's result, under its task key.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub task: String,
+    #[serde(flatten)]
+    pub result: KernelResult,
+}
+
+/// The run over all kernels.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub device: String,
+    pub budget: usize,
+    pub rounds: usize,
+    pub geomean_speedup: f64,
+    pub kernels: Vec<Row>,
+    /// The agents that ran, in the order of the table's columns.
+    #[serde(skip)]
+    pub agents: Vec<AgentKind>,
+}
+
+impl Report {
+    /// The report of `kernels`, with the geometric mean of their speedups.
+    pub fn new(
+        device: String,
+        budget: usize,
+        rounds: usize,
+        agents: Vec<AgentKind>,
+        kernels: Vec<Row>,
+    ) -> Report {
+        let geomean_speedup = (kernels.iter().map(|r| r.result.speedup.ln()).sum::<f64>()
+            / kernels.len().max(1) as f64)
+            .exp();
+        Report {
+            device,
+            budget,
+            rounds,
+            geomean_speedup,
+            kernels,
+            agents,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("reports always serialize")
+    }
+
+    pub fn to_markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# Stage 2 (SASS reordering) on {}\n", self.device);
+        let _ = writeln!(
+            s,
+            "Budget {} distinct measurements per agent and kernel; final times are medians of {} \
+             alternating rounds (stage-1 order and each agent's validated best, same process); \
+             a reordering replaces stage 1 only when faster by more than {:.1}%.\n",
+            self.budget,
+            self.rounds,
+            100.0 * MIN_GAIN
+        );
+        let mut header = "| task | instr. | legal moves | stage 1 µs |".to_string();
+        let mut rule = "|---|---:|---:|---:|".to_string();
+        for a in &self.agents {
+            let _ = write!(header, " {} µs |", a.name());
+            rule.push_str("---:|");
+        }
+        header.push_str(" final µs | speedup | winner | moved | validations |");
+        rule.push_str("---:|---:|---|---:|---:|");
+        let _ = writeln!(s, "{header}\n{rule}");
+        for row in &self.kernels {
+            let r = &row.result;
+            let mut line = format!(
+                "| {} | {} | {} | {:.2} |",
+                row.task, r.instructions, r.legal_at_start, r.stage1_us
+            );
+            for a in &self.agents {
+                let cell = match r.agents.iter().find(|x| x.agent == *a) {
+                    Some(x) => match (x.final_us, &x.rejected) {
+                        (Some(t), _) => format!("{t:.2}"),
+                        (None, Some(_)) => "rejected".to_string(),
+                        (None, None) => "–".to_string(),
+                    },
+                    None => "–".to_string(),
+                };
+                let _ = write!(line, " {cell} |");
+            }
+            let _ = writeln!(
+                s,
+                "{line} {:.2} | {:.3}x | {} | {} | {} |",
+                r.final_us,
+                r.speedup,
+                r.winner.map_or("stage 1", |w| w.name()),
+                r.explain.len(),
+                r.validations
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nGeometric-mean speedup over stage 1: **{:.3}x**.",
+            self.geomean_speedup
+        );
+        let wins = |a: AgentKind| {
+            self.kernels
+                .iter()
+                .filter(|r| r.result.winner == Some(a))
+                .count()
+        };
+        let _ = writeln!(
+            s,
+            "Wins: {}.",
+            self.agents
+                .iter()
+                .map(|&a| format!("{} {}", a.name(), wins(a)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::order::Order;
+    use crate::stage::{AgentResult, Moved};
+
+    fn agent(agent: AgentKind, final_us: Option<f64>, rejected: Option<&str>) -> AgentResult {
+        AgentResult {
+            agent,
+            measurements: 12,
+            failures: vec![],
+            search_best_us: final_us.unwrap_or(10.0),
+            curve: vec![10.0, 9.9],
+            rejected: rejected.map(str::to_string),
+            final_us,
+            moved: 2,
+            order: Order::identity(4),
+        }
+    }
+
+    fn kernel(
+        task: &str,
+        stage1_us: f64,
+        final_us: f64,
+        winner: Option<AgentKind>,
+        agents: Vec<AgentResult>,
+    ) -> Row {
+        Row {
+            task: task.to_string(),
+            result: KernelResult {
+                kernel: task.to_string(),
+                instructions: 412,
+                movable: 96,
+                legal_at_start: 57,
+                stage1_us,
+                agents,
+                winner,
+                final_us,
+                speedup: stage1_us / final_us,
+                validations: 31,
+                explain: winner
+                    .map(|_| {
+                        vec![Moved {
+                            text: "LDS.128 R4, [R2+0x40]".into(),
+                            from: 40,
+                            to: 37,
+                        }]
+                    })
+                    .unwrap_or_default(),
+                order: Order::identity(4),
+            },
+        }
+    }
+
+    #[test]
+    fn the_markdown_report_is_stable() {
+        let agents = vec![AgentKind::Ppo, AgentKind::Greedy, AgentKind::Anneal];
+        let report = Report::new(
+            "NVIDIA H100 80GB HBM3".into(),
+            40,
+            5,
+            agents,
+            vec![
+                kernel(
+                    "conv2d_n1_c512_h7_w7_k512_r3_s3_st1_p1",
+                    20.0,
+                    19.5,
+                    Some(AgentKind::Greedy),
+                    vec![
+                        agent(AgentKind::Ppo, Some(19.9), None),
+                        agent(AgentKind::Greedy, Some(19.5), None),
+                        agent(AgentKind::Anneal, None, Some("input seed 102: output[3]")),
+                    ],
+                ),
+                kernel(
+                    "matmul_m64_n64_k64",
+                    5.0,
+                    5.0,
+                    None,
+                    vec![agent(AgentKind::Ppo, Some(5.01), None)],
+                ),
+            ],
+        );
+        assert!((report.geomean_speedup - (20.0f64 / 19.5).sqrt()).abs() < 1e-12);
+        insta::assert_snapshot!(report.to_markdown());
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(
+            json["kernels"][0]["task"],
+            "conv2d_n1_c512_h7_w7_k512_r3_s3_st1_p1"
+        );
+        assert_eq!(json["kernels"][0]["winner"], "greedy");
+        assert!(json.get("agents").is_none());
+    }
+}
