@@ -252,9 +252,9 @@ fn baselines_run_and_agree_with_our_kernels() {
 fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
     use gpu::protocol::{KernelImage, MeasureRequest, Outcome};
     use gpu::{Pool, TimingConfig, WorkerCommand};
-    use sass_stage::analysis::Kernel;
-    use sass_stage::cubin::Cubin;
-    use sass_stage::game::Action;
+    use sass_stage::decode::cubin::Cubin;
+    use sass_stage::legality::analysis::Kernel;
+    use sass_stage::legality::moves::Action;
     // The best kernels of the committed ResNet tuning run.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let gz = root.join("benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz");
@@ -287,7 +287,7 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
         let k = best.kernel;
         let cubin = Cubin::parse(compiled.cubin).unwrap();
         let kt = cubin.kernel(&k.name).unwrap();
-        let lines = sass_stage::disasm::disassemble(cubin.bytes(), &k.name).unwrap();
+        let lines = sass_stage::decode::disasm::disassemble(cubin.bytes(), &k.name).unwrap();
         let kernel = Kernel::analyze(&kt, &lines).unwrap();
         let reference = dir.join(format!("{}-stage1.cubin", s.task));
         std::fs::write(&reference, cubin.bytes()).unwrap();

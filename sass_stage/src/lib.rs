@@ -4,24 +4,19 @@
 //! machine instructions inside basic blocks to hide memory latency (after CuAsmRL,
 //! CGO'25), keeping every dependency ptxas encoded, validates every candidate bit for
 //! bit on the GPU, and keeps the fastest. See `shared/DESIGN.md`, "Stage 2".
+//!
+//! The modules follow the stage's flow: `decode` reads a kernel out of its cubin,
+//! `legality` says which reorderings keep every dependency, `agents` search among
+//! them, `measure` validates and times candidates on the GPU, `stage` runs the agents
+//! on one kernel and keeps the fastest, `run` runs the stage over a log's kernels and
+//! writes their files, `report` renders the run's table, and `deploy` stores final
+//! kernels for lookup.
 
-pub mod analysis;
-pub mod anneal;
-pub mod control;
-pub mod cubin;
+pub mod agents;
+pub mod decode;
 pub mod deploy;
-pub mod disasm;
-pub mod embed;
-pub mod env;
-pub mod estimate;
-pub mod game;
-pub mod greedy;
-pub mod instr;
-pub mod latency;
+pub mod legality;
 pub mod measure;
-pub mod objective;
-pub mod order;
-pub mod ppo;
 pub mod report;
 pub mod run;
 pub mod stage;

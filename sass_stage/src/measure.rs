@@ -8,10 +8,10 @@
 //! chosen order is validated again on further input seeds before it is written.
 
 use crate::SassError;
-use crate::analysis::Kernel;
-use crate::cubin::{Cubin, KernelText};
-use crate::objective::{Evaluation, Objective, text_hash};
-use crate::order::Order;
+use crate::agents::objective::{Evaluation, Objective, text_hash};
+use crate::decode::cubin::{Cubin, KernelText};
+use crate::legality::analysis::Kernel;
+use crate::legality::order::Order;
 use gpu::protocol::{KernelImage, MeasureRequest, Outcome};
 use gpu::{Pool, Problem, TimingConfig};
 use std::collections::HashMap;

@@ -129,7 +129,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::order::Order;
+    use crate::legality::order::Order;
     use crate::stage::{AgentResult, Moved};
 
     fn agent(agent: AgentKind, final_us: Option<f64>, rejected: Option<&str>) -> AgentResult {

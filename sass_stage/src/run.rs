@@ -7,9 +7,9 @@
 //! in the log and prints; everything else is here.
 
 use crate::SassError;
-use crate::analysis::Kernel;
-use crate::cubin::{Cubin, KernelText};
+use crate::decode::cubin::{Cubin, KernelText};
 use crate::deploy::{DeployCache, NewEntry, Stage, Stored};
+use crate::legality::analysis::Kernel;
 use crate::measure::Target;
 use crate::report::{Report, Row};
 use crate::stage::{AgentKind, KernelResult, StageConfig, optimize, order_diff};
@@ -40,7 +40,7 @@ impl Prepared {
     ) -> Result<Prepared, SassError> {
         let cubin = Cubin::parse(cubin)?;
         let text = cubin.kernel(&name)?;
-        let lines = crate::disasm::disassemble(cubin.bytes(), &name)?;
+        let lines = crate::decode::disasm::disassemble(cubin.bytes(), &name)?;
         let kernel = Kernel::analyze(&text, &lines)?;
         Ok(Prepared {
             task,

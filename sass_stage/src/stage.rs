@@ -5,12 +5,12 @@
 //! instruction-order diff.
 
 use crate::SassError;
-use crate::analysis::Kernel;
-use crate::env::MeasuredGame;
+use crate::agents::env::MeasuredGame;
+use crate::agents::objective::{Evaluation, Objective, Tracker};
+use crate::agents::ppo::{PpoConfig, train};
+use crate::legality::analysis::Kernel;
+use crate::legality::order::Order;
 use crate::measure::{GpuObjective, Target};
-use crate::objective::{Evaluation, Objective, Tracker};
-use crate::order::Order;
-use crate::ppo::{PpoConfig, train};
 use gpu::Pool;
 use serde::Serialize;
 
@@ -115,8 +115,10 @@ pub fn optimize(
             let mut tracker = Tracker::start(&mut objective, kernel)?;
             let start = tracker.baseline_us;
             match agent {
-                AgentKind::Greedy => crate::greedy::climb(kernel, &mut tracker, start)?,
-                AgentKind::Anneal => crate::anneal::anneal(kernel, &mut tracker, start, seed)?,
+                AgentKind::Greedy => crate::agents::greedy::climb(kernel, &mut tracker, start)?,
+                AgentKind::Anneal => {
+                    crate::agents::anneal::anneal(kernel, &mut tracker, start, seed)?
+                }
                 AgentKind::Ppo => {
                     let budget = tracker.budget();
                     let mut game = MeasuredGame::new(kernel, &mut tracker, start);

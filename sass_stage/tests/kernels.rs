@@ -2,10 +2,10 @@
 //! the original order verifies, random legal walks stay legal, and a reordered cubin
 //! disassembles to exactly the original lines with the moved ones exchanged.
 
-use sass_stage::analysis::Kernel;
-use sass_stage::cubin::Cubin;
-use sass_stage::disasm::disassemble;
-use sass_stage::order::Order;
+use sass_stage::decode::cubin::Cubin;
+use sass_stage::decode::disasm::disassemble;
+use sass_stage::legality::analysis::Kernel;
+use sass_stage::legality::order::Order;
 
 /// (cubin, kernel name) of sampled states of a few ResNet layers.
 fn kernels() -> Vec<(Vec<u8>, String)> {

@@ -8,9 +8,9 @@
 use anyhow::{Context, Result, bail};
 use gpu::{DeviceInfo, WorkerCommand};
 use records::{best_kernel, read_log, summarize};
-use sass_stage::analysis::Kernel;
-use sass_stage::cubin::Cubin;
+use sass_stage::decode::cubin::Cubin;
 use sass_stage::deploy::Stored;
+use sass_stage::legality::analysis::Kernel;
 use sass_stage::run::{Prepared, Progress, RunOptions};
 use sass_stage::stage::{AgentKind, KernelResult};
 use std::path::{Path, PathBuf};
@@ -103,11 +103,11 @@ fn analyse(path: &Path, name: &str) -> Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let cubin = Cubin::parse(bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let text = cubin.kernel(name)?;
-    let lines = sass_stage::disasm::disassemble(cubin.bytes(), name)?;
+    let lines = sass_stage::decode::disasm::disassemble(cubin.bytes(), name)?;
     let kernel = Kernel::analyze(&text, &lines)?;
-    let order = sass_stage::order::Order::identity(kernel.len());
+    let order = sass_stage::legality::order::Order::identity(kernel.len());
     print!("{}", kernel.summary());
-    let ranked = sass_stage::estimate::ranked(&kernel, &order);
+    let ranked = sass_stage::agents::estimate::ranked(&kernel, &order);
     println!("legal moves: {}", ranked.len());
     println!("moves the cover estimate ranks first (cycles of latency newly hidden):");
     for (action, value) in ranked.iter().take(10) {
@@ -131,7 +131,7 @@ pub fn prepare(
     task: Option<&str>,
     keys: Option<&[String]>,
 ) -> Result<Vec<Prepared>> {
-    sass_stage::disasm::find_nvdisasm()?;
+    sass_stage::decode::disasm::find_nvdisasm()?;
     let log = read_log(log_path)?;
     if let Some(w) = log.warning(log_path) {
         eprintln!("{w}");

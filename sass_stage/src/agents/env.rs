@@ -3,11 +3,12 @@
 //! candidate gives −1 and ends the episode, episodes last 32 moves (CuAsmRL).
 
 use crate::SassError;
-use crate::analysis::Kernel;
-use crate::embed::{COLUMNS, observation};
-use crate::game::{Action, Game, Step};
-use crate::objective::{Evaluation, Objective};
-use crate::order::Order;
+use crate::agents::embed::{COLUMNS, observation};
+use crate::agents::game::{Game, Step};
+use crate::agents::objective::{Evaluation, Objective};
+use crate::legality::analysis::Kernel;
+use crate::legality::moves::Action;
+use crate::legality::order::Order;
 
 pub const EPISODE: usize = 32;
 

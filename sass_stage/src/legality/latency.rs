@@ -9,7 +9,7 @@
 //! originally (ptxas's own schedule is legal), and a producer neither observed nor in
 //! the table keeps its original distance to each consumer.
 
-use crate::instr::{Instruction, PRED_BASE, Reg, UPRED_BASE, UREG_BASE};
+use crate::decode::instr::{Instruction, PRED_BASE, Reg, UPRED_BASE, UREG_BASE};
 
 /// Longest fixed latency on sm_90 that stall counts must cover (predicate → branch).
 pub const LONGEST_FIXED: u32 = 13;

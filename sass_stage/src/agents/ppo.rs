@@ -17,7 +17,8 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
 use crate::SassError;
-use crate::game::{Action, Game};
+use crate::agents::game::Game;
+use crate::legality::moves::Action;
 
 /// Logit given to illegal actions: finite (unlike −∞) so that `0 · log p` stays 0 in
 /// the entropy and no NaN reaches the gradients, yet `exp` of it underflows to exactly 0.
@@ -704,7 +705,8 @@ pub fn train_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::game::{Direction, Step};
+    use crate::agents::game::Step;
+    use crate::legality::moves::Direction;
 
     /// A permutation game: row `i` shows the features of the item at position `i`.
     /// Item 0 is marked (column 0 = 1); moving it up earns +1, every other move −0.05.

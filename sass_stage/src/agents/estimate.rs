@@ -9,9 +9,9 @@
 //! Measurement decides; the estimate only ranks candidates (CuAsmRL measures every
 //! step; this spends the GPU on moves that can plausibly help).
 
-use crate::analysis::Kernel;
-use crate::game::Action;
-use crate::order::Order;
+use crate::legality::analysis::Kernel;
+use crate::legality::moves::{Action, Direction};
+use crate::legality::order::Order;
 
 /// Typical latency in cycles that cover is worth up to.
 fn latency(base: &str) -> u32 {
@@ -51,8 +51,8 @@ fn cover(kernel: &Kernel, order: &Order, position: usize) -> u32 {
 /// Estimated cycles of latency newly hidden by `action` (negative: exposed).
 pub fn value(kernel: &Kernel, order: &Order, action: Action) -> i64 {
     let p = match action.direction {
-        crate::game::Direction::Up => action.row - 1,
-        crate::game::Direction::Down => action.row,
+        Direction::Up => action.row - 1,
+        Direction::Down => action.row,
     };
     let before = i64::from(cover(kernel, order, p)) + i64::from(cover(kernel, order, p + 1));
     let mut after_order = order.clone();
@@ -110,8 +110,8 @@ pub fn slide(
         total += v;
         moved += 1;
         row = match action.direction {
-            crate::game::Direction::Up => row - 1,
-            crate::game::Direction::Down => row + 1,
+            Direction::Up => row - 1,
+            Direction::Down => row + 1,
         };
     }
     (moved > 0).then_some((current, row, total))

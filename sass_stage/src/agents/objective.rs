@@ -5,8 +5,8 @@
 //! revisited order costs nothing and the budget counts distinct measurements only.
 
 use crate::SassError;
-use crate::analysis::Kernel;
-use crate::order::Order;
+use crate::legality::analysis::Kernel;
+use crate::legality::order::Order;
 use sha2::{Digest, Sha256};
 
 /// What evaluating an order gave.

@@ -21,10 +21,10 @@
 //! reach, at their original values (capped at the longest fixed latency).
 
 use crate::SassError;
-use crate::cubin::{KernelText, WORD_BYTES};
-use crate::disasm::Line;
-use crate::instr::{Instruction, REG_IDS};
-use crate::latency::{self, Key};
+use crate::decode::cubin::{KernelText, WORD_BYTES};
+use crate::decode::disasm::Line;
+use crate::decode::instr::{Instruction, REG_IDS};
+use crate::legality::latency::{self, Key};
 use petgraph::graphmap::DiGraphMap;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -691,7 +691,7 @@ fn transfer(ins: &Instruction, pending: &mut [u8]) {
 /// Whether two memory accesses must keep their order.
 fn conflicts(a: &Instruction, b: &Instruction) -> bool {
     let hits = |w: Option<_>, other: &Instruction| {
-        w.is_some_and(|s: crate::instr::Space| {
+        w.is_some_and(|s: crate::decode::instr::Space| {
             [other.reads, other.writes]
                 .into_iter()
                 .flatten()

@@ -4,10 +4,10 @@
 //! linearly from 1% of the baseline time to zero over the budget.
 
 use crate::SassError;
-use crate::analysis::Kernel;
-use crate::estimate::{ranked, slide};
-use crate::objective::{Evaluation, Objective};
-use crate::order::Order;
+use crate::agents::estimate::{ranked, slide};
+use crate::agents::objective::{Evaluation, Objective};
+use crate::legality::analysis::Kernel;
+use crate::legality::order::Order;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 

@@ -8,8 +8,8 @@
 //! leaves a role unclear (a predicate after the first destination), the operand counts
 //! as both, which can only forbid more moves, never allow a wrong one.
 
-use crate::control::Control;
-use crate::disasm::Line;
+use crate::decode::control::Control;
+use crate::decode::disasm::Line;
 
 /// A register-like resource, as one id: `R0–R255` are 0–255, `P0–P6` 256–262,
 /// `UR0–UR63` 264–327, `UP0–UP6` 328–334. `RZ`, `PT`, `URZ`, `UPT` are constants and

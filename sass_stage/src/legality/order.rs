@@ -8,9 +8,9 @@
 //! successor changed (the moved pair and the one before them): a reuse flag promises
 //! the value to the next instruction, which is no longer the same one.
 
-use crate::analysis::{Dep, Kernel};
-use crate::control::Control;
-use crate::game::{Action, Direction};
+use crate::decode::control::Control;
+use crate::legality::analysis::{Dep, Kernel};
+use crate::legality::moves::{Action, Direction};
 
 /// Instruction order: `at[position]` is an original index, `pos` its inverse.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -305,8 +305,8 @@ impl Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cubin::KernelText;
-    use crate::disasm::Line;
+    use crate::decode::cubin::KernelText;
+    use crate::decode::disasm::Line;
 
     /// Control bits: stall, write barrier, wait mask.
     fn ctl(stall: u8, write_barrier: Option<u8>, wait_mask: u8) -> Control {

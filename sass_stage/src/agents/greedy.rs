@@ -4,10 +4,10 @@
 //! the budget is spent.
 
 use crate::SassError;
-use crate::analysis::Kernel;
-use crate::estimate::{ranked, slide};
-use crate::objective::{Evaluation, Objective, text_hash};
-use crate::order::Order;
+use crate::agents::estimate::{ranked, slide};
+use crate::agents::objective::{Evaluation, Objective, text_hash};
+use crate::legality::analysis::Kernel;
+use crate::legality::order::Order;
 use std::collections::HashSet;
 
 /// Longest slide of one instruction per measurement.

@@ -3,8 +3,8 @@
 //! yield, stall, predicate and memory-op flags, operand register ids) plus what our
 //! analysis knows (movable, pinned, variable latency, opcode class).
 
-use crate::analysis::Kernel;
-use crate::order::Order;
+use crate::legality::analysis::Kernel;
+use crate::legality::order::Order;
 
 /// Features per row.
 pub const COLUMNS: usize = 32;
