@@ -17,11 +17,25 @@ fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tilesched")))
 }
 
+/// Where the tests write logs and outputs (`$TILESCHED_TEST_OUT`, else the temp dir).
+fn out_dir() -> PathBuf {
+    std::env::var_os("TILESCHED_TEST_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// A command's stdout and stderr, for messages.
+fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Runs `tune` with `args` into a fresh log and returns its records.
 fn tune(name: &str, args: &[&str]) -> Vec<Value> {
-    let dir = std::env::var_os("TILESCHED_TEST_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
+    let dir = out_dir();
     let log = dir.join(format!("gpu-test-{name}.jsonl"));
     let _ = std::fs::remove_file(&log);
     let o = Command::new(bin())
@@ -187,9 +201,7 @@ fn two_devices_share_a_batch() {
 
 /// Runs `bench` on a log and returns its bench.json.
 fn bench(name: &str, args: &[&str], log_of: &str) -> Value {
-    let dir = std::env::var_os("TILESCHED_TEST_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
+    let dir = out_dir();
     let log = dir.join(format!("gpu-test-{log_of}.jsonl"));
     let out = dir.join(format!("gpu-test-bench-{name}"));
     let o = Command::new(bin())
@@ -202,11 +214,7 @@ fn bench(name: &str, args: &[&str], log_of: &str) -> Value {
         .args(["--min-time-ms", "20", "--min-repeats", "8"])
         .output()
         .expect("tilesched runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = output_text(&o);
     println!("bench {name}:\n{text}");
     assert!(o.status.success(), "bench {name}: {text}");
     assert!(out.join("bench.md").is_file());
@@ -361,9 +369,7 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
 #[test]
 #[ignore = "needs a GPU and nvdisasm (run by scripts/device-check)"]
 fn pipeline_runs_both_stages_in_one_process_with_tunes_options() {
-    let dir = std::env::var_os("TILESCHED_TEST_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
+    let dir = out_dir();
     let log = dir.join("gpu-test-pipeline.jsonl");
     let cache = dir.join("gpu-test-pipeline-cache");
     let out = dir.join("gpu-test-pipeline-sass");
@@ -380,11 +386,7 @@ fn pipeline_runs_both_stages_in_one_process_with_tunes_options() {
         .args(["--agent", "greedy", "--budget", "4", "--rounds", "2"])
         .output()
         .expect("tilesched runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = output_text(&o);
     println!("pipeline:\n{text}");
     assert!(o.status.success(), "{text}");
     let records = std::fs::read_to_string(&log).unwrap().lines().count();

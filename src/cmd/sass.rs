@@ -7,7 +7,7 @@
 
 use anyhow::{Context, Result, bail};
 use gpu::{DeviceInfo, WorkerCommand};
-use records::{best_kernel, read_log, summarize};
+use records::{BestKernel, KernelError, read_log, summarize};
 use sass_stage::decode::cubin::Cubin;
 use sass_stage::deploy::Stored;
 use sass_stage::legality::analysis::Kernel;
@@ -157,7 +157,14 @@ pub fn prepare(
     }
     let mut out = Vec::new();
     for s in summaries {
-        let (best, compiled) = best_kernel(&log.records, &s.task, log_path)?;
+        // The summary already holds the best record: no second pass over the log.
+        let record = s.best.ok_or_else(|| KernelError::NoCorrectKernel {
+            task: s.task.clone(),
+            log: log_path.display().to_string(),
+            trials: s.trials,
+        })?;
+        let best = BestKernel::regenerate(record)?;
+        let compiled = best.compile()?;
         if let Some(stale) = &best.stale {
             eprintln!("warning: {}: {stale}", s.task);
         }
