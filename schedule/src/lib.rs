@@ -29,7 +29,7 @@ pub use network::{NETWORKS, Workload, network};
 pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};
 pub use state::State;
-pub use task::{Epilogue, Operator, Task};
+pub use task::{DType, Epilogue, Layout, Operator, Task};
 pub use validate::{InvalidState, prefetch_feasible, validate};
 
 /// A state of a task lowered and printed as CUDA C, with what is needed to launch it.

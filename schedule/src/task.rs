@@ -34,6 +34,115 @@ pub enum TaskError {
         "tensor {tensor} has {elements} elements, over the 2^31 - 1 that 32-bit indexing allows"
     )]
     TooLarge { tensor: &'static str, elements: u64 },
+    #[error("the {layout} layout applies to conv2d only ({op} is row-major)")]
+    LayoutNotConv { layout: Layout, op: &'static str },
+    #[error("the output type must be f32 or the input type {dtype}, not {out}")]
+    OutputType { dtype: DType, out: DType },
+}
+
+/// Element type of a task's inputs. Products accumulate in f32 whatever the type; `Tf32`
+/// is f32 data multiplied by tensor cores at TF32 precision (cuDNN's and cuBLAS's TF32
+/// math mode), so its kernels may also be plain f32 ones.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    #[default]
+    F32,
+    Tf32,
+    Fp16,
+    Bf16,
+}
+
+impl DType {
+    pub const ALL: [DType; 4] = [DType::F32, DType::Tf32, DType::Fp16, DType::Bf16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::Tf32 => "tf32",
+            DType::Fp16 => "fp16",
+            DType::Bf16 => "bf16",
+        }
+    }
+
+    /// Bytes of one element in memory (TF32 data is stored as f32).
+    pub fn bytes(self) -> u32 {
+        match self {
+            DType::F32 | DType::Tf32 => 4,
+            DType::Fp16 | DType::Bf16 => 2,
+        }
+    }
+
+    /// The CUDA C type of an element in memory.
+    pub fn c_type(self) -> &'static str {
+        match self {
+            DType::F32 | DType::Tf32 => "float",
+            DType::Fp16 => "__half",
+            DType::Bf16 => "__nv_bfloat16",
+        }
+    }
+
+    /// Whether the tensor-core sketch applies (every type but plain f32).
+    pub fn tensor_cores(self) -> bool {
+        self != DType::F32
+    }
+
+    /// Whether the CUDA-core sketch applies: f32 data (TF32 math allows full f32 math).
+    pub fn cuda_cores(self) -> bool {
+        matches!(self, DType::F32 | DType::Tf32)
+    }
+
+    pub fn is_f32(&self) -> bool {
+        *self == DType::F32
+    }
+
+    pub fn parse(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Memory layout of a conv2d's tensors: NCHW data with KCRS (OIHW) weights and NCHW
+/// output, or NHWC data with KRSC weights and NHWC output, the layout tensor-core
+/// implicit GEMM wants (the reduction's channel axis contiguous in both inputs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    #[default]
+    Nchw,
+    Nhwc,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Nchw => "nchw",
+            Layout::Nhwc => "nhwc",
+        }
+    }
+
+    pub fn is_nchw(&self) -> bool {
+        *self == Layout::Nchw
+    }
+
+    pub fn parse(name: &str) -> Option<Layout> {
+        [Layout::Nchw, Layout::Nhwc]
+            .into_iter()
+            .find(|l| l.name() == name)
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A 2-D convolution in NCHW layout with OIHW weights (cross-correlation, as cuDNN computes).
@@ -130,13 +239,25 @@ pub struct Epilogue {
     pub relu: bool,
 }
 
-/// A tuning task: one operator shape with its epilogue.
+/// A tuning task: one operator shape with its epilogue, element types and layout. The
+/// types and the layout are left out of the JSON at their defaults (f32, NCHW), so that
+/// tasks logged before they existed keep their JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Task {
     #[serde(flatten)]
     pub op: Operator,
     #[serde(default)]
     pub epilogue: Epilogue,
+    /// Element type of the inputs (and bias).
+    #[serde(default, skip_serializing_if = "DType::is_f32")]
+    pub dtype: DType,
+    /// Element type of the output: f32, or the input type (the epilogue still runs in
+    /// f32; the conversion is the last step).
+    #[serde(default, skip_serializing_if = "DType::is_f32")]
+    pub out_dtype: DType,
+    /// conv2d only.
+    #[serde(default, skip_serializing_if = "Layout::is_nchw")]
+    pub layout: Layout,
 }
 
 /// One loop axis of the contraction.
@@ -389,13 +510,54 @@ fn check_size(tensor: &'static str, elements: u64) -> Result<(), TaskError> {
 }
 
 impl Task {
+    /// An f32 task (NCHW for conv2d).
     pub fn new(op: Operator, epilogue: Epilogue) -> Result<Task, TaskError> {
-        let task = Task { op, epilogue };
+        let task = Task {
+            op,
+            epilogue,
+            dtype: DType::F32,
+            out_dtype: DType::F32,
+            layout: Layout::Nchw,
+        };
+        task.check()?;
+        Ok(task)
+    }
+
+    /// The same task with other element types and layout; the layout is ignored (kept
+    /// NCHW) for the row-major matmuls, so that a network's mixed tasks take one flag.
+    pub fn with_types(
+        self,
+        dtype: DType,
+        out_dtype: DType,
+        layout: Layout,
+    ) -> Result<Task, TaskError> {
+        let layout = match self.op {
+            Operator::Conv2d(_) => layout,
+            _ => Layout::Nchw,
+        };
+        let task = Task {
+            dtype,
+            out_dtype,
+            layout,
+            ..self
+        };
         task.check()?;
         Ok(task)
     }
 
     fn check(&self) -> Result<(), TaskError> {
+        if !self.layout.is_nchw() && !matches!(self.op, Operator::Conv2d(_)) {
+            return Err(TaskError::LayoutNotConv {
+                layout: self.layout,
+                op: self.op.name(),
+            });
+        }
+        if self.out_dtype != DType::F32 && self.out_dtype != self.dtype {
+            return Err(TaskError::OutputType {
+                dtype: self.dtype,
+                out: self.out_dtype,
+            });
+        }
         match self.op {
             Operator::Conv2d(c) => {
                 check_positive(&[
@@ -441,7 +603,8 @@ impl Task {
 
     /// A stable, human-readable identifier, e.g. `conv2d_n1_c512_h7_w7_k512_r3_s3_st1_p1`.
     /// Asymmetric strides/paddings read `st2x1`, dilation adds `_d2`, the epilogue
-    /// `_bias` / `_relu`.
+    /// `_bias` / `_relu`, then a type other than f32 `_fp16` (`_tf32`, `_bf16`), an
+    /// output in the input type `_out_fp16`, the NHWC layout `_nhwc`.
     pub fn key(&self) -> String {
         let pair = |a: u32, b: u32| {
             if a == b {
@@ -477,6 +640,15 @@ impl Task {
         }
         if self.epilogue.relu {
             key += "_relu";
+        }
+        if !self.dtype.is_f32() {
+            key += &format!("_{}", self.dtype);
+        }
+        if !self.out_dtype.is_f32() {
+            key += &format!("_out_{}", self.out_dtype);
+        }
+        if !self.layout.is_nchw() {
+            key += &format!("_{}", self.layout);
         }
         key
     }
@@ -530,6 +702,41 @@ impl Task {
         use AxisRef::{Reduction as R, Spatial as S};
         let ep = self.epilogue;
         match self.op {
+            Operator::Conv2d(c) if self.layout == Layout::Nhwc => {
+                let (p, q) = c.output_size().expect("tasks are checked when built");
+                // The channel axis innermost in the reduction and in both inputs.
+                let b = Builder::new(
+                    &[("n", c.n), ("p", p), ("q", q), ("k", c.k)],
+                    &[("r", c.r), ("s", c.s), ("c", c.c)],
+                );
+                let window =
+                    |out: usize, kern: usize, stride: u32, dil: u32, pad: u32| AffineIndex {
+                        terms: vec![(S(out), i64::from(stride)), (R(kern), i64::from(dil))],
+                        offset: -i64::from(pad),
+                    };
+                let data = b.access(
+                    "data",
+                    vec![
+                        (c.n, AffineIndex::axis(S(0))),
+                        (c.h, window(1, 0, c.stride_h, c.dilation_h, c.pad_h)),
+                        (c.w, window(2, 1, c.stride_w, c.dilation_w, c.pad_w)),
+                        (c.c, AffineIndex::axis(R(2))),
+                    ],
+                );
+                let weight = b.access(
+                    "weight",
+                    vec![
+                        (c.k, AffineIndex::axis(S(3))),
+                        (c.r, AffineIndex::axis(R(0))),
+                        (c.s, AffineIndex::axis(R(1))),
+                        (c.c, AffineIndex::axis(R(2))),
+                    ],
+                );
+                let bias = ep
+                    .bias
+                    .then(|| b.access("bias", vec![(c.k, AffineIndex::axis(S(3)))]));
+                b.finish([data, weight], bias, ep.relu)
+            }
             Operator::Conv2d(c) => {
                 let (p, q) = c.output_size().expect("tasks are checked when built");
                 let b = Builder::new(
@@ -688,6 +895,55 @@ mod tests {
             Task::new(op, Epilogue::default()),
             Err(TaskError::EmptyOutput { .. })
         ));
+    }
+
+    #[test]
+    fn nhwc_puts_channels_innermost() {
+        let t = conv([2, 64, 56, 56, 128, 3, 3, 1, 1])
+            .with_types(DType::Fp16, DType::Fp16, Layout::Nhwc)
+            .unwrap();
+        assert_eq!(
+            t.key(),
+            "conv2d_n2_c64_h56_w56_k128_r3_s3_st1_p1_fp16_out_fp16_nhwc"
+        );
+        let c = t.contraction();
+        let names = |axes: &[Axis]| axes.iter().map(|a| a.name).collect::<Vec<_>>();
+        assert_eq!(names(&c.spatial), ["n", "p", "q", "k"]);
+        assert_eq!(names(&c.reduction), ["r", "s", "c"]);
+        assert_eq!(c.inputs[0].shape, vec![2, 56, 56, 64]);
+        assert_eq!(c.inputs[1].shape, vec![128, 3, 3, 64]);
+        assert!(c.inputs[0].index[3].is_axis(AxisRef::Reduction(2)));
+        assert!(c.inputs[1].index[3].is_axis(AxisRef::Reduction(2)));
+    }
+
+    #[test]
+    fn types_serialize_only_when_not_the_default() {
+        let t = conv([1, 64, 56, 56, 64, 1, 1, 1, 0]);
+        let json = serde_json::to_string(&t).unwrap();
+        assert!(
+            !json.contains("dtype") && !json.contains("layout"),
+            "{json}"
+        );
+        let half = t.with_types(DType::Bf16, DType::F32, Layout::Nhwc).unwrap();
+        let json = serde_json::to_string(&half).unwrap();
+        assert!(json.contains(r#""dtype":"bf16""#) && json.contains(r#""layout":"nhwc""#));
+        assert_eq!(serde_json::from_str::<Task>(&json).unwrap(), half);
+    }
+
+    #[test]
+    fn output_type_is_f32_or_the_input_type() {
+        let t = conv([1, 64, 56, 56, 64, 1, 1, 1, 0]);
+        assert!(matches!(
+            t.with_types(DType::Fp16, DType::Bf16, Layout::Nhwc),
+            Err(TaskError::OutputType { .. })
+        ));
+        let mm = Task::new(Operator::Matmul { m: 8, n: 8, k: 8 }, Epilogue::default()).unwrap();
+        // A network-wide --layout leaves the row-major matmuls as they are.
+        let mm = mm
+            .with_types(DType::Fp16, DType::F32, Layout::Nhwc)
+            .unwrap();
+        assert_eq!(mm.layout, Layout::Nchw);
+        assert_eq!(mm.key(), "matmul_m8_n8_k8_fp16");
     }
 
     #[test]

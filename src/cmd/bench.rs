@@ -3,7 +3,7 @@
 //! side by side on this GPU; prints the table and writes `DIR/bench.json`,
 //! `DIR/bench.md` and the plots.
 
-use crate::cmd::tasks::{TaskArgs, resolve};
+use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
 use anyhow::{Context as _, Result, bail};
 use benchmarks::curves::network_curve;
 use benchmarks::plot;
@@ -22,6 +22,8 @@ pub struct Args {
     op: String,
     #[command(flatten)]
     tasks: TaskArgs,
+    #[command(flatten)]
+    types: TypeArgs,
     /// Network batch size.
     #[arg(long, default_value_t = 1)]
     batch: u32,
@@ -124,7 +126,13 @@ fn write(path: &Path, text: &str) -> Result<()> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let (workloads, name) = resolve(&args.op, &args.tasks, args.batch, Epilogue::default())?;
+    let (workloads, name) = resolve(
+        &args.op,
+        &args.tasks,
+        args.batch,
+        Epilogue::default(),
+        &args.types,
+    )?;
     if args.rounds == 0 || args.min_time_ms.is_nan() || args.min_time_ms < 0.0 {
         bail!("--rounds must be at least 1 and --min-time-ms not negative");
     }

@@ -3,6 +3,7 @@
 //! `manifest.json` (state, launch configuration, and with `--compile` the compile result,
 //! registers, stack frame, spills and shared memory of each kernel).
 
+use crate::cmd::tasks::TypeArgs;
 use anyhow::{Context, Result, bail};
 use rayon::prelude::*;
 use schedule::{
@@ -40,6 +41,8 @@ pub struct Args {
     /// Fuse a ReLU into the epilogue.
     #[arg(long)]
     relu: bool,
+    #[command(flatten)]
+    types: TypeArgs,
 }
 
 #[derive(Serialize)]
@@ -98,13 +101,13 @@ pub fn run(args: Args) -> Result<()> {
     let gpu = GpuSpec::builtin(&args.gpu)
         .with_context(|| format!("unknown GPU '{}' (expected h100 or h200)", args.gpu))?;
     let op = parse_shape(&args.op, &args.shape)?;
-    let task = Task::new(
+    let task = args.types.apply(Task::new(
         op,
         Epilogue {
             bias: args.bias,
             relu: args.relu,
         },
-    )?;
+    )?)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create output directory {}", args.out.display()))?;
 

@@ -2,6 +2,7 @@
 //! `tilesched features <op> --shape SPEC --sample N --out FILE.csv` (sampled states, no
 //! GPU): every analytical feature by name, for analysis in pandas or R.
 
+use crate::cmd::tasks::TypeArgs;
 use crate::cmd::tasks::check_op;
 use anyhow::{Context, Result, bail};
 use features::{FEATURE_NAMES, FeatureExtractor};
@@ -33,6 +34,8 @@ pub struct Args {
     /// Output CSV file.
     #[arg(long)]
     out: PathBuf,
+    #[command(flatten)]
+    types: TypeArgs,
 }
 
 fn header() -> Vec<String> {
@@ -83,7 +86,9 @@ pub fn run(args: Args) -> Result<()> {
         check_op(op)?;
         let gpu = GpuSpec::builtin(&args.gpu)
             .with_context(|| format!("unknown GPU '{}' (expected h100 or h200)", args.gpu))?;
-        let task = Task::new(parse_shape(op, shape)?, Epilogue::default())?;
+        let task = args
+            .types
+            .apply(Task::new(parse_shape(op, shape)?, Epilogue::default())?)?;
         let ex = FeatureExtractor::new(&task, &gpu);
         Sampler::new(&task, &gpu, args.seed)
             .sample_distinct(args.sample)

@@ -5,7 +5,7 @@
 //! lookup`.
 
 use crate::cmd::sass::{StageArgs, prepare, run_stage};
-use crate::cmd::tasks::{TaskArgs, resolve};
+use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
 use crate::cmd::tune::{SearchArgs, run_search};
 use anyhow::{Result, bail};
 use schedule::Epilogue;
@@ -17,6 +17,8 @@ pub struct Args {
     op: String,
     #[command(flatten)]
     tasks: TaskArgs,
+    #[command(flatten)]
+    types: TypeArgs,
     /// Network batch size.
     #[arg(long, default_value_t = 1)]
     batch: u32,
@@ -37,7 +39,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let (tasks, _) = resolve(&args.op, &args.tasks, args.batch, Epilogue::default())?;
+    let (tasks, _) = resolve(
+        &args.op,
+        &args.tasks,
+        args.batch,
+        Epilogue::default(),
+        &args.types,
+    )?;
     let keys: Vec<String> = tasks.iter().map(|w| w.task.key()).collect();
     if args.skip_tuning && !args.log.exists() {
         bail!(

@@ -2,7 +2,7 @@
 //! operator.
 
 use anyhow::{Result, bail};
-use schedule::{Epilogue, OPERATORS, Task, Workload, network, parse_shape};
+use schedule::{DType, Epilogue, Layout, OPERATORS, Task, Workload, network, parse_shape};
 
 /// `--network NAME` or `--shape SPEC` (exactly one), with the shape's epilogue.
 #[derive(clap::Args, Debug)]
@@ -16,6 +16,37 @@ pub struct TaskArgs {
     /// B,M,N,K for batch_matmul; repeat it for several tasks.
     #[arg(long)]
     pub shape: Vec<String>,
+}
+
+/// Element types and layout of the tasks (`--dtype`, `--out-dtype`, `--layout`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct TypeArgs {
+    /// Input element type: f32, tf32 (f32 data, TF32 tensor-core math), fp16 or bf16;
+    /// products accumulate in f32.
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    pub dtype: DType,
+    /// Output element type: f32 or the input type.
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    pub out_dtype: DType,
+    /// conv2d tensor layout: nchw (KCRS weights) or nhwc (KRSC weights); matmuls are
+    /// row-major whatever this says.
+    #[arg(long, default_value = "nchw", value_parser = parse_layout)]
+    pub layout: Layout,
+}
+
+fn parse_dtype(name: &str) -> Result<DType, String> {
+    DType::parse(name).ok_or_else(|| format!("unknown dtype '{name}' (f32, tf32, fp16, bf16)"))
+}
+
+fn parse_layout(name: &str) -> Result<Layout, String> {
+    Layout::parse(name).ok_or_else(|| format!("unknown layout '{name}' (nchw, nhwc)"))
+}
+
+impl TypeArgs {
+    /// `task` with these types.
+    pub fn apply(&self, task: Task) -> Result<Task> {
+        Ok(task.with_types(self.dtype, self.out_dtype, self.layout)?)
+    }
 }
 
 /// Checks the operator name.
@@ -36,12 +67,13 @@ pub fn resolve(
     args: &TaskArgs,
     batch: u32,
     epilogue: Epilogue,
+    types: &TypeArgs,
 ) -> Result<(Vec<Workload>, String)> {
     check_op(op)?;
     if !args.shape.is_empty() {
         let mut tasks: Vec<Workload> = Vec::new();
         for shape in &args.shape {
-            let task = Task::new(parse_shape(op, shape)?, epilogue)?;
+            let task = types.apply(Task::new(parse_shape(op, shape)?, epilogue)?)?;
             if !tasks.iter().any(|w| w.task == task) {
                 tasks.push(Workload { task, count: 1 });
             }
@@ -62,7 +94,13 @@ pub fn resolve(
             let t = w.task.op.name();
             t == op || (op == "matmul" && t == "batch_matmul")
         })
-        .collect();
+        .map(|w| {
+            Ok(Workload {
+                task: types.apply(w.task)?,
+                ..w
+            })
+        })
+        .collect::<Result<_>>()?;
     if tasks.is_empty() {
         bail!("network '{name}' has no {op} tasks");
     }

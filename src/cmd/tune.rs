@@ -3,7 +3,7 @@
 //! kernel per task. Bad input is refused before any worker starts; with no GPU the
 //! command says so in one line.
 
-use crate::cmd::tasks::{TaskArgs, resolve};
+use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
 use anyhow::{Context, Result, bail};
 use costmodel::{CostModel, RandomModel, XgbModel, XgbParams};
 use gpu::{Pool, PoolError, TimingConfig, WorkerCommand};
@@ -49,6 +49,8 @@ pub struct Args {
     op: String,
     #[command(flatten)]
     tasks: TaskArgs,
+    #[command(flatten)]
+    types: TypeArgs,
     /// Network batch size.
     #[arg(long, default_value_t = 1)]
     batch: u32,
@@ -179,7 +181,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.tasks.network.is_some() && (args.bias || args.relu) {
         bail!("--bias and --relu apply to --shape; a network's layers have their own epilogue");
     }
-    let (workloads, name) = resolve(&args.op, &args.tasks, args.batch, epilogue)?;
+    let (workloads, name) = resolve(&args.op, &args.tasks, args.batch, epilogue, &args.types)?;
     let log_path = args
         .log
         .clone()

@@ -1,8 +1,9 @@
 //! `tilesched workloads [--network NAME] [--batch N]`: one task per line with its key,
 //! shape, GFLOP and count in the network. Lines starting with `#` are headers.
 
+use crate::cmd::tasks::TypeArgs;
 use anyhow::Result;
-use schedule::{NETWORKS, network};
+use schedule::{NETWORKS, Workload, network};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -12,6 +13,8 @@ pub struct Args {
     /// Batch size.
     #[arg(long, default_value_t = 1)]
     batch: u32,
+    #[command(flatten)]
+    types: TypeArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -22,7 +25,18 @@ pub fn run(args: Args) -> Result<()> {
     // Resolve every network first so that a bad name prints nothing but the error.
     let sets = names
         .iter()
-        .map(|name| Ok((*name, network(name, args.batch)?)))
+        .map(|name| {
+            let workloads = network(name, args.batch)?
+                .into_iter()
+                .map(|w| {
+                    Ok(Workload {
+                        task: args.types.apply(w.task)?,
+                        ..w
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((*name, workloads))
+        })
         .collect::<Result<Vec<_>>>()?;
     for (name, workloads) in sets {
         let layers: u32 = workloads.iter().map(|w| w.count).sum();
@@ -37,12 +51,12 @@ pub fn run(args: Args) -> Result<()> {
             workloads.len()
         );
         println!(
-            "{:<46} {:<26} {:>9} {:>5}",
+            "{:<56} {:<26} {:>9} {:>5}",
             "# key", "shape", "GFLOP", "count"
         );
         for w in &workloads {
             println!(
-                "{:<46} {:<26} {:>9.4} {:>5}",
+                "{:<56} {:<26} {:>9.4} {:>5}",
                 w.task.key(),
                 w.task.shape_spec(),
                 w.task.flops() as f64 / 1e9,
