@@ -30,6 +30,7 @@ fn rd(middle: u32, inner: u32) -> ReductionSplit {
 fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u32; 2]) -> State {
     State {
         prefetch: false,
+        mma: None,
         spatial,
         reduction,
         unroll_max_step: 0,
@@ -474,6 +475,7 @@ proptest! {
         let mut next = || f.next().unwrap_or(1);
         let state = State {
             prefetch: false,
+            mma: None,
             spatial: (0..c.spatial.len() + spatial_extra)
                 .map(|_| sp(next(), next(), next(), next()))
                 .collect(),
@@ -527,6 +529,7 @@ fn every_feature_varies_over_states_and_tasks() {
         let c = task.contraction();
         states.push(State {
             prefetch: false,
+            mma: None,
             spatial: (0..c.spatial.len())
                 .map(|a| {
                     if a == 0 {

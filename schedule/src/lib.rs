@@ -9,10 +9,12 @@
 //! Nothing here needs a GPU.
 
 pub mod codegen;
+pub mod gemm;
 pub mod gpu_spec;
 pub mod interp;
 pub mod ir;
 pub mod lower;
+pub mod mma;
 pub mod network;
 pub mod prefetch;
 pub mod reference;

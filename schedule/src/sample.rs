@@ -195,6 +195,7 @@ impl Sampler {
         let unroll_max_step = UNROLL_STEPS[self.pick(UNROLL_STEPS.len())];
         let mut state = State {
             prefetch: false,
+            mma: None,
             spatial,
             reduction,
             unroll_max_step,

@@ -49,6 +49,8 @@
 //! after the first logs were written (`split_k`, `shared_layout`) are left out of the
 //! JSON at their default, so that older states keep their JSON, hence their ids.
 
+use crate::gemm::GemmView;
+pub use crate::mma::MmaTiling;
 use crate::task::Contraction;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -187,12 +189,36 @@ pub struct State {
     /// states keep their ids).
     #[serde(default, skip_serializing_if = "is_false")]
     pub prefetch: bool,
+    /// The tensor-core sketch (see `mma`): when set, the state tiles the contraction's
+    /// GEMM view with `mma.sync` and these tile sizes, `spatial` and `reduction` are
+    /// empty and `unroll_max_step`, `vector_width`, `shared_layout` and `prefetch`
+    /// keep their defaults; `split_k` splits the GEMM's reduction as it does the
+    /// CUDA-core sketch's. Left out of the JSON when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mma: Option<MmaTiling>,
 }
 
 impl State {
+    /// A state of the tensor-core sketch.
+    pub fn tensor_core(mma: MmaTiling, split_k: u32) -> State {
+        State {
+            spatial: Vec::new(),
+            reduction: Vec::new(),
+            unroll_max_step: 0,
+            vector_width: [1, 1],
+            split_k,
+            shared_layout: Default::default(),
+            prefetch: false,
+            mma: Some(mma),
+        }
+    }
+
     /// Threads per block.
     pub fn threads(&self) -> u32 {
-        self.spatial.iter().map(|s| s.thread).product()
+        match &self.mma {
+            Some(m) => m.threads(),
+            None => self.spatial.iter().map(|s| s.thread).product(),
+        }
     }
 
     /// Product of the virtual-thread factors.
@@ -202,7 +228,10 @@ impl State {
 
     /// Accumulator registers per thread.
     pub fn accumulators(&self) -> u32 {
-        self.spatial.iter().map(|s| s.register_tile()).product()
+        match &self.mma {
+            Some(m) => m.accumulators(),
+            None => self.spatial.iter().map(|s| s.register_tile()).product(),
+        }
     }
 
     /// Thread blocks per axis.
@@ -224,8 +253,12 @@ impl State {
     }
 
     /// Shared-memory stages of one output tile's whole reduction: the product of the
-    /// stages per reduction axis (the flattened outer reduction loop).
+    /// stages per reduction axis (the flattened outer reduction loop); for the
+    /// tensor-core sketch the GEMM's reduction tiles.
     pub fn stages(&self, c: &Contraction) -> u64 {
+        if let Some(m) = &self.mma {
+            return GemmView::of(c).map_or(1, |v| v.k.div_ceil(m.block_k(c.dtype)));
+        }
         self.stages_per_axis(c)
             .iter()
             .map(|&s| u64::from(s))
@@ -245,6 +278,11 @@ impl State {
 
     /// Thread blocks that together cover the output once: one per output tile.
     pub fn spatial_blocks(&self, c: &Contraction) -> u64 {
+        if let Some(m) = &self.mma {
+            return GemmView::of(c).map_or(1, |v| {
+                v.batch * v.m.div_ceil(u64::from(m.block_m)) * v.n.div_ceil(u64::from(m.block_n))
+            });
+        }
         self.blocks_per_axis(c)
             .iter()
             .map(|&b| u64::from(b))
@@ -322,6 +360,7 @@ mod tests {
             vector_width: [1, 2],
             split_k: 1,
             shared_layout: Default::default(),
+            mma: None,
         };
         let old = r#"{"spatial":[{"vthread":1,"thread":32,"outer":1,"inner":2}],"reduction":[{"middle":4,"inner":2}],"unroll_max_step":16,"vector_width":[1,2]}"#;
         assert_eq!(state.to_json(), old);

@@ -79,8 +79,9 @@ impl DType {
     pub fn c_type(self) -> &'static str {
         match self {
             DType::F32 | DType::Tf32 => "float",
-            DType::Fp16 => "__half",
-            DType::Bf16 => "__nv_bfloat16",
+            // Stored as raw bits: generated kernels convert with inline PTX and need
+            // no header (NVRTC compiles them without any include path).
+            DType::Fp16 | DType::Bf16 => "unsigned short",
         }
     }
 
@@ -367,6 +368,9 @@ pub struct Contraction {
     /// The bias vector, when the epilogue adds one.
     pub bias: Option<Access>,
     pub relu: bool,
+    /// Element type of the inputs and the bias, and of the output.
+    pub dtype: DType,
+    pub out_dtype: DType,
 }
 
 impl Contraction {
@@ -490,6 +494,8 @@ impl Builder {
             inputs,
             bias,
             relu,
+            dtype: DType::F32,
+            out_dtype: DType::F32,
         }
     }
 }
@@ -699,6 +705,14 @@ impl Task {
 
     /// The generic contraction this task computes.
     pub fn contraction(&self) -> Contraction {
+        Contraction {
+            dtype: self.dtype,
+            out_dtype: self.out_dtype,
+            ..self.untyped_contraction()
+        }
+    }
+
+    fn untyped_contraction(&self) -> Contraction {
         use AxisRef::{Reduction as R, Spatial as S};
         let ep = self.epilogue;
         match self.op {

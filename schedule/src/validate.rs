@@ -6,8 +6,11 @@
 //! Shared-memory layouts are all allowed (any dimension but the last innermost, any of
 //! `SHARED_PADS`); their padding counts towards the shared-memory limit.
 
+use crate::gemm::GemmError;
 use crate::gpu_spec::GpuSpec;
+use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, validate_mma};
 use crate::state::{MAX_SPLIT_K, SHARED_PADS, State, UNROLL_STEPS, VECTOR_WIDTHS};
+use crate::task::DType;
 use crate::task::{AxisRef, Contraction};
 use crate::tiling::{ReductionUnroll, Tiling};
 use thiserror::Error;
@@ -65,6 +68,33 @@ pub enum InvalidState {
     },
     #[error("shared layout of input {input}: row padding {pad} is not one of {SHARED_PADS:?}")]
     LayoutPad { input: usize, pad: u32 },
+    #[error("no tensor-core state for this task: {0}")]
+    NoGemm(GemmError),
+    #[error("tensor cores do not multiply {0} (fp16, bf16 and tf32 only)")]
+    MmaType(DType),
+    #[error("the CUDA-core sketch computes f32 data, not {0}")]
+    CudaCoreType(DType),
+    #[error(
+        "a tensor-core state leaves the CUDA-core fields (spatial, reduction, unroll, vector widths, layouts, prefetch) at their defaults"
+    )]
+    MixedSketch,
+    #[error(
+        "block tile {block_m}x{block_n} over {warps_m}x{warps_n} warps: each warp needs a whole number of 16x8 MMA tiles (at most {MAX_WARPS} warps)"
+    )]
+    MmaTiles {
+        block_m: u32,
+        block_n: u32,
+        warps_m: u32,
+        warps_n: u32,
+    },
+    #[error(
+        "{k_steps} k-steps per shared tile and {stages} stages, outside 1..={MAX_K_STEPS} and 1..={MAX_STAGES}"
+    )]
+    MmaPipeline { k_steps: u32, stages: u32 },
+    #[error(
+        "split_k {split_k} with a {out} output: split-K adds partial sums with f32 atomics; use an f32 output or split_k 1"
+    )]
+    SplitKOutput { split_k: u32, out: DType },
 }
 
 /// Registers besides accumulators and operands: indices, addresses, loop counters.
@@ -186,6 +216,16 @@ pub fn check_structure(c: &Contraction, state: &State) -> Result<(), InvalidStat
 
 /// Validates `state` for contraction `c` on `gpu`.
 pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), InvalidState> {
+    if let Some(mma) = &state.mma {
+        let cuda_core_defaults = State::tensor_core(*mma, state.split_k);
+        if *state != cuda_core_defaults {
+            return Err(InvalidState::MixedSketch);
+        }
+        return validate_mma(c, mma, state.split_k, gpu);
+    }
+    if !c.dtype.cuda_cores() {
+        return Err(InvalidState::CudaCoreType(c.dtype));
+    }
     check_structure(c, state)?;
     let threads: u64 = state.spatial.iter().map(|s| u64::from(s.thread)).product();
     let min_threads = u64::from(gpu.warp_size).min(c.output_elements());

@@ -257,6 +257,7 @@ fn split_k_with_short_and_empty_chunks() {
     for split_k in [1, 2, 3, 4, 5] {
         let state = State {
             prefetch: false,
+            mma: None,
             spatial: vec![
                 SpatialSplit {
                     vthread: 1,
@@ -575,6 +576,7 @@ fn check_prefetch(task: &Task, states: usize, seed: u64) -> (usize, usize) {
             for split_k in [state.split_k, 1, 2, 3, stages] {
                 let s = State {
                     prefetch: true,
+                    mma: None,
                     unroll_max_step,
                     split_k,
                     ..state.clone()

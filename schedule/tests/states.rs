@@ -75,6 +75,7 @@ fn snapshot_conv2d_deep_layer() {
     let t = task("conv2d", "1,512,7,7,512,3,3,1,1", Epilogue::default());
     let state = State {
         prefetch: false,
+        mma: None,
         spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
         reduction: vec![rd(4, 2), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
@@ -99,6 +100,7 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
     );
     let state = State {
         prefetch: false,
+        mma: None,
         spatial: vec![sp(1, 16, 2, 2), sp(1, 2, 1, 2), sp(1, 4, 1, 7)],
         reduction: vec![rd(4, 4)],
         unroll_max_step: 64,
@@ -117,6 +119,7 @@ fn snapshot_matmul_tails() {
     let t = task("matmul", "333,777,555", Epilogue::default());
     let state = State {
         prefetch: false,
+        mma: None,
         spatial: vec![sp(1, 16, 2, 2), sp(2, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 1024,
@@ -132,6 +135,7 @@ fn snapshot_matmul_tails() {
 fn cublas_like_tile() -> State {
     State {
         prefetch: false,
+        mma: None,
         spatial: vec![sp(1, 16, 2, 4), sp(1, 16, 2, 4)],
         reduction: vec![rd(8, 1)],
         unroll_max_step: 512,
@@ -174,6 +178,7 @@ fn snapshot_batch_matmul() {
     let t = task("batch_matmul", "12,128,128,64", Epilogue::default());
     let state = State {
         prefetch: false,
+        mma: None,
         spatial: vec![sp(1, 1, 1, 1), sp(1, 16, 2, 2), sp(2, 8, 1, 4)],
         reduction: vec![rd(4, 4)],
         unroll_max_step: 16,
@@ -200,6 +205,7 @@ fn snapshot_conv2d_deep_layer_split_k() {
     );
     let state = State {
         prefetch: false,
+        mma: None,
         spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
         reduction: vec![rd(8, 3), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
@@ -235,6 +241,7 @@ fn validation_rejects_what_the_gpu_cannot_run() {
     let c = t.contraction();
     let base = State {
         prefetch: false,
+        mma: None,
         spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
@@ -354,6 +361,7 @@ fn split_k_with_relu_is_rejected_with_a_reason() {
     let t = task("matmul", "256,256,1024", relu);
     let state = State {
         prefetch: false,
+        mma: None,
         spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
@@ -463,6 +471,7 @@ fn snapshot_prefetch() {
     let t = task("matmul", "1024,1024,1024", Epilogue::default());
     let state = State {
         prefetch: true,
+        mma: None,
         ..cublas_like_tile()
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
@@ -483,6 +492,7 @@ fn prefetch_needs_unrolled_fetch_loops_and_two_stages() {
     let t = task("matmul", "1024,1024,1024", Epilogue::default());
     let mut state = State {
         prefetch: true,
+        mma: None,
         unroll_max_step: 0,
         ..cublas_like_tile()
     };
@@ -497,6 +507,7 @@ fn prefetch_needs_unrolled_fetch_loops_and_two_stages() {
     // Prefetching keeps the next stage live through the inner product.
     let without = State {
         prefetch: false,
+        mma: None,
         ..state.clone()
     };
     assert!(

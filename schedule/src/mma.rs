@@ -1,0 +1,315 @@
+//! The tensor-core sketch's tile sizes (`MmaTiling`) and the geometry derived from them.
+//!
+//! The sketch tiles the contraction's GEMM view (`gemm`): each thread block computes a
+//! `block_m × block_n` output tile with `warps_m × warps_n` warps, each warp a
+//! `warp_m × warp_n` sub-tile of `mma.sync` tiles (m16n8k16 for fp16/bf16, m16n8k8 for
+//! TF32, accumulating in f32). The reduction advances one shared-memory tile of
+//! `block_k` elements at a time; `stages` such tiles are in flight, filled by
+//! `cp.async` (a pipeline: the copy of tile `t + stages - 1` overlaps the products of
+//! tile `t`). Fragments are read from shared memory with `ldmatrix`.
+//!
+//! Every shared row is a whole number of 16-byte chunks (one MMA k-step is always 32
+//! bytes of a row: 16 halves or 8 floats). With `swizzle`, chunk `x` of row `r` is
+//! stored at chunk `x ^ f(r)` (`f` in `SharedTileLayout::offset`), so that the eight
+//! row addresses one `ldmatrix` 8×8 matrix reads fall in eight different 16-byte bank
+//! groups; without it the rows are plain and such reads conflict whenever a row is a
+//! multiple of 128 bytes.
+
+use crate::gemm::GemmView;
+use crate::gpu_spec::GpuSpec;
+use crate::state::MAX_SPLIT_K;
+use crate::task::{Contraction, DType};
+use crate::validate::InvalidState;
+use serde::{Deserialize, Serialize};
+
+/// Tile sizes and annotations of a tensor-core state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MmaTiling {
+    /// Output rows (GEMM M) and columns (GEMM N) per thread block.
+    pub block_m: u32,
+    pub block_n: u32,
+    /// Warps along M and N; each warp's tile is `block_m / warps_m × block_n / warps_n`,
+    /// a multiple of the 16 × 8 MMA tile.
+    pub warps_m: u32,
+    pub warps_n: u32,
+    /// Reduction elements per shared-memory tile, in MMA k-steps (32 bytes of a row).
+    pub k_steps: u32,
+    /// Shared-memory tiles in flight (the `cp.async` pipeline depth), 1..=`MAX_STAGES`.
+    pub stages: u32,
+    /// Elements per copy of each input's fill: 16, 8 or 4 bytes through `cp.async`,
+    /// or one 2-byte half through an ordinary load and store.
+    pub vector: [u32; 2],
+    /// XOR-swizzled shared rows (conflict-free `ldmatrix`) or plain ones.
+    pub swizzle: bool,
+}
+
+/// Deepest pipeline the sketch builds.
+pub const MAX_STAGES: u32 = 4;
+/// Most warps per block.
+pub const MAX_WARPS: u32 = 8;
+/// Most k-steps per shared tile.
+pub const MAX_K_STEPS: u32 = 4;
+/// Registers besides accumulators and fragments (addresses, loop counters, predicates),
+/// a conservative estimate for the register check.
+const MMA_ADDRESSING_REGISTERS: u64 = 40;
+
+/// Bytes of a 16-byte shared chunk / of one MMA k-step of a row.
+pub const CHUNK_BYTES: u32 = 16;
+pub const K_STEP_BYTES: u32 = 32;
+
+impl MmaTiling {
+    pub fn threads(&self) -> u32 {
+        32 * self.warps_m * self.warps_n
+    }
+
+    pub fn warp_m(&self) -> u32 {
+        self.block_m / self.warps_m.max(1)
+    }
+
+    pub fn warp_n(&self) -> u32 {
+        self.block_n / self.warps_n.max(1)
+    }
+
+    /// MMA tiles per warp along M (16 rows each) and N (8 columns each).
+    pub fn tiles_m(&self) -> u32 {
+        self.warp_m() / 16
+    }
+
+    pub fn tiles_n(&self) -> u32 {
+        self.warp_n() / 8
+    }
+
+    /// f32 accumulators per thread: four per MMA tile of the warp.
+    pub fn accumulators(&self) -> u32 {
+        4 * self.tiles_m() * self.tiles_n()
+    }
+
+    /// Reduction elements of one MMA instruction for `dtype` (16 halves, 8 TF32).
+    pub fn k_step(dtype: DType) -> u64 {
+        u64::from(K_STEP_BYTES / dtype.bytes())
+    }
+
+    /// Reduction elements per shared tile.
+    pub fn block_k(&self, dtype: DType) -> u64 {
+        u64::from(self.k_steps) * Self::k_step(dtype)
+    }
+
+    /// The shared layout of input `input`'s tile (one pipeline stage).
+    pub fn tile_layout(&self, input: usize, view: &GemmView, dtype: DType) -> SharedTileLayout {
+        let bk = self.block_k(dtype) as i64;
+        let (rows, row_elements) = match input {
+            0 => (i64::from(self.block_m), bk),
+            _ if view.b_k_major => (i64::from(self.block_n), bk),
+            _ => (bk, i64::from(self.block_n)),
+        };
+        SharedTileLayout {
+            rows,
+            row_elements,
+            chunk_elements: i64::from(CHUNK_BYTES / dtype.bytes()),
+            swizzle: self.swizzle,
+        }
+    }
+
+    /// Bytes of dynamic shared memory: every stage holds both inputs' tiles.
+    pub fn shared_bytes(&self, dtype: DType) -> u64 {
+        u64::from(self.stages)
+            * u64::from(self.block_m + self.block_n)
+            * self.block_k(dtype)
+            * u64::from(dtype.bytes())
+    }
+
+    /// Estimated registers per thread: accumulators, one k-step's fragments (4 per
+    /// M tile, 2 per N tile), addressing.
+    pub fn register_estimate(&self) -> u64 {
+        u64::from(self.accumulators())
+            + u64::from(4 * self.tiles_m() + 2 * self.tiles_n())
+            + MMA_ADDRESSING_REGISTERS
+    }
+
+    /// Whether input `input` can be filled `width` elements at a time: a supported copy
+    /// size that divides both the contiguous dimension in memory (so that no copy
+    /// straddles it and every copy is aligned) and the shared row.
+    pub fn vector_feasible(&self, input: usize, width: u32, view: &GemmView, dtype: DType) -> bool {
+        let bytes = width * dtype.bytes();
+        let layout = self.tile_layout(input, view, dtype);
+        (matches!(bytes, 4 | 8 | 16) || (bytes == 2 && dtype.bytes() == 2))
+            && width > 0
+            && view.contiguous[input] % width == 0
+            && layout.row_elements % i64::from(width) == 0
+    }
+}
+
+/// Where element (row, column) of one stage's shared tile lives: rows of
+/// `row_elements`, 16-byte chunks of `chunk_elements`, chunk index XOR-swizzled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedTileLayout {
+    pub rows: i64,
+    pub row_elements: i64,
+    pub chunk_elements: i64,
+    pub swizzle: bool,
+}
+
+impl SharedTileLayout {
+    pub fn elements(&self) -> i64 {
+        self.rows * self.row_elements
+    }
+
+    /// Chunks per row.
+    pub fn chunks(&self) -> i64 {
+        self.row_elements / self.chunk_elements
+    }
+
+    /// The swizzle's rows-per-phase divisor and phase count: chunk `x` of row `r` goes
+    /// to `x ^ ((r / divisor) % phases)`. Eight consecutive 16-byte chunks span the 32
+    /// banks; rows of `chunks < 8` chunks share a bank line `8 / chunks` at a time, so
+    /// the phase advances every `8 / chunks` rows.
+    pub fn swizzle_parameters(&self) -> (i64, i64) {
+        let chunks = self.chunks().max(1);
+        ((8 / chunks).max(1), chunks.min(8))
+    }
+
+    /// Element offset of (row, column) in the stage's tile.
+    pub fn offset(&self, row: i64, column: i64) -> i64 {
+        let chunk = column / self.chunk_elements;
+        let within = column % self.chunk_elements;
+        let chunk = if self.swizzle {
+            let (divisor, phases) = self.swizzle_parameters();
+            chunk ^ ((row / divisor) % phases)
+        } else {
+            chunk
+        };
+        row * self.row_elements + chunk * self.chunk_elements + within
+    }
+}
+
+/// Validates a tensor-core state (`state.mma` is `tiling`).
+pub fn validate_mma(
+    c: &Contraction,
+    tiling: &MmaTiling,
+    split_k: u32,
+    gpu: &GpuSpec,
+) -> Result<(), InvalidState> {
+    let view = GemmView::of(c).map_err(InvalidState::NoGemm)?;
+    if !c.dtype.tensor_cores() {
+        return Err(InvalidState::MmaType(c.dtype));
+    }
+    let t = tiling;
+    let warps = t.warps_m * t.warps_n;
+    if warps == 0
+        || warps > MAX_WARPS
+        || t.block_m == 0
+        || t.block_n == 0
+        || t.block_m % (16 * t.warps_m) != 0
+        || t.block_n % (8 * t.warps_n) != 0
+    {
+        return Err(InvalidState::MmaTiles {
+            block_m: t.block_m,
+            block_n: t.block_n,
+            warps_m: t.warps_m,
+            warps_n: t.warps_n,
+        });
+    }
+    if !(1..=MAX_K_STEPS).contains(&t.k_steps) || !(1..=MAX_STAGES).contains(&t.stages) {
+        return Err(InvalidState::MmaPipeline {
+            k_steps: t.k_steps,
+            stages: t.stages,
+        });
+    }
+    for (input, &width) in t.vector.iter().enumerate() {
+        if !t.vector_feasible(input, width, &view, c.dtype) {
+            return Err(InvalidState::VectorWidth { input, width });
+        }
+    }
+    let ktiles = view.k.div_ceil(t.block_k(c.dtype));
+    let max_split = ktiles.min(u64::from(MAX_SPLIT_K));
+    if split_k == 0 || u64::from(split_k) > max_split {
+        return Err(InvalidState::SplitK {
+            split_k,
+            stages: ktiles,
+            max: max_split,
+        });
+    }
+    if split_k > 1 && c.relu {
+        return Err(InvalidState::SplitKRelu { split_k });
+    }
+    if split_k > 1 && c.out_dtype != DType::F32 {
+        return Err(InvalidState::SplitKOutput {
+            split_k,
+            out: c.out_dtype,
+        });
+    }
+    let blocks = view.batch
+        * view.m.div_ceil(u64::from(t.block_m))
+        * view.n.div_ceil(u64::from(t.block_n))
+        * u64::from(split_k);
+    if blocks > i32::MAX as u64 {
+        return Err(InvalidState::Grid { blocks });
+    }
+    let bytes = t.shared_bytes(c.dtype);
+    if bytes > u64::from(gpu.shared_bytes_per_block_optin) {
+        return Err(InvalidState::SharedMemory {
+            bytes,
+            max: u64::from(gpu.shared_bytes_per_block_optin),
+        });
+    }
+    let registers = t.register_estimate();
+    if registers > u64::from(gpu.max_registers_per_thread) {
+        return Err(InvalidState::Registers {
+            registers,
+            max: u64::from(gpu.max_registers_per_thread),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 8 rows that one `ldmatrix` 8×8 matrix reads (same logical chunk) land in 8
+    /// different 16-byte bank groups for every row length the sketch builds.
+    #[test]
+    fn swizzled_ldmatrix_rows_are_conflict_free() {
+        for chunk_elements in [8, 4] {
+            for chunks in [2, 4, 8, 16] {
+                let layout = SharedTileLayout {
+                    rows: 64,
+                    row_elements: chunks * chunk_elements,
+                    chunk_elements,
+                    swizzle: true,
+                };
+                for first in (0..64).step_by(8) {
+                    for chunk in 0..chunks {
+                        let mut groups: Vec<i64> = (first..first + 8)
+                            .map(|r| layout.offset(r, chunk * chunk_elements) / chunk_elements % 8)
+                            .collect();
+                        groups.sort();
+                        groups.dedup();
+                        assert_eq!(groups.len(), 8, "{chunks} chunks, rows {first}.., {chunk}");
+                    }
+                }
+                // A bijection within each row.
+                for r in 0..64 {
+                    let mut cols: Vec<i64> = (0..layout.row_elements)
+                        .map(|x| layout.offset(r, x) - r * layout.row_elements)
+                        .collect();
+                    cols.sort();
+                    assert_eq!(cols, (0..layout.row_elements).collect::<Vec<_>>());
+                }
+                let plain = SharedTileLayout {
+                    swizzle: false,
+                    ..layout
+                };
+                if chunks >= 8 {
+                    let groups: Vec<i64> = (0..8)
+                        .map(|r| plain.offset(r, 0) / chunk_elements % 8)
+                        .collect();
+                    assert!(
+                        groups.iter().all(|&g| g == groups[0]),
+                        "plain rows conflict"
+                    );
+                }
+            }
+        }
+    }
+}
