@@ -10,10 +10,121 @@
 //! register array `array` is named `pf{array}`.
 
 use crate::ir::{Cond, Expr, Kernel, Scope, Stmt};
+use crate::mma::SharedTileLayout;
+use crate::task::DType;
 use std::fmt::Write;
+
+/// Conversions between f32 and a half type's raw bits, by inline PTX (kernels are
+/// compiled without headers). `ts_to_f32` widens an element, `ts_from_f32` rounds to
+/// nearest even.
+fn conversions(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Fp16 => {
+            "__device__ __forceinline__ float ts_to_f32(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n\
+__device__ __forceinline__ unsigned short ts_from_f32(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+        }
+        DType::Bf16 => {
+            "__device__ __forceinline__ float ts_to_f32(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }\n\
+__device__ __forceinline__ unsigned short ts_from_f32(float f) { unsigned short h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+        }
+        DType::F32 | DType::Tf32 => "",
+    }
+}
+
+/// The most fragments of each input a kernel's `LoadFragment`s use.
+fn fragment_counts(body: &[Stmt], counts: &mut [usize; 2]) {
+    for s in body {
+        match s {
+            Stmt::LoadFragment { input, frag, .. } => {
+                counts[*input] = counts[*input].max(frag + 1);
+            }
+            Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
+                fragment_counts(body, counts)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The tensor-core kernel's opening: typed parameters, the byte pool and its shared
+/// address, the lane, accumulators and fragment registers.
+fn mma_opening(out: &mut String, kernel: &Kernel) {
+    let p = &kernel.params;
+    let _ = write!(out, "{}", conversions(p.dtype));
+    if p.out_dtype != p.dtype {
+        let _ = write!(out, "{}", conversions(p.out_dtype));
+    }
+    let ty = p.dtype.c_type();
+    let mut params: Vec<String> = p
+        .inputs
+        .iter()
+        .map(|name| format!("const {ty}* __restrict__ {name}"))
+        .collect();
+    if p.bias {
+        params.push(format!("const {ty}* __restrict__ bias"));
+    }
+    params.push(format!("{}* __restrict__ out", p.out_dtype.c_type()));
+    let _ = writeln!(
+        out,
+        "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
+        kernel.launch.block,
+        kernel.name,
+        params.join(", ")
+    );
+    let _ = writeln!(out, "  extern __shared__ __align__(16) unsigned char shared_pool[];");
+    let _ = writeln!(out, "  unsigned shared_base;");
+    let _ = writeln!(
+        out,
+        "  asm(\"{{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }}\" : \"=r\"(shared_base) : \"l\"(shared_pool));"
+    );
+    let _ = writeln!(out, "  const int lane = (int)threadIdx.x & 31;");
+    let _ = writeln!(out, "  float acc[{}];", kernel.accumulators);
+    let mut counts = [0, 0];
+    fragment_counts(&kernel.body, &mut counts);
+    let _ = writeln!(out, "  unsigned frag_a[{}][4];", counts[0].max(1));
+    let _ = writeln!(out, "  unsigned frag_b[{}][2];", counts[1].max(1));
+}
+
+/// `layout.offset(row, col)` printed over C expressions `row` and `col`.
+fn tile_offset_c(layout: &SharedTileLayout, row: &str, col: &str) -> String {
+    let e = layout.chunk_elements;
+    let chunk = if layout.swizzle {
+        let (divisor, phases) = layout.swizzle_parameters();
+        format!("((({col}) / {e}) ^ ((({row}) / {divisor}) % {phases}))")
+    } else {
+        format!("(({col}) / {e})")
+    };
+    format!(
+        "({row}) * {} + {chunk} * {e} + ({col}) % {e}",
+        layout.row_elements
+    )
+}
 
 /// Generates the CUDA C source of `kernel`; `header` lines become leading comments.
 pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
+    if kernel.mma {
+        let mut out = String::new();
+        for line in header {
+            let _ = writeln!(out, "// {line}");
+        }
+        let l = &kernel.launch;
+        let _ = writeln!(
+            out,
+            "// launch: grid ({}, 1, 1), block ({}, 1, 1), dynamic shared memory {} bytes",
+            l.grid, l.block, l.dynamic_shared_bytes
+        );
+        if l.zero_output {
+            let _ = writeln!(
+                out,
+                "// split-K: {} blocks add into each output element; zero `out` before every launch",
+                kernel.split_k
+            );
+        }
+        mma_opening(&mut out, kernel);
+        Printer { kernel }.body(&mut out, &kernel.body, 1);
+        out.push_str("}\n");
+        return out;
+    }
     let mut out = String::new();
     for line in header {
         let _ = writeln!(out, "// {line}");
@@ -114,6 +225,7 @@ impl Printer<'_> {
             Expr::Mul(a, c) => (format!("{} * {c}", self.expr_in(a, MUL)), MUL),
             Expr::Div(a, c) => (format!("{} / {c}", self.expr_in(a, MUL)), MUL),
             Expr::Rem(a, c) => (format!("{} % {c}", self.expr_in(a, MUL)), MUL),
+            Expr::Xor(a, b) => (format!("({} ^ {})", self.expr(a), self.expr(b)), u8::MAX),
         };
         // Division and remainder are not associative: parenthesize a product or
         // quotient that appears as their left operand only when it is not the same op.
@@ -203,6 +315,131 @@ impl Printer<'_> {
                 self.expr_in(to.shared, ADD)
             );
         }
+    }
+
+    /// Byte address in shared memory of element `at` (a C expression) of input
+    /// `input`'s tile.
+    fn shared_address(&self, input: usize, at: &str) -> String {
+        let bytes = self.kernel.params.dtype.bytes();
+        let off = self.kernel.tile_offsets[input];
+        format!("shared_base + (unsigned)(({off} + {at}) * {bytes})")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn async_copy(
+        &self,
+        out: &mut String,
+        pad: &str,
+        input: usize,
+        shared: &Expr,
+        global: &Expr,
+        valid: &[Cond],
+        width: u32,
+    ) {
+        let name = self.kernel.params.inputs[input];
+        let bytes = width * self.kernel.params.dtype.bytes();
+        let at = self.expr(shared);
+        if bytes == 2 {
+            // One half: an ordinary load and store.
+            let value = if valid.is_empty() {
+                format!("{name}[{}]", self.expr(global))
+            } else {
+                format!(
+                    "({}) ? {name}[{}] : (unsigned short)0",
+                    self.conds(valid),
+                    self.expr(global)
+                )
+            };
+            let off = self.kernel.tile_offsets[input];
+            let _ = writeln!(
+                out,
+                "{pad}reinterpret_cast<unsigned short*>(shared_pool)[{off} + {at}] = {value};"
+            );
+            return;
+        }
+        let cache = if bytes == 16 { "cg" } else { "ca" };
+        let address = self.shared_address(input, &at);
+        if valid.is_empty() {
+            let _ = writeln!(
+                out,
+                "{pad}asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {bytes};\\n\" :: \"r\"({address}), \"l\"({name} + {}));",
+                self.expr_in(global, ADD)
+            );
+        } else {
+            // Zero-fill: a source size of 0 reads nothing (from the tensor's base).
+            let _ = writeln!(out, "{pad}{{");
+            let _ = writeln!(out, "{pad}  const bool ok = {};", self.conds(valid));
+            let _ = writeln!(
+                out,
+                "{pad}  asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {bytes}, %2;\\n\" :: \"r\"({address}), \"l\"({name} + (ok ? {} : 0)), \"r\"(ok ? {bytes} : 0));",
+                self.expr(global)
+            );
+            let _ = writeln!(out, "{pad}}}");
+        }
+    }
+
+    /// One MMA operand fragment from shared memory: `ldmatrix` with the lane
+    /// addresses its matrices need (`.trans` for an N-major B), or, for a TF32
+    /// N-major B (which `ldmatrix` cannot transpose: it moves 16-bit elements), two
+    /// 32-bit loads per lane at the fragment's positions.
+    #[allow(clippy::too_many_arguments)]
+    fn load_fragment(
+        &self,
+        out: &mut String,
+        pad: &str,
+        input: usize,
+        frag: usize,
+        base: &Expr,
+        row: &Expr,
+        k: &Expr,
+        layout: &SharedTileLayout,
+        k_major: bool,
+    ) {
+        let (base, row, k) = (self.expr_in(base, ADD), self.expr_in(row, ADD), self.expr_in(k, ADD));
+        let e = layout.chunk_elements;
+        let tf32 = self.kernel.params.dtype.bytes() == 4;
+        if input == 1 && !k_major && tf32 {
+            for (reg, dk) in [(0, 0), (1, 4)] {
+                let at = tile_offset_c(layout, &format!("{k} + lane % 4 + {dk}"), &format!("{row} + lane / 4"));
+                let _ = writeln!(
+                    out,
+                    "{pad}frag_b[{frag}][{reg}] = reinterpret_cast<const unsigned*>(shared_pool)[{} + {base} + {at}];",
+                    self.kernel.tile_offsets[input]
+                );
+            }
+            return;
+        }
+        let (r, c, shape, regs) = match (input, k_major) {
+            (0, _) => (
+                format!("{row} + lane % 16"),
+                format!("{k} + lane / 16 * {e}"),
+                "x4",
+                (0..4).map(|i| format!("frag_a[{frag}][{i}]")).collect::<Vec<_>>(),
+            ),
+            (_, true) => (
+                format!("{row} + lane % 8"),
+                format!("{k} + lane / 8 % 2 * {e}"),
+                "x2",
+                (0..2).map(|i| format!("frag_b[{frag}][{i}]")).collect(),
+            ),
+            (_, false) => (
+                format!("{k} + lane % 16"),
+                row.clone(),
+                "x2.trans",
+                (0..2).map(|i| format!("frag_b[{frag}][{i}]")).collect(),
+            ),
+        };
+        let at = format!("{base} + {}", tile_offset_c(layout, &r, &c));
+        let outs: Vec<String> = regs.iter().map(|r| format!("\"=r\"({r})")).collect();
+        let slots: Vec<String> = (0..regs.len()).map(|i| format!("%{i}")).collect();
+        let _ = writeln!(
+            out,
+            "{pad}asm volatile(\"ldmatrix.sync.aligned.m8n8.{shape}.shared.b16 {{{}}}, [%{}];\\n\" : {} : \"r\"({}));",
+            slots.join(","),
+            regs.len(),
+            outs.join(", "),
+            self.shared_address(input, &at)
+        );
     }
 
     /// The statements of a body, each at `depth`.
@@ -323,6 +560,47 @@ impl Printer<'_> {
                 self.body(out, body, depth + 1);
                 let _ = writeln!(out, "{pad}}}");
             }
+            Stmt::AsyncCopy {
+                input,
+                shared,
+                global,
+                valid,
+                width,
+            } => self.async_copy(out, &pad, *input, shared, global, valid, *width),
+            Stmt::CommitGroup => {
+                let _ = writeln!(out, "{pad}asm volatile(\"cp.async.commit_group;\\n\" ::);");
+            }
+            Stmt::WaitGroup { pending } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}asm volatile(\"cp.async.wait_group {pending};\\n\" ::: \"memory\");"
+                );
+            }
+            Stmt::LoadFragment {
+                input,
+                frag,
+                base,
+                row,
+                k,
+                layout,
+                k_step: _,
+                k_major,
+            } => self.load_fragment(out, &pad, *input, *frag, base, row, k, layout, *k_major),
+            Stmt::Mma { acc, a, b } => {
+                let shape = match self.kernel.params.dtype {
+                    DType::Fp16 => "m16n8k16.row.col.f32.f16.f16.f32",
+                    DType::Bf16 => "m16n8k16.row.col.f32.bf16.bf16.f32",
+                    _ => "m16n8k8.row.col.f32.tf32.tf32.f32",
+                };
+                let _ = writeln!(
+                    out,
+                    "{pad}asm volatile(\"mma.sync.aligned.{shape} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\\n\" : \"+f\"(acc[{}]), \"+f\"(acc[{}]), \"+f\"(acc[{}]), \"+f\"(acc[{}]) : \"r\"(frag_a[{a}][0]), \"r\"(frag_a[{a}][1]), \"r\"(frag_a[{a}][2]), \"r\"(frag_a[{a}][3]), \"r\"(frag_b[{b}][0]), \"r\"(frag_b[{b}][1]));",
+                    acc,
+                    acc + 1,
+                    acc + 2,
+                    acc + 3
+                );
+            }
             Stmt::Fma { acc, a, b } => {
                 let [na, nb] = self.kernel.params.inputs;
                 let _ = writeln!(
@@ -342,8 +620,14 @@ impl Printer<'_> {
                 atomic,
             } => {
                 let mut value = format!("acc[{}]", self.expr(acc));
+                let half_in = self.kernel.params.dtype.bytes() == 2;
+                let half_out = self.kernel.params.out_dtype.bytes() == 2;
                 if let Some(b) = bias {
-                    let load = format!("bias[{}]", self.expr(b));
+                    let load = if half_in {
+                        format!("ts_to_f32(bias[{}])", self.expr(b))
+                    } else {
+                        format!("bias[{}]", self.expr(b))
+                    };
                     if bias_when.is_empty() {
                         value = format!("{value} + {load}");
                     } else {
@@ -356,6 +640,8 @@ impl Printer<'_> {
                 }
                 let store = if *atomic {
                     format!("atomicAdd(&out[{}], {value});", self.expr(index))
+                } else if half_out {
+                    format!("out[{}] = ts_from_f32({value});", self.expr(index))
                 } else {
                     format!("out[{}] = {value};", self.expr(index))
                 };

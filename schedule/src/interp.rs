@@ -75,6 +75,21 @@ pub enum InterpError {
         "register pf{array}[{slot}] of width {width}: no such slot in a register array declared in scope"
     )]
     RegisterSlot { array: usize, slot: i64, width: u32 },
+    #[error(
+        "block {block}: shared element {index} of tile {tile} read while its cp.async has not landed (missing wait_group)"
+    )]
+    AsyncPending {
+        block: usize,
+        tile: usize,
+        index: i64,
+    },
+    #[error("block {block} thread {thread}: MMA fragment {frag} of input {input} used before it was loaded")]
+    UnsetFragment {
+        block: usize,
+        thread: usize,
+        input: usize,
+        frag: usize,
+    },
 }
 
 /// The tensors a kernel reads, in parameter order.
@@ -91,6 +106,12 @@ struct Cell {
     written: Option<(u64, usize)>,
     /// Barrier interval in which it was last read, and by whom (`usize::MAX`: several).
     read: Option<(u64, usize)>,
+    /// Written by a `cp.async` that has not landed yet (its thread has not waited).
+    pending: bool,
+    /// Written by a `cp.async`: readable from the first barrier after it landed (in
+    /// any later interval: a pipeline reads stages filled several barriers ago),
+    /// rather than only in the interval right after the fetch.
+    asynchronous: bool,
 }
 
 /// One declared register array (`Stmt::Registers`) of every thread of a block.
@@ -114,6 +135,13 @@ struct Block<'k> {
     registers: Vec<Option<RegisterArray>>,
     /// Per enclosing `Block`, the arrays it declared and what each one shadowed.
     declared: Vec<Vec<(usize, Option<RegisterArray>)>>,
+    /// Per thread: the shared cells of its uncommitted `cp.async`s, and its committed
+    /// groups oldest first.
+    open_group: Vec<Vec<(usize, usize)>>,
+    groups: Vec<std::collections::VecDeque<Vec<(usize, usize)>>>,
+    /// Per input and thread, the MMA fragments loaded (operand matrices, row-major:
+    /// A is 16 × k, B is k × 8).
+    fragments: [Vec<Vec<Option<Vec<f32>>>>; 2],
 }
 
 /// Runs `kernel` on the CPU and returns its output (`out_len` elements).
@@ -131,6 +159,8 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         value: f32::NAN,
         written: None,
         read: None,
+        pending: false,
+        asynchronous: false,
     };
     for b in 0..kernel.launch.grid as usize {
         let mut block = Block {
@@ -146,6 +176,9 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
             interval: 0,
             registers: Vec::new(),
             declared: Vec::new(),
+            open_group: vec![Vec::new(); threads],
+            groups: vec![Default::default(); threads],
+            fragments: [vec![Vec::new(); threads], vec![Vec::new(); threads]],
         };
         let active = vec![true; threads];
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
@@ -172,6 +205,7 @@ impl Block<'_> {
             Expr::Mul(a, c) => self.eval(a, t) * c,
             Expr::Div(a, c) => self.eval(a, t).div_euclid(*c),
             Expr::Rem(a, c) => self.eval(a, t).rem_euclid(*c),
+            Expr::Xor(a, b) => self.eval(a, t) ^ self.eval(b, t),
         }
     }
 
@@ -189,8 +223,17 @@ impl Block<'_> {
             .ok()
             .and_then(|i| self.tiles[tile].get_mut(i))
             .ok_or(InterpError::Uninitialized { block, tile, index })?;
-        if !matches!(cell.written, Some((w, _)) if w + 1 == interval) {
+        if cell.pending {
+            return Err(InterpError::AsyncPending { block, tile, index });
+        }
+        let ready = match cell.written {
+            // A landed cp.async is seen by every thread after the next barrier.
+            Some((w, _)) if cell.asynchronous => w < interval,
             // Fetched data must come from the barrier interval just before this one.
+            Some((w, _)) => w + 1 == interval,
+            None => false,
+        };
+        if !ready {
             return Err(InterpError::Uninitialized { block, tile, index });
         }
         cell.read = match cell.read {
@@ -220,8 +263,34 @@ impl Block<'_> {
             value,
             written: Some((interval, t)),
             read: cell.read,
+            pending: false,
+            asynchronous: false,
         };
         Ok(())
+    }
+
+    /// Thread `t`'s `cp.async` of `value` to a shared cell: a write now (for the race
+    /// check), readable once it lands.
+    fn write_async(&mut self, tile: usize, index: i64, t: usize, value: f32) -> Result<(), InterpError> {
+        self.write_shared(tile, index, t, value)?;
+        let cell = &mut self.tiles[tile][index as usize];
+        cell.pending = true;
+        cell.asynchronous = true;
+        self.open_group[t].push((tile, index as usize));
+        Ok(())
+    }
+
+    /// The fragment element (row, column) of thread `t`'s fragment `frag` of `input`.
+    fn fragment(&self, input: usize, frag: usize, t: usize) -> Result<&Vec<f32>, InterpError> {
+        self.fragments[input][t]
+            .get(frag)
+            .and_then(Option::as_ref)
+            .ok_or(InterpError::UnsetFragment {
+                block: self.index,
+                thread: t,
+                input,
+                frag,
+            })
     }
 
     /// Element `index` of input `input`, or the out-of-bounds error thread `t` hits.
@@ -354,6 +423,98 @@ impl Block<'_> {
                                 0.0
                             };
                             self.write_shared(*input, s + j * step, t, value)?;
+                        }
+                    }
+                }
+                Stmt::AsyncCopy {
+                    input,
+                    shared,
+                    global,
+                    valid,
+                    width,
+                } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let (s, g) = (self.eval(shared, t), self.eval(global, t));
+                        let ok = self.holds(valid, t);
+                        for j in 0..i64::from(*width) {
+                            let value = if ok {
+                                self.read_global(inputs, *input, g + j, t)?
+                            } else {
+                                0.0
+                            };
+                            self.write_async(*input, s + j, t, value)?;
+                        }
+                    }
+                }
+                Stmt::CommitGroup => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let group = std::mem::take(&mut self.open_group[t]);
+                        self.groups[t].push_back(group);
+                    }
+                }
+                Stmt::WaitGroup { pending } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        while self.groups[t].len() > *pending as usize {
+                            let group = self.groups[t].pop_front().unwrap_or_default();
+                            for (tile, i) in group {
+                                let cell = &mut self.tiles[tile][i];
+                                // Landed now: readable after the next barrier.
+                                if cell.pending {
+                                    cell.pending = false;
+                                    cell.written = Some((self.interval, t));
+                                }
+                            }
+                        }
+                    }
+                }
+                Stmt::LoadFragment {
+                    input,
+                    frag,
+                    base,
+                    row,
+                    k,
+                    layout,
+                    k_step,
+                    k_major,
+                } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let (b, r0, k0) = (self.eval(base, t), self.eval(row, t), self.eval(k, t));
+                        let (rows, cols) = if *input == 0 { (16, *k_step) } else { (*k_step, 8) };
+                        let mut values = Vec::with_capacity((rows * cols) as usize);
+                        for r in 0..rows {
+                            for c in 0..cols {
+                                // (tile row, tile column) of operand element (r, c).
+                                let (tr, tc) = match (*input, *k_major) {
+                                    (0, _) => (r0 + r, k0 + c),
+                                    (_, true) => (r0 + c, k0 + r),
+                                    (_, false) => (k0 + r, r0 + c),
+                                };
+                                let at = b + layout.offset(tr, tc);
+                                values.push(self.read_shared(*input, at, t)?);
+                            }
+                        }
+                        let slots = &mut self.fragments[*input][t];
+                        if slots.len() <= *frag {
+                            slots.resize(*frag + 1, None);
+                        }
+                        slots[*frag] = Some(values);
+                    }
+                }
+                Stmt::Mma { acc, a, b } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let fa = self.fragment(0, *a, t)?.clone();
+                        let fb = self.fragment(1, *b, t)?.clone();
+                        let k = fb.len() / 8;
+                        let lane = t % 32;
+                        let (g, q) = (lane / 4, lane % 4);
+                        for e in 0..4 {
+                            let (r, c) = (g + 8 * (e / 2), 2 * q + e % 2);
+                            let i = self.acc_slot(&Expr::Const(acc + e as i64), t)?;
+                            let mut sum = self.acc[t][i];
+                            for x in 0..k {
+                                sum = fa[r * k + x].mul_add(fb[x * 8 + c], sum);
+                            }
+                            self.acc[t][i] = sum;
                         }
                     }
                 }
@@ -540,10 +701,13 @@ mod tests {
         let kernel = Kernel {
             name: "k".to_string(),
             scope,
+            mma: false,
             params: Params {
                 inputs: ["a", "b"],
                 bias: false,
                 relu: false,
+                dtype: crate::task::DType::F32,
+                out_dtype: crate::task::DType::F32,
             },
             tile_offsets: [0, 4],
             tile_elements: [4, 4],

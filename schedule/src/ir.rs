@@ -23,6 +23,8 @@ pub enum Expr {
     Div(Box<Expr>, i64),
     /// Remainder by a positive constant (operands are never negative).
     Rem(Box<Expr>, i64),
+    /// Bitwise exclusive or of two non-negative operands (the shared-memory swizzle).
+    Xor(Box<Expr>, Box<Expr>),
 }
 
 /// `lo <= expr < hi`, where a missing bound needs no check.
@@ -99,6 +101,42 @@ pub enum Stmt {
     Block { body: Vec<Stmt> },
     /// `acc[acc] += tile0[a] * tile1[b]` (offsets within each input's shared tile).
     Fma { acc: Expr, a: Expr, b: Expr },
+    /// Tensor-core sketch (`lower_mma`). `cp.async` of `width` elements of input
+    /// `input` from `global` into its shared tile at `shared`, zero-filled when a
+    /// condition of `valid` fails; lands at a `WaitGroup`, is seen by other threads
+    /// after the next barrier. A copy of one 2-byte element is an ordinary load and
+    /// store, which the interpreter treats alike.
+    AsyncCopy {
+        input: usize,
+        shared: Expr,
+        global: Expr,
+        valid: Vec<Cond>,
+        width: u32,
+    },
+    /// `cp.async.commit_group`: the thread's copies since the last commit form a group.
+    CommitGroup,
+    /// `cp.async.wait_group pending`: all but the `pending` newest groups have landed.
+    WaitGroup { pending: u32 },
+    /// Loads MMA operand fragment `frag` of input `input` for one k-step: the A
+    /// operand (input 0) is tile rows `row..row+16`, columns `k..k+k_step`; a K-major
+    /// B operand is rows `row..row+8` (its N), columns `k..`; an N-major B operand is
+    /// rows `k..k+k_step`, columns `row..row+8`. Element positions go through `layout`
+    /// from `base`, the stage's first element. Semantically every lane holds the
+    /// whole fragment; the printed code distributes it as `ldmatrix` does.
+    LoadFragment {
+        input: usize,
+        frag: usize,
+        base: Expr,
+        row: Expr,
+        k: Expr,
+        layout: crate::mma::SharedTileLayout,
+        k_step: i64,
+        k_major: bool,
+    },
+    /// `mma.sync` m16n8k{k_step}: accumulators `acc..acc+4` of each thread (its
+    /// elements of the 16×8 product tile as PTX lays them out: rows `lane/4` and
+    /// `lane/4 + 8`, columns `2*(lane%4)` and `+1`) += fragment `a` × fragment `b`.
+    Mma { acc: i64, a: usize, b: usize },
     /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`; with `atomic`,
     /// `if (valid) atomicAdd(&out[out], acc[acc] (+ bias[bias]))` instead (split-K: the
     /// blocks of one output tile add their partial sums into the zeroed output). The
@@ -188,6 +226,19 @@ impl Scope {
                     (0, c - 1)
                 }
             }
+            Expr::Xor(a, b) => {
+                let hi = self.range(a).1.max(self.range(b).1).max(0);
+                // Below the next power of two of the larger operand.
+                (0, ((hi + 1) as u64).next_power_of_two() as i64 - 1)
+            }
+        }
+    }
+
+    pub fn xor(&self, a: Expr, b: Expr) -> Expr {
+        match (a, b) {
+            (Expr::Const(x), Expr::Const(y)) => Expr::Const(x ^ y),
+            (e, Expr::Const(0)) | (Expr::Const(0), e) => e,
+            (a, b) => Expr::Xor(Box::new(a), Box::new(b)),
         }
     }
 
@@ -280,6 +331,9 @@ pub struct Params {
     pub inputs: [&'static str; 2],
     pub bias: bool,
     pub relu: bool,
+    /// Element types of the inputs (and bias) and of the output.
+    pub dtype: crate::task::DType,
+    pub out_dtype: crate::task::DType,
 }
 
 /// A lowered kernel: the loop nest and everything needed to launch it.
@@ -298,6 +352,8 @@ pub struct Kernel {
     pub split_k: u32,
     pub body: Vec<Stmt>,
     pub launch: LaunchConfig,
+    /// A tensor-core kernel (`lower_mma`): typed shared pool, fragments, `cp.async`.
+    pub mma: bool,
 }
 
 /// Grid, block and dynamic shared memory of a kernel launch (1-D grid and block).

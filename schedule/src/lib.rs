@@ -14,6 +14,7 @@ pub mod gpu_spec;
 pub mod interp;
 pub mod ir;
 pub mod lower;
+pub mod lower_mma;
 pub mod mma;
 pub mod network;
 pub mod prefetch;

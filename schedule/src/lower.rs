@@ -49,6 +49,9 @@ use crate::tiling::{ReductionUnroll, Tiling, fetch_unrolled};
 
 /// Lowers a validated state of `task`, applying the state's transform passes.
 pub fn lower(task: &Task, state: &State) -> Kernel {
+    if let Some(mma) = &state.mma {
+        return crate::lower_mma::lower_mma(task, mma, state.split_k);
+    }
     let c = task.contraction();
     let tiling = Tiling::new(&c, state);
     let kernel = Lowering::new(task, &c, state, &tiling).kernel();
@@ -82,13 +85,7 @@ impl<'a> Lowering<'a> {
 
     /// Binds `value` to a named `const int` unless it is already trivial.
     fn bind(&mut self, out: &mut Vec<Stmt>, name: &str, value: Expr) -> Expr {
-        if matches!(value, Expr::Const(_) | Expr::Var(_)) {
-            return value;
-        }
-        let (lo, hi) = self.scope.range(&value);
-        let var = self.scope.var(name, lo, hi);
-        out.push(Stmt::Let { var, value });
-        Expr::Var(var)
+        bind(&mut self.scope, out, name, value)
     }
 
     /// A loop over `0..extent`, or the constant 0 (and no loop) when the extent is 1.
@@ -104,19 +101,7 @@ impl<'a> Lowering<'a> {
         extents: &[i64],
         names: &[String],
     ) -> Vec<Expr> {
-        let mut coords = vec![Expr::Const(0); extents.len()];
-        let mut inner = 1;
-        for d in (0..extents.len()).rev() {
-            let q = self.scope.div(index.clone(), inner);
-            let v = self.scope.rem(q, extents[d]);
-            coords[d] = v;
-            inner *= extents[d];
-        }
-        coords
-            .into_iter()
-            .zip(names)
-            .map(|(v, name)| self.bind(out, name, v))
-            .collect()
+        decompose(&mut self.scope, out, index, extents, names)
     }
 
     fn kernel(mut self) -> Kernel {
@@ -186,6 +171,8 @@ impl<'a> Lowering<'a> {
                 inputs: [c.inputs[0].tensor, c.inputs[1].tensor],
                 bias: c.bias.is_some(),
                 relu: c.relu,
+                dtype: c.dtype,
+                out_dtype: c.out_dtype,
             },
             tile_offsets: [tiling.tiles[0].offset, tiling.tiles[1].offset],
             tile_elements: [tiling.tiles[0].allocated(), tiling.tiles[1].allocated()],
@@ -194,6 +181,7 @@ impl<'a> Lowering<'a> {
             scope: self.scope,
             body,
             launch,
+            mma: false,
         }
     }
 
@@ -534,6 +522,39 @@ impl<'a> Lowering<'a> {
     }
 }
 
+/// Binds `value` to a named `const int` unless it is already trivial.
+pub(crate) fn bind(scope: &mut Scope, out: &mut Vec<Stmt>, name: &str, value: Expr) -> Expr {
+    if matches!(value, Expr::Const(_) | Expr::Var(_)) {
+        return value;
+    }
+    let (lo, hi) = scope.range(&value);
+    let var = scope.var(name, lo, hi);
+    out.push(Stmt::Let { var, value });
+    Expr::Var(var)
+}
+
+/// Decomposes `index` (row-major over `extents`, last fastest) into bound coordinates.
+pub(crate) fn decompose(
+    scope: &mut Scope,
+    out: &mut Vec<Stmt>,
+    index: Expr,
+    extents: &[i64],
+    names: &[String],
+) -> Vec<Expr> {
+    let mut coords = vec![Expr::Const(0); extents.len()];
+    let mut inner = 1;
+    for d in (0..extents.len()).rev() {
+        let q = scope.div(index.clone(), inner);
+        coords[d] = scope.rem(q, extents[d]);
+        inner *= extents[d];
+    }
+    coords
+        .into_iter()
+        .zip(names)
+        .map(|(v, name)| bind(scope, out, name, v))
+        .collect()
+}
+
 /// Loop variables over one thread's register tile, per spatial axis (None: extent 1).
 struct RegisterLoops {
     vthread_vars: Vec<Option<Var>>,
@@ -543,7 +564,7 @@ struct RegisterLoops {
 
 /// `sum(coeff * value)` over an affine index's terms (its offset excluded), with the
 /// value of each spatial and reduction axis given.
-fn affine_terms(scope: &Scope, index: &AffineIndex, spatial: &[Expr], reduction: &[Expr]) -> Expr {
+pub(crate) fn affine_terms(scope: &Scope, index: &AffineIndex, spatial: &[Expr], reduction: &[Expr]) -> Expr {
     scope.sum(index.terms.iter().map(|&(axis, coeff)| {
         let value = match axis {
             AxisRef::Spatial(a) => spatial[a].clone(),
@@ -553,12 +574,12 @@ fn affine_terms(scope: &Scope, index: &AffineIndex, spatial: &[Expr], reduction:
     }))
 }
 
-fn var_or_zero(v: Option<Var>) -> Expr {
+pub(crate) fn var_or_zero(v: Option<Var>) -> Expr {
     v.map_or(Expr::Const(0), Expr::Var)
 }
 
 /// Nests `body` in loops over `vars` (first outermost); absent variables add no loop.
-fn wrap_loops(
+pub(crate) fn wrap_loops(
     vars: &[Option<Var>],
     extents: &[i64],
     unroll: impl Fn(usize) -> bool,

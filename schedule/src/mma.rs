@@ -32,7 +32,8 @@ pub struct MmaTiling {
     /// a multiple of the 16 × 8 MMA tile.
     pub warps_m: u32,
     pub warps_n: u32,
-    /// Reduction elements per shared-memory tile, in MMA k-steps (32 bytes of a row).
+    /// Reduction elements per shared-memory tile, in MMA k-steps (32 bytes of a row):
+    /// 1, 2 or 4, so that every shared row is a power of two of 16-byte chunks.
     pub k_steps: u32,
     /// Shared-memory tiles in flight (the `cp.async` pipeline depth), 1..=`MAX_STAGES`.
     pub stages: u32,
@@ -209,7 +210,16 @@ pub fn validate_mma(
             warps_n: t.warps_n,
         });
     }
-    if !(1..=MAX_K_STEPS).contains(&t.k_steps) || !(1..=MAX_STAGES).contains(&t.stages) {
+    // Power-of-two rows keep the swizzle's XOR inside the row.
+    let rows_pow2 = [0, 1].iter().all(|&i| {
+        let chunks = t.tile_layout(i, &view, c.dtype).chunks();
+        chunks > 0 && (chunks as u64).is_power_of_two()
+    });
+    if !(1..=MAX_K_STEPS).contains(&t.k_steps)
+        || !t.k_steps.is_power_of_two()
+        || !(1..=MAX_STAGES).contains(&t.stages)
+        || !rows_pow2
+    {
         return Err(InvalidState::MmaPipeline {
             k_steps: t.k_steps,
             stages: t.stages,

@@ -31,7 +31,9 @@
 //! default layout, and the tiles and splits drawn for a seed are unchanged (only
 //! validation's verdict may change, through the padding's shared memory).
 
+use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
+use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling};
 use crate::state::{
     MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit, State, UNROLL_STEPS,
     VECTOR_WIDTHS,
@@ -56,6 +58,10 @@ pub struct Sampler {
     split_rng: ChaCha8Rng,
     /// The shared layouts' own stream (stream 2 of the seed).
     layout_rng: ChaCha8Rng,
+    /// The tensor-core sketch's stream (stream 3): the sketch choice and its tiles.
+    mma_rng: ChaCha8Rng,
+    /// The task's GEMM view, when the tensor-core sketch applies to it.
+    gemm: Option<GemmView>,
     /// Innermost-dimension choices per input (`tiling::innermost_choices`).
     innermost: [Vec<Option<u8>>; 2],
     /// Factorizations per (tiled extent, parts), computed once.
@@ -69,7 +75,14 @@ impl Sampler {
         let mut layout_rng = ChaCha8Rng::seed_from_u64(seed);
         layout_rng.set_stream(2);
         let contraction = task.contraction();
+        let mut mma_rng = ChaCha8Rng::seed_from_u64(seed);
+        mma_rng.set_stream(3);
+        let gemm = GemmView::of(&contraction)
+            .ok()
+            .filter(|_| contraction.dtype.tensor_cores());
         Sampler {
+            mma_rng,
+            gemm,
             innermost: [0, 1].map(|i| innermost_choices(&contraction, i)),
             contraction,
             gpu: gpu.clone(),
@@ -217,10 +230,87 @@ impl Sampler {
         state
     }
 
+    /// Which sketch the next draw uses: the tensor-core one whenever it applies and
+    /// the CUDA-core one cannot (fp16, bf16), three draws in four for TF32 (whose f32
+    /// data the CUDA-core sketch also computes, in full f32), never for f32.
+    fn tensor_core_draw(&mut self) -> bool {
+        match (&self.gemm, self.contraction.dtype.cuda_cores()) {
+            (None, _) => false,
+            (Some(_), false) => true,
+            (Some(_), true) => self.mma_rng.next_u64() % 4 != 0,
+        }
+    }
+
+    /// One tensor-core draw, valid or not: block tiles up to the GEMM's size (rounded
+    /// up to a power of two), warps that divide them into whole MMA tiles, k-steps and
+    /// pipeline depth uniform, the widest feasible copies three times in four,
+    /// swizzled three times in four, and split-K as for the CUDA-core sketch.
+    fn draw_mma(&mut self) -> State {
+        let view = self.gemm.clone().expect("only drawn with a GEMM view");
+        let dtype = self.contraction.dtype;
+        let pick = |rng: &mut ChaCha8Rng, options: &[u32]| {
+            options[(rng.next_u64() % options.len() as u64) as usize]
+        };
+        let cap = |extent: u64, lo: u32| (extent.next_power_of_two() as u32).max(lo);
+        let ms: Vec<u32> = [16, 32, 64, 128, 256]
+            .into_iter()
+            .filter(|&b| b <= cap(view.m, 16))
+            .collect();
+        let ns: Vec<u32> = [8, 16, 32, 64, 128, 256]
+            .into_iter()
+            .filter(|&b| b <= cap(view.n, 8))
+            .collect();
+        let block_m = pick(&mut self.mma_rng, &ms);
+        let block_n = pick(&mut self.mma_rng, &ns);
+        let warps: Vec<(u32, u32)> = [1, 2, 4, 8]
+            .into_iter()
+            .flat_map(|wm| [1, 2, 4, 8].map(|wn| (wm, wn)))
+            .filter(|&(wm, wn)| {
+                wm * wn <= MAX_WARPS && block_m % (16 * wm) == 0 && block_n % (8 * wn) == 0
+            })
+            .collect();
+        let (warps_m, warps_n) = warps[(self.mma_rng.next_u64() % warps.len() as u64) as usize];
+        let k_step = MmaTiling::k_step(dtype);
+        let ks: Vec<u32> = (1..=MAX_K_STEPS)
+            .filter(|&k| k.is_power_of_two() && (k == 1 || u64::from(k / 2) * k_step < view.k))
+            .collect();
+        let k_steps = pick(&mut self.mma_rng, &ks);
+        let stages = pick(&mut self.mma_rng, &(1..=MAX_STAGES).collect::<Vec<_>>());
+        let mut tiling = MmaTiling {
+            block_m,
+            block_n,
+            warps_m,
+            warps_n,
+            k_steps,
+            stages,
+            vector: [1, 1],
+            swizzle: self.mma_rng.next_u64() % 4 != 0,
+        };
+        for input in 0..2 {
+            let feasible: Vec<u32> = [8, 4, 2, 1]
+                .into_iter()
+                .filter(|&w| tiling.vector_feasible(input, w, &view, dtype))
+                .collect();
+            let widest = self.mma_rng.next_u64() % 4 != 0;
+            tiling.vector[input] = match feasible.as_slice() {
+                [] => 1,
+                [first, ..] if widest => *first,
+                all => pick(&mut self.mma_rng, all),
+            };
+        }
+        let mut state = State::tensor_core(tiling, 1);
+        state.split_k = self.split_k(&state);
+        state
+    }
+
     /// A random valid state, or None if none was found in many draws.
     pub fn sample(&mut self) -> Option<State> {
         (0..MAX_DRAWS).find_map(|_| {
-            let state = self.draw();
+            let state = if self.tensor_core_draw() {
+                self.draw_mma()
+            } else {
+                self.draw()
+            };
             validate(&self.contraction, &state, &self.gpu)
                 .is_ok()
                 .then_some(state)

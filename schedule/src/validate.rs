@@ -88,7 +88,7 @@ pub enum InvalidState {
         warps_n: u32,
     },
     #[error(
-        "{k_steps} k-steps per shared tile and {stages} stages, outside 1..={MAX_K_STEPS} and 1..={MAX_STAGES}"
+        "{k_steps} k-steps per shared tile and {stages} stages: k-steps a power of two up to {MAX_K_STEPS}, stages 1..={MAX_STAGES}, shared rows a power of two of 16-byte chunks"
     )]
     MmaPipeline { k_steps: u32, stages: u32 },
     #[error(

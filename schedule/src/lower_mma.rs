@@ -1,0 +1,527 @@
+//! Lowering of the tensor-core sketch (`mma`) to the loop nest.
+//!
+//! The grid is `split_k × batch × M tiles × N tiles` (the split outermost, as in the
+//! CUDA-core sketch, then N tiles fastest so that neighbouring blocks share A rows in
+//! L2). Each thread's share of a stage's fill is fixed: copy `v = round * threads +
+//! thread` of an input's tile covers row `v / (row / width)` and `width` columns from
+//! `v % (row / width) * width`; its row-side coordinates (the implicit GEMM's output
+//! pixel, or the output channel) and its swizzled shared position are computed once,
+//! before the reduction loop, and only the reduction-side coordinates are recomputed
+//! per tile. Padding, tails of M, N and K, and a stem's three channels are all the same
+//! predicate on the copy, which zero-fills.
+//!
+//! The reduction loop is a `stages`-deep pipeline of `cp.async` groups: the prologue
+//! issues tiles `0..stages-1` (one group each, empty when the tile does not exist, so
+//! that `wait_group stages-2` always means "tile t has landed"); iteration `t` waits
+//! for tile `t`, synchronizes (which also publishes that every warp is done with the
+//! stage that tile `t + stages - 1` overwrites), issues that tile, and multiplies tile
+//! `t`. One stage is the plain fill / wait / barrier / multiply / barrier loop.
+//!
+//! Per k-step each warp loads one A fragment per 16-row MMA tile and one B fragment
+//! per 8-column tile, then issues every (A, B) product; the epilogue writes each
+//! thread's four accumulators per MMA tile through the fused epilogue (f32), adding
+//! atomically under split-K with the bias from chunk 0 only.
+
+use crate::gemm::GemmView;
+use crate::ir::{Cond, Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
+use crate::lower::{affine_terms, bind, decompose, var_or_zero, wrap_loops};
+use crate::mma::{MmaTiling, SharedTileLayout};
+use crate::task::{Contraction, Task};
+
+/// Lowers a validated tensor-core state of `task`.
+pub fn lower_mma(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
+    let c = task.contraction();
+    let view = GemmView::of(&c).expect("tensor-core states are validated");
+    let mut lowering = MmaLowering::new(task, &c, &view, tiling, split_k);
+    let body = lowering.body();
+    let t = tiling;
+    let elements = lowering.layouts.map(|l| l.elements() * i64::from(t.stages));
+    Kernel {
+        name: task.key(),
+        params: Params {
+            inputs: [c.inputs[0].tensor, c.inputs[1].tensor],
+            bias: c.bias.is_some(),
+            relu: c.relu,
+            dtype: c.dtype,
+            out_dtype: c.out_dtype,
+        },
+        tile_offsets: [0, elements[0]],
+        tile_elements: elements,
+        accumulators: i64::from(t.accumulators()),
+        split_k,
+        launch: LaunchConfig {
+            grid: u32::try_from(lowering.scope.grid).expect("grid checked by validation"),
+            block: t.threads(),
+            dynamic_shared_bytes: t.shared_bytes(c.dtype) as u32,
+            zero_output: split_k > 1,
+        },
+        scope: lowering.scope,
+        body,
+        mma: true,
+    }
+}
+
+/// One thread's copy of one fill round, hoisted out of the reduction loop.
+struct Copy {
+    /// The copy exists (`v` below the tile's copies); None when every thread has one.
+    exists: Option<Cond>,
+    /// Position of its first element within a stage's tile (swizzle applied).
+    shared: Expr,
+    /// Row or column of the tile along the reduction, to add to the tile's first K.
+    k_local: Expr,
+    /// Coordinates of the row side (M or N axes), and their bounds.
+    side_coords: Vec<(usize, Expr)>,
+    side_valid: Vec<Cond>,
+}
+
+struct MmaLowering<'a> {
+    c: &'a Contraction,
+    view: &'a GemmView,
+    t: &'a MmaTiling,
+    split: i64,
+    scope: Scope,
+    layouts: [SharedTileLayout; 2],
+    block_k: i64,
+    k_step: i64,
+    ktiles: i64,
+    /// K tiles per split chunk.
+    chunk: i64,
+}
+
+impl<'a> MmaLowering<'a> {
+    fn new(
+        task: &Task,
+        c: &'a Contraction,
+        view: &'a GemmView,
+        t: &'a MmaTiling,
+        split_k: u32,
+    ) -> Self {
+        let block_k = t.block_k(c.dtype) as i64;
+        let ktiles = (view.k as i64 + block_k - 1) / block_k;
+        let split = i64::from(split_k);
+        let grid = split
+            * view.batch as i64
+            * ceil_div(view.m as i64, i64::from(t.block_m))
+            * ceil_div(view.n as i64, i64::from(t.block_n));
+        let _ = task;
+        MmaLowering {
+            c,
+            view,
+            t,
+            split,
+            scope: Scope::new(grid, i64::from(t.threads())),
+            layouts: [0, 1].map(|i| t.tile_layout(i, view, c.dtype)),
+            block_k,
+            k_step: MmaTiling::k_step(c.dtype) as i64,
+            ktiles,
+            chunk: (ktiles + split - 1) / split,
+        }
+    }
+
+    fn extents(&self, axes: &[usize]) -> (Vec<i64>, Vec<String>) {
+        (
+            axes.iter()
+                .map(|&a| i64::from(self.c.spatial[a].extent))
+                .collect(),
+            axes.iter()
+                .map(|&a| self.c.spatial[a].name.to_string())
+                .collect(),
+        )
+    }
+
+    fn body(&mut self) -> Vec<Stmt> {
+        let (t, view) = (self.t, self.view);
+        let mut body = vec![Stmt::ZeroAcc];
+        // Block coordinates: split, batch, M tile, N tile.
+        let mtiles = ceil_div(view.m as i64, i64::from(t.block_m));
+        let ntiles = ceil_div(view.n as i64, i64::from(t.block_n));
+        let names: Vec<String> = ["b_split", "b_batch", "b_m", "b_n"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let block = decompose(
+            &mut self.scope,
+            &mut body,
+            Expr::BlockIdx,
+            &[self.split, view.batch as i64, mtiles, ntiles],
+            &names,
+        );
+        let [z, batch, bm, bn] = [0, 1, 2, 3].map(|i| block[i].clone());
+        let (batch_ext, batch_names) = self.extents(&view.batch_axes);
+        let batch_coords = decompose(&mut self.scope, &mut body, batch, &batch_ext, &batch_names);
+        let m0 = self.scope.mul(bm, i64::from(t.block_m));
+        let n0 = self.scope.mul(bn, i64::from(t.block_n));
+        let m0 = bind(&mut self.scope, &mut body, "m0", m0);
+        let n0 = bind(&mut self.scope, &mut body, "n0", n0);
+
+        let copies: [Vec<Copy>; 2] = [0, 1].map(|i| self.copies(&mut body, i, &m0, &n0));
+        let warp = self.scope.div(Expr::ThreadIdx, 32);
+        let lane = self.scope.rem(Expr::ThreadIdx, 32);
+        let wm = self.scope.div(warp.clone(), i64::from(t.warps_n));
+        let wm = self.scope.mul(wm, i64::from(t.warp_m()));
+        let wm = bind(&mut self.scope, &mut body, "warp_m0", wm);
+        let wn = self.scope.rem(warp, i64::from(t.warps_n));
+        let wn = self.scope.mul(wn, i64::from(t.warp_n()));
+        let wn = bind(&mut self.scope, &mut body, "warp_n0", wn);
+
+        let fill = |this: &mut Self, local: Expr, out: &mut Vec<Stmt>| {
+            this.fill(out, &copies, &z, &batch_coords, local)
+        };
+        let stages = i64::from(t.stages);
+        let kt = self.loop_var("kt", self.chunk);
+        let ktv = var_or_zero(kt);
+        let mut iteration = Vec::new();
+        if stages == 1 {
+            fill(self, ktv.clone(), &mut iteration);
+            iteration.push(Stmt::CommitGroup);
+            iteration.push(Stmt::WaitGroup { pending: 0 });
+            iteration.push(Stmt::Sync);
+            self.compute(&mut iteration, &z, ktv.clone(), Expr::Const(0), &wm, &wn);
+            iteration.push(Stmt::Sync);
+        } else {
+            for s in 0..stages - 1 {
+                if s < self.chunk {
+                    fill(self, Expr::Const(s), &mut body);
+                }
+                body.push(Stmt::CommitGroup);
+            }
+            iteration.push(Stmt::WaitGroup {
+                pending: (stages - 2) as u32,
+            });
+            iteration.push(Stmt::Sync);
+            let next = self.scope.add(ktv.clone(), Expr::Const(stages - 1));
+            let mut issue = Vec::new();
+            fill(self, next.clone(), &mut issue);
+            match self.scope.bound(&next, 0, self.chunk) {
+                None => iteration.extend(issue),
+                Some(cond) => iteration.push(Stmt::If {
+                    conds: vec![cond],
+                    body: issue,
+                }),
+            }
+            iteration.push(Stmt::CommitGroup);
+            let stage = self.scope.rem(ktv.clone(), stages);
+            self.compute(&mut iteration, &z, ktv.clone(), stage, &wm, &wn);
+        }
+        body.extend(wrap_loops(&[kt], &[self.chunk], |_| false, iteration));
+        body.extend(self.store(&z, &batch_coords, &m0, &n0, &wm, &wn, &lane));
+        body
+    }
+
+    fn loop_var(&mut self, name: &str, extent: i64) -> Option<Var> {
+        (extent > 1).then(|| self.scope.var(name, 0, extent - 1))
+    }
+
+    /// The K tile that local tile `local` of split chunk `z` is, and the condition
+    /// that it exists.
+    fn tile(&self, z: &Expr, local: Expr) -> (Expr, Option<Cond>) {
+        let s = &self.scope;
+        let tile = s.add(s.mul(z.clone(), self.chunk), local);
+        let exists = s.bound(&tile, 0, self.ktiles);
+        (tile, exists)
+    }
+
+    /// Every fill round of input `input` for this thread, hoisted.
+    fn copies(&mut self, out: &mut Vec<Stmt>, input: usize, m0: &Expr, n0: &Expr) -> Vec<Copy> {
+        let (t, view) = (self.t, self.view);
+        let layout = self.layouts[input];
+        let width = i64::from(t.vector[input]);
+        let per_row = layout.row_elements / width;
+        let total = layout.rows * per_row;
+        let threads = self.scope.threads;
+        let rounds = (total + threads - 1) / threads;
+        let tensor = self.c.inputs[input].tensor;
+        // Rows run along the reduction for an N-major B, else along M (A) or N (B).
+        let rows_along_k = input == 1 && !view.b_k_major;
+        let (side_axes, side_base, side_extent) = if input == 0 {
+            (&view.m_axes, m0, view.m as i64)
+        } else {
+            (&view.n_axes, n0, view.n as i64)
+        };
+        let (side_ext, side_names) = self.extents(side_axes);
+        let side_names: Vec<String> = side_names
+            .iter()
+            .map(|n| format!("{tensor}_{n}"))
+            .collect();
+        (0..rounds)
+            .map(|r| {
+                let s = &self.scope;
+                let v = s.add(Expr::ThreadIdx, Expr::Const(r * threads));
+                let exists = s.bound(&v, 0, total);
+                let row = s.div(v.clone(), per_row);
+                let col = s.mul(s.rem(v, per_row), width);
+                let row = bind(&mut self.scope, out, &format!("{tensor}_row{r}"), row);
+                let col = bind(&mut self.scope, out, &format!("{tensor}_col{r}"), col);
+                let shared = swizzled(&self.scope, &layout, &row, &col);
+                let shared = bind(&mut self.scope, out, &format!("{tensor}_sh{r}"), shared);
+                let (k_local, side_local) = if rows_along_k {
+                    (row, col)
+                } else {
+                    (col, row)
+                };
+                let side = self.scope.add(side_base.clone(), side_local);
+                let side = bind(&mut self.scope, out, &format!("{tensor}_side{r}"), side);
+                let side_valid: Vec<Cond> = self.scope.bound(&side, 0, side_extent).into_iter().collect();
+                let names: Vec<String> = side_names.iter().map(|n| format!("{n}{r}")).collect();
+                let coords = decompose(&mut self.scope, out, side, &side_ext, &names);
+                Copy {
+                    exists,
+                    shared,
+                    k_local,
+                    side_coords: side_axes.iter().copied().zip(coords).collect(),
+                    side_valid,
+                }
+            })
+            .collect()
+    }
+
+    /// Issues the copies of local K tile `local` (of chunk `z`) into its stage.
+    fn fill(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        copies: &[Vec<Copy>; 2],
+        z: &Expr,
+        batch: &[Expr],
+        local: Expr,
+    ) {
+        let (tile, exists) = self.tile(z, local.clone());
+        let stage = self.scope.rem(local, i64::from(self.t.stages));
+        let mut body = Vec::new();
+        let k0 = self.scope.mul(tile, self.block_k);
+        let k0 = bind(&mut self.scope, &mut body, "k0", k0);
+        for (input, rounds) in copies.iter().enumerate() {
+            let access = &self.c.inputs[input];
+            let tensor = access.tensor;
+            let stage_base = self.scope.mul(stage.clone(), self.layouts[input].elements());
+            for (r, copy) in rounds.iter().enumerate() {
+                let mut copy_body = Vec::new();
+                let kk = self.scope.add(k0.clone(), copy.k_local.clone());
+                let kk = bind(&mut self.scope, &mut copy_body, &format!("{tensor}_k{r}"), kk);
+                let mut valid = copy.side_valid.clone();
+                valid.extend(self.scope.bound(&kk, 0, self.view.k as i64));
+                let red_ext: Vec<i64> = self.c.reduction.iter().map(|a| i64::from(a.extent)).collect();
+                let red_names: Vec<String> = self
+                    .c
+                    .reduction
+                    .iter()
+                    .map(|a| format!("{tensor}_{}{r}", a.name))
+                    .collect();
+                let red = decompose(&mut self.scope, &mut copy_body, kk, &red_ext, &red_names);
+                let mut spatial = vec![Expr::Const(0); self.c.spatial.len()];
+                for (&a, x) in self.view.batch_axes.iter().zip(batch) {
+                    spatial[a] = x.clone();
+                }
+                for (a, x) in &copy.side_coords {
+                    spatial[*a] = x.clone();
+                }
+                let mut global = Expr::Const(0);
+                for (d, (index, stride)) in access.index.iter().zip(access.strides()).enumerate() {
+                    let g = affine_terms(&self.scope, index, &spatial, &red);
+                    let g = self.scope.add(g, Expr::Const(index.offset));
+                    let g = bind(&mut self.scope, &mut copy_body, &format!("{tensor}_g{d}_{r}"), g);
+                    valid.extend(self.scope.bound(&g, 0, i64::from(access.shape[d])));
+                    global = self.scope.add(global, self.scope.mul(g, stride));
+                }
+                let shared = self.scope.add(stage_base.clone(), copy.shared.clone());
+                copy_body.push(Stmt::AsyncCopy {
+                    input,
+                    shared,
+                    global,
+                    valid,
+                    width: self.t.vector[input],
+                });
+                match &copy.exists {
+                    None => body.extend(copy_body),
+                    Some(cond) => body.push(Stmt::If {
+                        conds: vec![cond.clone()],
+                        body: copy_body,
+                    }),
+                }
+            }
+        }
+        match exists {
+            None => out.push(Stmt::Block { body }),
+            Some(cond) => out.push(Stmt::If {
+                conds: vec![cond],
+                body,
+            }),
+        }
+    }
+
+    /// The products of local K tile `local` from stage `stage`.
+    fn compute(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        z: &Expr,
+        local: Expr,
+        stage: Expr,
+        wm: &Expr,
+        wn: &Expr,
+    ) {
+        let t = self.t;
+        let (_, exists) = self.tile(z, local);
+        let mut body = Vec::new();
+        let bases: [Expr; 2] = [0, 1].map(|i| self.scope.mul(stage.clone(), self.layouts[i].elements()));
+        let [base_a, base_b] = bases;
+        let base_a = bind(&mut self.scope, &mut body, "stage_a", base_a);
+        let base_b = bind(&mut self.scope, &mut body, "stage_b", base_b);
+        for ks in 0..i64::from(t.k_steps) {
+            let k = Expr::Const(ks * self.k_step);
+            for i in 0..t.tiles_m() as usize {
+                body.push(Stmt::LoadFragment {
+                    input: 0,
+                    frag: i,
+                    base: base_a.clone(),
+                    row: self.scope.add(wm.clone(), Expr::Const(16 * i as i64)),
+                    k: k.clone(),
+                    layout: self.layouts[0],
+                    k_step: self.k_step,
+                    k_major: true,
+                });
+            }
+            for j in 0..t.tiles_n() as usize {
+                body.push(Stmt::LoadFragment {
+                    input: 1,
+                    frag: j,
+                    base: base_b.clone(),
+                    row: self.scope.add(wn.clone(), Expr::Const(8 * j as i64)),
+                    k: k.clone(),
+                    layout: self.layouts[1],
+                    k_step: self.k_step,
+                    k_major: self.view.b_k_major,
+                });
+            }
+            for i in 0..t.tiles_m() as usize {
+                for j in 0..t.tiles_n() as usize {
+                    body.push(Stmt::Mma {
+                        acc: 4 * (i * t.tiles_n() as usize + j) as i64,
+                        a: i,
+                        b: j,
+                    });
+                }
+            }
+        }
+        match exists {
+            None => out.push(Stmt::Block { body }),
+            Some(cond) => out.push(Stmt::If {
+                conds: vec![cond],
+                body,
+            }),
+        }
+    }
+
+    /// The epilogue: each thread's accumulators of every MMA tile of its warp.
+    #[allow(clippy::too_many_arguments)]
+    fn store(
+        &mut self,
+        z: &Expr,
+        batch: &[Expr],
+        m0: &Expr,
+        n0: &Expr,
+        wm: &Expr,
+        wn: &Expr,
+        lane: &Expr,
+    ) -> Vec<Stmt> {
+        let (t, view, c) = (self.t, self.view, self.c);
+        let mut head = Vec::new();
+        let g = self.scope.div(lane.clone(), 4);
+        let g = bind(&mut self.scope, &mut head, "lane_row", g);
+        let q = self.scope.rem(lane.clone(), 4);
+        let q2 = self.scope.mul(q, 2);
+        let q2 = bind(&mut self.scope, &mut head, "lane_col", q2);
+        let vi = self.loop_var("ti", i64::from(t.tiles_m()));
+        let vj = self.loop_var("tj", i64::from(t.tiles_n()));
+        let ve = self.scope.var("e", 0, 3);
+        let (i, j, e) = (var_or_zero(vi), var_or_zero(vj), Expr::Var(ve));
+        let s = &self.scope;
+        let row = s.sum([
+            m0.clone(),
+            wm.clone(),
+            s.mul(i.clone(), 16),
+            g,
+            s.mul(s.div(e.clone(), 2), 8),
+        ]);
+        let col = s.sum([
+            n0.clone(),
+            wn.clone(),
+            s.mul(j.clone(), 8),
+            q2,
+            s.rem(e.clone(), 2),
+        ]);
+        let acc = s.add(
+            s.mul(s.add(s.mul(i, i64::from(t.tiles_n())), j), 4),
+            e,
+        );
+        let mut body = Vec::new();
+        let row = bind(&mut self.scope, &mut body, "out_m", row);
+        let col = bind(&mut self.scope, &mut body, "out_n", col);
+        let mut valid: Vec<Cond> = self.scope.bound(&row, 0, view.m as i64).into_iter().collect();
+        valid.extend(self.scope.bound(&col, 0, view.n as i64));
+        let (m_ext, m_names) = self.extents(&view.m_axes);
+        let (n_ext, n_names) = self.extents(&view.n_axes);
+        let m_names: Vec<String> = m_names.iter().map(|n| format!("out_{n}")).collect();
+        let n_names: Vec<String> = n_names.iter().map(|n| format!("out_{n}")).collect();
+        let mc = decompose(&mut self.scope, &mut body, row, &m_ext, &m_names);
+        let nc = decompose(&mut self.scope, &mut body, col, &n_ext, &n_names);
+        let mut coords = vec![Expr::Const(0); c.spatial.len()];
+        for (axes, values) in [(&view.batch_axes, batch), (&view.m_axes, &mc[..]), (&view.n_axes, &nc[..])] {
+            for (&a, x) in axes.iter().zip(values) {
+                coords[a] = x.clone();
+            }
+        }
+        let s = &self.scope;
+        let out = s.sum(
+            coords
+                .iter()
+                .zip(c.output_strides())
+                .map(|(x, st)| s.mul(x.clone(), st)),
+        );
+        let bias = c.bias.as_ref().map(|access| {
+            s.sum(access.index.iter().zip(access.strides()).map(|(index, stride)| {
+                let i = affine_terms(s, index, &coords, &[]);
+                s.mul(s.add(i, Expr::Const(index.offset)), stride)
+            }))
+        });
+        let split = self.split > 1;
+        let bias_when = match (split, &bias) {
+            (true, Some(_)) => s.bound(z, 0, 1).into_iter().collect(),
+            _ => Vec::new(),
+        };
+        body.push(Stmt::Store {
+            acc,
+            out,
+            bias,
+            bias_when,
+            valid,
+            atomic: split,
+        });
+        head.extend(wrap_loops(
+            &[vi, vj, Some(ve)],
+            &[i64::from(t.tiles_m()), i64::from(t.tiles_n()), 4],
+            |_| true,
+            body,
+        ));
+        head
+    }
+}
+
+/// `layout.offset(row, col)` as an expression.
+fn swizzled(scope: &Scope, layout: &SharedTileLayout, row: &Expr, col: &Expr) -> Expr {
+    let s = scope;
+    let chunk = s.div(col.clone(), layout.chunk_elements);
+    let chunk = if layout.swizzle {
+        let (divisor, phases) = layout.swizzle_parameters();
+        s.xor(chunk, s.rem(s.div(row.clone(), divisor), phases))
+    } else {
+        chunk
+    };
+    s.sum([
+        s.mul(row.clone(), layout.row_elements),
+        s.mul(chunk, layout.chunk_elements),
+        s.rem(col.clone(), layout.chunk_elements),
+    ])
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}

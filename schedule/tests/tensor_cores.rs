@@ -1,0 +1,223 @@
+//! The tensor-core sketch on the CPU interpreter: sampled states of every operator and
+//! tensor-core type equal the definition on small shapes — tails of M, N and K, stride
+//! 2, padding, channel counts that are not a multiple of 8 (a stem's 3), split-K, every
+//! pipeline depth, swizzled and plain tiles, every copy width. The interpreter runs
+//! the `cp.async` pipeline as issued (a copy is readable only after its thread waited
+//! for its group and a barrier followed) and an MMA by its semantics on the fragments
+//! loaded from shared memory; mutation tests show that a missing wait, a missing
+//! barrier or a wrong pipeline depth in the wait is caught.
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use schedule::interp::{self, Inputs};
+use schedule::ir::{Kernel, Stmt};
+use schedule::mma::MmaTiling;
+use schedule::{
+    DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, lower::lower, parse_shape, validate,
+};
+
+fn task(op: &str, shape: &str, dtype: DType, epilogue: Epilogue) -> Task {
+    Task::new(parse_shape(op, shape).unwrap(), epilogue)
+        .unwrap()
+        .with_types(dtype, DType::F32, Layout::Nhwc)
+        .unwrap()
+}
+
+fn data(task: &Task, seed: u64) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    let c = task.contraction();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut ints = |n: u64| -> Vec<f32> {
+        (0..n)
+            .map(|_| (rng.next_u32() % 7) as f32 - 3.0)
+            .collect()
+    };
+    let a = ints(c.inputs[0].elements());
+    let b = ints(c.inputs[1].elements());
+    let bias = c.bias.as_ref().map(|x| ints(x.elements()));
+    (a, b, bias)
+}
+
+/// Runs `kernel` and returns the interpreter's error or the index of the first wrong
+/// output element.
+fn run(task: &Task, kernel: &Kernel) -> Result<(), String> {
+    let (a, b, bias) = data(task, 7);
+    let inputs = Inputs {
+        inputs: [&a, &b],
+        bias: bias.as_deref(),
+    };
+    let expected = interp::reference(&task.contraction(), &inputs);
+    let got = interp::run(kernel, &inputs, expected.len()).map_err(|e| e.to_string())?;
+    match (0..got.len()).find(|&i| got[i] != expected[i]) {
+        Some(i) => Err(format!("output {i} is {} not {}", got[i], expected[i])),
+        None => Ok(()),
+    }
+}
+
+/// Variants of a sampled state: every pipeline depth, swizzle flipped, split-K 1 and
+/// 3 (where valid).
+fn variants(task: &Task, state: &State) -> Vec<State> {
+    let c = task.contraction();
+    let gpu = GpuSpec::h100();
+    let mma = state.mma.expect("a tensor-core state");
+    let mut out = vec![state.clone()];
+    for stages in 1..=4 {
+        for swizzle in [true, false] {
+            for split_k in [1, 3] {
+                let s = State::tensor_core(
+                    MmaTiling {
+                        stages,
+                        swizzle,
+                        ..mma
+                    },
+                    split_k,
+                );
+                if validate(&c, &s, &gpu).is_ok() && !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn check(task: &Task, samples: usize, seed: u64) -> usize {
+    let gpu = GpuSpec::h100();
+    let states = Sampler::new(task, &gpu, seed).sample_distinct(samples);
+    assert!(!states.is_empty(), "no state for {task}");
+    let mut checked = 0;
+    for state in states.iter().filter(|s| s.mma.is_some()) {
+        for s in variants(task, state).into_iter().take(6) {
+            let kernel = lower(task, &s);
+            if let Err(e) = run(task, &kernel) {
+                panic!("{task} {}: {e}", s.to_json());
+            }
+            checked += 1;
+        }
+    }
+    checked
+}
+
+#[test]
+fn conv2d_nhwc_padded_strided_and_stem_like() {
+    for dtype in [DType::Fp16, DType::Bf16, DType::Tf32] {
+        let mut n = 0;
+        n += check(&task("conv2d", "1,16,6,6,24,3,3,1,1", dtype, Epilogue::default()), 3, 1);
+        n += check(&task("conv2d", "2,8,7,5,16,3,3,2,1", dtype, Epilogue::default()), 3, 2);
+        n += check(&task("conv2d", "1,3,9,9,8,3,3,2,1", dtype, Epilogue::default()), 3, 3);
+        let both = Epilogue {
+            bias: true,
+            relu: true,
+        };
+        n += check(&task("conv2d", "1,24,5,5,40,1,1,1,0", dtype, both), 3, 4);
+        assert!(n >= 12, "{dtype}: only {n} kernels checked");
+    }
+}
+
+#[test]
+fn matmuls_with_tails_and_batches() {
+    for dtype in [DType::Fp16, DType::Bf16, DType::Tf32] {
+        let bias = Epilogue {
+            bias: true,
+            relu: false,
+        };
+        let mut n = 0;
+        n += check(&task("matmul", "33,40,24", dtype, bias), 3, 5);
+        n += check(&task("matmul", "17,24,50", dtype, Epilogue::default()), 3, 6);
+        n += check(&task("batch_matmul", "3,20,16,32", dtype, Epilogue::default()), 3, 7);
+        assert!(n >= 9, "{dtype}: only {n} kernels checked");
+    }
+}
+
+#[test]
+fn half_output_and_every_copy_width() {
+    let t = Task::new(
+        parse_shape("matmul", "32,64,64").unwrap(),
+        Epilogue::default(),
+    )
+    .unwrap()
+    .with_types(DType::Fp16, DType::Fp16, Layout::Nchw)
+    .unwrap();
+    let gpu = GpuSpec::h100();
+    for vector in [[8, 8], [4, 2], [1, 1], [2, 8]] {
+        let s = State::tensor_core(
+            MmaTiling {
+                block_m: 32,
+                block_n: 32,
+                warps_m: 2,
+                warps_n: 1,
+                k_steps: 2,
+                stages: 3,
+                vector,
+                swizzle: true,
+            },
+            1,
+        );
+        assert_eq!(validate(&t.contraction(), &s, &gpu), Ok(()), "{vector:?}");
+        run(&t, &lower(&t, &s)).unwrap_or_else(|e| panic!("{vector:?}: {e}"));
+    }
+}
+
+fn rewrite(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt) -> Option<Stmt>) -> Vec<Stmt> {
+    stmts
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::For {
+                var,
+                extent,
+                unroll,
+                body,
+            } => Some(Stmt::For {
+                var: *var,
+                extent: *extent,
+                unroll: *unroll,
+                body: rewrite(body, f),
+            }),
+            Stmt::If { conds, body } => Some(Stmt::If {
+                conds: conds.clone(),
+                body: rewrite(body, f),
+            }),
+            Stmt::Block { body } => Some(Stmt::Block {
+                body: rewrite(body, f),
+            }),
+            other => f(other),
+        })
+        .collect()
+}
+
+#[test]
+fn a_broken_pipeline_is_caught() {
+    let t = task("conv2d", "1,16,6,6,16,3,3,1,1", DType::Fp16, Epilogue::default());
+    for stages in [2, 3, 4] {
+        let s = State::tensor_core(
+            MmaTiling {
+                block_m: 16,
+                block_n: 16,
+                warps_m: 1,
+                warps_n: 2,
+                k_steps: 1,
+                stages,
+                vector: [8, 8],
+                swizzle: true,
+            },
+            1,
+        );
+        let kernel = lower(&t, &s);
+        run(&t, &kernel).unwrap();
+        // Waiting for one group fewer than the pipeline needs.
+        let mut loose = kernel.clone();
+        loose.body = rewrite(&kernel.body, &mut |s| match s {
+            Stmt::WaitGroup { pending } => Some(Stmt::WaitGroup {
+                pending: pending + 1,
+            }),
+            other => Some(other.clone()),
+        });
+        assert!(run(&t, &loose).is_err(), "stages {stages}: loose wait passed");
+        // No barrier at all.
+        let mut unsynced = kernel.clone();
+        unsynced.body = rewrite(&kernel.body, &mut |s| match s {
+            Stmt::Sync => None,
+            other => Some(other.clone()),
+        });
+        assert!(run(&t, &unsynced).is_err(), "stages {stages}: no barrier passed");
+    }
+}
