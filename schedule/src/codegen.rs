@@ -71,7 +71,10 @@ fn mma_opening(out: &mut String, kernel: &Kernel) {
         kernel.name,
         params.join(", ")
     );
-    let _ = writeln!(out, "  extern __shared__ __align__(16) unsigned char shared_pool[];");
+    let _ = writeln!(
+        out,
+        "  extern __shared__ __align__(16) unsigned char shared_pool[];"
+    );
     let _ = writeln!(out, "  unsigned shared_base;");
     let _ = writeln!(
         out,
@@ -395,12 +398,20 @@ impl Printer<'_> {
         layout: &SharedTileLayout,
         k_major: bool,
     ) {
-        let (base, row, k) = (self.expr_in(base, ADD), self.expr_in(row, ADD), self.expr_in(k, ADD));
+        let (base, row, k) = (
+            self.expr_in(base, ADD),
+            self.expr_in(row, ADD),
+            self.expr_in(k, ADD),
+        );
         let e = layout.chunk_elements;
         let tf32 = self.kernel.params.dtype.bytes() == 4;
         if input == 1 && !k_major && tf32 {
             for (reg, dk) in [(0, 0), (1, 4)] {
-                let at = tile_offset_c(layout, &format!("{k} + lane % 4 + {dk}"), &format!("{row} + lane / 4"));
+                let at = tile_offset_c(
+                    layout,
+                    &format!("{k} + lane % 4 + {dk}"),
+                    &format!("{row} + lane / 4"),
+                );
                 let _ = writeln!(
                     out,
                     "{pad}frag_b[{frag}][{reg}] = reinterpret_cast<const unsigned*>(shared_pool)[{} + {base} + {at}];",
@@ -414,7 +425,9 @@ impl Printer<'_> {
                 format!("{row} + lane % 16"),
                 format!("{k} + lane / 16 * {e}"),
                 "x4",
-                (0..4).map(|i| format!("frag_a[{frag}][{i}]")).collect::<Vec<_>>(),
+                (0..4)
+                    .map(|i| format!("frag_a[{frag}][{i}]"))
+                    .collect::<Vec<_>>(),
             ),
             (_, true) => (
                 format!("{row} + lane % 8"),

@@ -83,7 +83,9 @@ pub enum InterpError {
         tile: usize,
         index: i64,
     },
-    #[error("block {block} thread {thread}: MMA fragment {frag} of input {input} used before it was loaded")]
+    #[error(
+        "block {block} thread {thread}: MMA fragment {frag} of input {input} used before it was loaded"
+    )]
     UnsetFragment {
         block: usize,
         thread: usize,
@@ -271,7 +273,13 @@ impl Block<'_> {
 
     /// Thread `t`'s `cp.async` of `value` to a shared cell: a write now (for the race
     /// check), readable once it lands.
-    fn write_async(&mut self, tile: usize, index: i64, t: usize, value: f32) -> Result<(), InterpError> {
+    fn write_async(
+        &mut self,
+        tile: usize,
+        index: i64,
+        t: usize,
+        value: f32,
+    ) -> Result<(), InterpError> {
         self.write_shared(tile, index, t, value)?;
         let cell = &mut self.tiles[tile][index as usize];
         cell.pending = true;
@@ -479,7 +487,11 @@ impl Block<'_> {
                 } => {
                     for t in threads.clone().filter(|&t| active[t]) {
                         let (b, r0, k0) = (self.eval(base, t), self.eval(row, t), self.eval(k, t));
-                        let (rows, cols) = if *input == 0 { (16, *k_step) } else { (*k_step, 8) };
+                        let (rows, cols) = if *input == 0 {
+                            (16, *k_step)
+                        } else {
+                            (*k_step, 8)
+                        };
                         let mut values = Vec::with_capacity((rows * cols) as usize);
                         for r in 0..rows {
                             for c in 0..cols {

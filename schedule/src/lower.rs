@@ -564,7 +564,12 @@ struct RegisterLoops {
 
 /// `sum(coeff * value)` over an affine index's terms (its offset excluded), with the
 /// value of each spatial and reduction axis given.
-pub(crate) fn affine_terms(scope: &Scope, index: &AffineIndex, spatial: &[Expr], reduction: &[Expr]) -> Expr {
+pub(crate) fn affine_terms(
+    scope: &Scope,
+    index: &AffineIndex,
+    spatial: &[Expr],
+    reduction: &[Expr],
+) -> Expr {
     scope.sum(index.terms.iter().map(|&(axis, coeff)| {
         let value = match axis {
             AxisRef::Spatial(a) => spatial[a].clone(),

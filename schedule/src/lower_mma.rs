@@ -239,10 +239,7 @@ impl<'a> MmaLowering<'a> {
             (&view.n_axes, n0, view.n as i64)
         };
         let (side_ext, side_names) = self.extents(side_axes);
-        let side_names: Vec<String> = side_names
-            .iter()
-            .map(|n| format!("{tensor}_{n}"))
-            .collect();
+        let side_names: Vec<String> = side_names.iter().map(|n| format!("{tensor}_{n}")).collect();
         (0..rounds)
             .map(|r| {
                 let s = &self.scope;
@@ -254,14 +251,14 @@ impl<'a> MmaLowering<'a> {
                 let col = bind(&mut self.scope, out, &format!("{tensor}_col{r}"), col);
                 let shared = swizzled(&self.scope, &layout, &row, &col);
                 let shared = bind(&mut self.scope, out, &format!("{tensor}_sh{r}"), shared);
-                let (k_local, side_local) = if rows_along_k {
-                    (row, col)
-                } else {
-                    (col, row)
-                };
+                let (k_local, side_local) = if rows_along_k { (row, col) } else { (col, row) };
                 let side = self.scope.add(side_base.clone(), side_local);
                 let side = bind(&mut self.scope, out, &format!("{tensor}_side{r}"), side);
-                let side_valid: Vec<Cond> = self.scope.bound(&side, 0, side_extent).into_iter().collect();
+                let side_valid: Vec<Cond> = self
+                    .scope
+                    .bound(&side, 0, side_extent)
+                    .into_iter()
+                    .collect();
                 let names: Vec<String> = side_names.iter().map(|n| format!("{n}{r}")).collect();
                 let coords = decompose(&mut self.scope, out, side, &side_ext, &names);
                 Copy {
@@ -292,14 +289,26 @@ impl<'a> MmaLowering<'a> {
         for (input, rounds) in copies.iter().enumerate() {
             let access = &self.c.inputs[input];
             let tensor = access.tensor;
-            let stage_base = self.scope.mul(stage.clone(), self.layouts[input].elements());
+            let stage_base = self
+                .scope
+                .mul(stage.clone(), self.layouts[input].elements());
             for (r, copy) in rounds.iter().enumerate() {
                 let mut copy_body = Vec::new();
                 let kk = self.scope.add(k0.clone(), copy.k_local.clone());
-                let kk = bind(&mut self.scope, &mut copy_body, &format!("{tensor}_k{r}"), kk);
+                let kk = bind(
+                    &mut self.scope,
+                    &mut copy_body,
+                    &format!("{tensor}_k{r}"),
+                    kk,
+                );
                 let mut valid = copy.side_valid.clone();
                 valid.extend(self.scope.bound(&kk, 0, self.view.k as i64));
-                let red_ext: Vec<i64> = self.c.reduction.iter().map(|a| i64::from(a.extent)).collect();
+                let red_ext: Vec<i64> = self
+                    .c
+                    .reduction
+                    .iter()
+                    .map(|a| i64::from(a.extent))
+                    .collect();
                 let red_names: Vec<String> = self
                     .c
                     .reduction
@@ -318,7 +327,12 @@ impl<'a> MmaLowering<'a> {
                 for (d, (index, stride)) in access.index.iter().zip(access.strides()).enumerate() {
                     let g = affine_terms(&self.scope, index, &spatial, &red);
                     let g = self.scope.add(g, Expr::Const(index.offset));
-                    let g = bind(&mut self.scope, &mut copy_body, &format!("{tensor}_g{d}_{r}"), g);
+                    let g = bind(
+                        &mut self.scope,
+                        &mut copy_body,
+                        &format!("{tensor}_g{d}_{r}"),
+                        g,
+                    );
                     valid.extend(self.scope.bound(&g, 0, i64::from(access.shape[d])));
                     global = self.scope.add(global, self.scope.mul(g, stride));
                 }
@@ -361,7 +375,8 @@ impl<'a> MmaLowering<'a> {
         let t = self.t;
         let (_, exists) = self.tile(z, local);
         let mut body = Vec::new();
-        let bases: [Expr; 2] = [0, 1].map(|i| self.scope.mul(stage.clone(), self.layouts[i].elements()));
+        let bases: [Expr; 2] =
+            [0, 1].map(|i| self.scope.mul(stage.clone(), self.layouts[i].elements()));
         let [base_a, base_b] = bases;
         let base_a = bind(&mut self.scope, &mut body, "stage_a", base_a);
         let base_b = bind(&mut self.scope, &mut body, "stage_b", base_b);
@@ -448,14 +463,15 @@ impl<'a> MmaLowering<'a> {
             q2,
             s.rem(e.clone(), 2),
         ]);
-        let acc = s.add(
-            s.mul(s.add(s.mul(i, i64::from(t.tiles_n())), j), 4),
-            e,
-        );
+        let acc = s.add(s.mul(s.add(s.mul(i, i64::from(t.tiles_n())), j), 4), e);
         let mut body = Vec::new();
         let row = bind(&mut self.scope, &mut body, "out_m", row);
         let col = bind(&mut self.scope, &mut body, "out_n", col);
-        let mut valid: Vec<Cond> = self.scope.bound(&row, 0, view.m as i64).into_iter().collect();
+        let mut valid: Vec<Cond> = self
+            .scope
+            .bound(&row, 0, view.m as i64)
+            .into_iter()
+            .collect();
         valid.extend(self.scope.bound(&col, 0, view.n as i64));
         let (m_ext, m_names) = self.extents(&view.m_axes);
         let (n_ext, n_names) = self.extents(&view.n_axes);
@@ -464,7 +480,11 @@ impl<'a> MmaLowering<'a> {
         let mc = decompose(&mut self.scope, &mut body, row, &m_ext, &m_names);
         let nc = decompose(&mut self.scope, &mut body, col, &n_ext, &n_names);
         let mut coords = vec![Expr::Const(0); c.spatial.len()];
-        for (axes, values) in [(&view.batch_axes, batch), (&view.m_axes, &mc[..]), (&view.n_axes, &nc[..])] {
+        for (axes, values) in [
+            (&view.batch_axes, batch),
+            (&view.m_axes, &mc[..]),
+            (&view.n_axes, &nc[..]),
+        ] {
             for (&a, x) in axes.iter().zip(values) {
                 coords[a] = x.clone();
             }
@@ -477,10 +497,16 @@ impl<'a> MmaLowering<'a> {
                 .map(|(x, st)| s.mul(x.clone(), st)),
         );
         let bias = c.bias.as_ref().map(|access| {
-            s.sum(access.index.iter().zip(access.strides()).map(|(index, stride)| {
-                let i = affine_terms(s, index, &coords, &[]);
-                s.mul(s.add(i, Expr::Const(index.offset)), stride)
-            }))
+            s.sum(
+                access
+                    .index
+                    .iter()
+                    .zip(access.strides())
+                    .map(|(index, stride)| {
+                        let i = affine_terms(s, index, &coords, &[]);
+                        s.mul(s.add(i, Expr::Const(index.offset)), stride)
+                    }),
+            )
         });
         let split = self.split > 1;
         let bias_when = match (split, &bias) {

@@ -54,6 +54,12 @@ pub const MAX_K_STEPS: u32 = 4;
 /// a conservative estimate for the register check.
 const MMA_ADDRESSING_REGISTERS: u64 = 40;
 
+/// Most copies per thread per input and stage: each one's row-side coordinates and
+/// shared position stay in registers through the reduction loop (hoisted), so more
+/// would spill (NVRTC's sm_90 kernels with 32 one-element rounds hit 255 registers
+/// and stack frames).
+pub const MAX_COPY_ROUNDS: i64 = 8;
+
 /// Bytes of a 16-byte shared chunk / of one MMA k-step of a row.
 pub const CHUNK_BYTES: u32 = 16;
 pub const K_STEP_BYTES: u32 = 32;
@@ -109,6 +115,13 @@ impl MmaTiling {
             chunk_elements: i64::from(CHUNK_BYTES / dtype.bytes()),
             swizzle: self.swizzle,
         }
+    }
+
+    /// Copies per thread of input `input`'s tile per stage.
+    pub fn copy_rounds(&self, input: usize, view: &GemmView, dtype: DType) -> i64 {
+        let layout = self.tile_layout(input, view, dtype);
+        let copies = layout.elements() / i64::from(self.vector[input].max(1));
+        (copies + i64::from(self.threads()) - 1) / i64::from(self.threads())
     }
 
     /// Bytes of dynamic shared memory: every stage holds both inputs' tiles.
@@ -228,6 +241,12 @@ pub fn validate_mma(
     for (input, &width) in t.vector.iter().enumerate() {
         if !t.vector_feasible(input, width, &view, c.dtype) {
             return Err(InvalidState::VectorWidth { input, width });
+        }
+    }
+    for input in 0..2 {
+        let rounds = t.copy_rounds(input, &view, c.dtype);
+        if rounds > MAX_COPY_ROUNDS {
+            return Err(InvalidState::MmaCopies { input, rounds });
         }
     }
     let ktiles = view.k.div_ceil(t.block_k(c.dtype));

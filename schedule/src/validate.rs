@@ -8,7 +8,7 @@
 
 use crate::gemm::GemmError;
 use crate::gpu_spec::GpuSpec;
-use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, validate_mma};
+use crate::mma::{MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, validate_mma};
 use crate::state::{MAX_SPLIT_K, SHARED_PADS, State, UNROLL_STEPS, VECTOR_WIDTHS};
 use crate::task::DType;
 use crate::task::{AxisRef, Contraction};
@@ -91,6 +91,10 @@ pub enum InvalidState {
         "{k_steps} k-steps per shared tile and {stages} stages: k-steps a power of two up to {MAX_K_STEPS}, stages 1..={MAX_STAGES}, shared rows a power of two of 16-byte chunks"
     )]
     MmaPipeline { k_steps: u32, stages: u32 },
+    #[error(
+        "input {input} needs {rounds} copies per thread and stage, over {MAX_COPY_ROUNDS}: use wider copies, more warps or a smaller tile"
+    )]
+    MmaCopies { input: usize, rounds: i64 },
     #[error(
         "split_k {split_k} with a {out} output: split-K adds partial sums with f32 atomics; use an f32 output or split_k 1"
     )]

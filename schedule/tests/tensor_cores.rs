@@ -26,11 +26,8 @@ fn task(op: &str, shape: &str, dtype: DType, epilogue: Epilogue) -> Task {
 fn data(task: &Task, seed: u64) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
     let c = task.contraction();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut ints = |n: u64| -> Vec<f32> {
-        (0..n)
-            .map(|_| (rng.next_u32() % 7) as f32 - 3.0)
-            .collect()
-    };
+    let mut ints =
+        |n: u64| -> Vec<f32> { (0..n).map(|_| (rng.next_u32() % 7) as f32 - 3.0).collect() };
     let a = ints(c.inputs[0].elements());
     let b = ints(c.inputs[1].elements());
     let bias = c.bias.as_ref().map(|x| ints(x.elements()));
@@ -101,9 +98,21 @@ fn check(task: &Task, samples: usize, seed: u64) -> usize {
 fn conv2d_nhwc_padded_strided_and_stem_like() {
     for dtype in [DType::Fp16, DType::Bf16, DType::Tf32] {
         let mut n = 0;
-        n += check(&task("conv2d", "1,16,6,6,24,3,3,1,1", dtype, Epilogue::default()), 3, 1);
-        n += check(&task("conv2d", "2,8,7,5,16,3,3,2,1", dtype, Epilogue::default()), 3, 2);
-        n += check(&task("conv2d", "1,3,9,9,8,3,3,2,1", dtype, Epilogue::default()), 3, 3);
+        n += check(
+            &task("conv2d", "1,16,6,6,24,3,3,1,1", dtype, Epilogue::default()),
+            3,
+            1,
+        );
+        n += check(
+            &task("conv2d", "2,8,7,5,16,3,3,2,1", dtype, Epilogue::default()),
+            3,
+            2,
+        );
+        n += check(
+            &task("conv2d", "1,3,9,9,8,3,3,2,1", dtype, Epilogue::default()),
+            3,
+            3,
+        );
         let both = Epilogue {
             bias: true,
             relu: true,
@@ -122,8 +131,16 @@ fn matmuls_with_tails_and_batches() {
         };
         let mut n = 0;
         n += check(&task("matmul", "33,40,24", dtype, bias), 3, 5);
-        n += check(&task("matmul", "17,24,50", dtype, Epilogue::default()), 3, 6);
-        n += check(&task("batch_matmul", "3,20,16,32", dtype, Epilogue::default()), 3, 7);
+        n += check(
+            &task("matmul", "17,24,50", dtype, Epilogue::default()),
+            3,
+            6,
+        );
+        n += check(
+            &task("batch_matmul", "3,20,16,32", dtype, Epilogue::default()),
+            3,
+            7,
+        );
         assert!(n >= 9, "{dtype}: only {n} kernels checked");
     }
 }
@@ -186,7 +203,12 @@ fn rewrite(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt) -> Option<Stmt>) -> Vec<Stmt
 
 #[test]
 fn a_broken_pipeline_is_caught() {
-    let t = task("conv2d", "1,16,6,6,16,3,3,1,1", DType::Fp16, Epilogue::default());
+    let t = task(
+        "conv2d",
+        "1,16,6,6,16,3,3,1,1",
+        DType::Fp16,
+        Epilogue::default(),
+    );
     for stages in [2, 3, 4] {
         let s = State::tensor_core(
             MmaTiling {
@@ -211,13 +233,19 @@ fn a_broken_pipeline_is_caught() {
             }),
             other => Some(other.clone()),
         });
-        assert!(run(&t, &loose).is_err(), "stages {stages}: loose wait passed");
+        assert!(
+            run(&t, &loose).is_err(),
+            "stages {stages}: loose wait passed"
+        );
         // No barrier at all.
         let mut unsynced = kernel.clone();
         unsynced.body = rewrite(&kernel.body, &mut |s| match s {
             Stmt::Sync => None,
             other => Some(other.clone()),
         });
-        assert!(run(&t, &unsynced).is_err(), "stages {stages}: no barrier passed");
+        assert!(
+            run(&t, &unsynced).is_err(),
+            "stages {stages}: no barrier passed"
+        );
     }
 }
