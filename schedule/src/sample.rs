@@ -237,7 +237,7 @@ impl Sampler {
         match (&self.gemm, self.contraction.dtype.cuda_cores()) {
             (None, _) => false,
             (Some(_), false) => true,
-            (Some(_), true) => self.mma_rng.next_u64() % 4 != 0,
+            (Some(_), true) => !self.mma_rng.next_u64().is_multiple_of(4),
         }
     }
 
@@ -284,14 +284,14 @@ impl Sampler {
             k_steps,
             stages,
             vector: [1, 1],
-            swizzle: self.mma_rng.next_u64() % 4 != 0,
+            swizzle: !self.mma_rng.next_u64().is_multiple_of(4),
         };
         for input in 0..2 {
             let feasible: Vec<u32> = [8, 4, 2, 1]
                 .into_iter()
                 .filter(|&w| tiling.vector_feasible(input, w, &view, dtype))
                 .collect();
-            let widest = self.mma_rng.next_u64() % 4 != 0;
+            let widest = !self.mma_rng.next_u64().is_multiple_of(4);
             tiling.vector[input] = match feasible.as_slice() {
                 [] => 1,
                 [first, ..] if widest => *first,

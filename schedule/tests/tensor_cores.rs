@@ -249,3 +249,48 @@ fn a_broken_pipeline_is_caught() {
         );
     }
 }
+
+/// The printed kernels of three fixed states: an fp16 NHWC convolution (K-major B,
+/// padding predicates, a 3-stage pipeline), a bf16 matmul with a bias and a bf16
+/// output (`ldmatrix.trans` for its N-major B), a TF32 matmul under split-K (32-bit
+/// shared loads for its N-major B).
+#[test]
+fn generated_tensor_core_kernels_are_stable() {
+    let gpu = GpuSpec::h100();
+    let tiling = MmaTiling {
+        block_m: 32,
+        block_n: 32,
+        warps_m: 2,
+        warps_n: 1,
+        k_steps: 2,
+        stages: 3,
+        vector: [8, 8],
+        swizzle: true,
+    };
+    let conv = task(
+        "conv2d",
+        "1,32,8,8,32,3,3,1,1",
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let k = schedule::generate(&conv, &State::tensor_core(tiling, 1), &gpu).unwrap();
+    insta::assert_snapshot!("fp16_conv2d_nhwc", k.source);
+    let bias = Epilogue {
+        bias: true,
+        relu: false,
+    };
+    let mm = Task::new(parse_shape("matmul", "64,64,64").unwrap(), bias)
+        .unwrap()
+        .with_types(DType::Bf16, DType::Bf16, Layout::Nchw)
+        .unwrap();
+    let k = schedule::generate(&mm, &State::tensor_core(tiling, 1), &gpu).unwrap();
+    insta::assert_snapshot!("bf16_matmul_bias_bf16_out", k.source);
+    let tf = task("matmul", "64,64,64", DType::Tf32, Epilogue::default());
+    let tiling = MmaTiling {
+        vector: [4, 4],
+        stages: 2,
+        ..tiling
+    };
+    let k = schedule::generate(&tf, &State::tensor_core(tiling, 2), &gpu).unwrap();
+    insta::assert_snapshot!("tf32_matmul_split_k", k.source);
+}
