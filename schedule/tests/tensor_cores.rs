@@ -161,7 +161,7 @@ fn half_output_and_every_copy_width() {
                 block_m: 32,
                 block_n: 32,
                 warps_m: 2,
-                warps_n: 1,
+                warps_n: 2,
                 k_steps: 2,
                 stages: 3,
                 vector,
