@@ -134,6 +134,89 @@ fn every_sampled_state_passes_the_exact_check() {
 
 #[test]
 #[ignore = "needs a GPU (run by scripts/device-check)"]
+fn tensor_core_states_pass_the_exact_check() {
+    let cases: [(&str, &[&str]); 7] = [
+        (
+            "tc-fp16-conv-deep",
+            &["conv2d", "--shape", "1,512,7,7,512,3,3,1,1", "--bias"],
+        ),
+        (
+            "tc-fp16-conv-stem",
+            &["conv2d", "--shape", "1,3,224,224,64,7,7,2,3"],
+        ),
+        (
+            "tc-fp16-conv-1x1-stride2-half-out",
+            &[
+                "conv2d",
+                "--shape",
+                "1,256,56,56,128,1,1,2,0",
+                "--relu",
+                "--out-dtype",
+                "fp16",
+            ],
+        ),
+        (
+            "tc-bf16-conv-3x3",
+            &[
+                "conv2d",
+                "--shape",
+                "1,64,56,56,64,3,3,1,1",
+                "--dtype",
+                "bf16",
+            ],
+        ),
+        (
+            "tc-fp16-matmul-tails",
+            &["matmul", "--shape", "333,777,555"],
+        ),
+        (
+            "tc-tf32-matmul",
+            &["matmul", "--shape", "128,768,3072", "--dtype", "tf32"],
+        ),
+        (
+            "tc-bf16-batch-matmul-half-out",
+            &[
+                "batch_matmul",
+                "--shape",
+                "12,128,128,64",
+                "--dtype",
+                "bf16",
+                "--out-dtype",
+                "bf16",
+            ],
+        ),
+    ];
+    for (name, shape) in cases {
+        let mut args = shape.to_vec();
+        if !args.contains(&"--dtype") {
+            args.extend(["--dtype", "fp16"]);
+        }
+        args.extend([
+            "--layout",
+            "nhwc",
+            "--trials",
+            "24",
+            "--min-time-ms",
+            "2",
+            "--min-repeats",
+            "3",
+        ]);
+        let records = tune(name, &args);
+        assert_eq!(records.len(), 24, "{name}");
+        let tensor_core = records
+            .iter()
+            .filter(|r| r["state"].get("mma").is_some())
+            .count();
+        println!("{name}: {tensor_core} of 24 states use tensor cores");
+        assert!(tensor_core > 0, "{name}: no tensor-core state measured");
+        for r in &records {
+            assert_eq!(kind(r), None, "{name}: {} {}", r["state"], r["result"]);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU (run by scripts/device-check)"]
 fn injected_faults_become_their_error_kinds_and_the_run_finishes() {
     let records = tune(
         "faults",
