@@ -35,8 +35,10 @@ __device__ __forceinline__ unsigned short ts_from_f32(float f) { unsigned short 
 fn fragment_counts(body: &[Stmt], counts: &mut [usize; 2]) {
     for s in body {
         match s {
-            Stmt::LoadFragment { input, frag, .. } => {
-                counts[*input] = counts[*input].max(frag + 1);
+            Stmt::LoadFragment {
+                input, frag, count, ..
+            } => {
+                counts[*input] = counts[*input].max(frag + count);
             }
             Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
                 fragment_counts(body, counts)
@@ -391,7 +393,7 @@ impl Printer<'_> {
         out: &mut String,
         pad: &str,
         input: usize,
-        frag: usize,
+        (frag, count): (usize, usize),
         base: &Expr,
         row: &Expr,
         k: &Expr,
@@ -406,20 +408,28 @@ impl Printer<'_> {
         let e = layout.chunk_elements;
         let tf32 = self.kernel.params.dtype.bytes() == 4;
         if input == 1 && !k_major && tf32 {
-            for (reg, dk) in [(0, 0), (1, 4)] {
-                let at = tile_offset_c(
-                    layout,
-                    &format!("{k} + lane % 4 + {dk}"),
-                    &format!("{row} + lane / 4"),
-                );
-                let _ = writeln!(
-                    out,
-                    "{pad}frag_b[{frag}][{reg}] = reinterpret_cast<const unsigned*>(shared_pool)[{} + {base} + {at}];",
-                    self.kernel.tile_offsets[input]
-                );
+            for f in 0..count {
+                for (reg, dk) in [(0, 0), (1, 4)] {
+                    let at = tile_offset_c(
+                        layout,
+                        &format!("{k} + lane % 4 + {dk}"),
+                        &format!("{row} + {} + lane / 4", 8 * f),
+                    );
+                    let _ = writeln!(
+                        out,
+                        "{pad}frag_b[{}][{reg}] = reinterpret_cast<const unsigned*>(shared_pool)[{} + {base} + {at}];",
+                        frag + f,
+                        self.kernel.tile_offsets[input]
+                    );
+                }
             }
             return;
         }
+        // B registers of `count` fragments, in the order ldmatrix's matrices fill them.
+        let b_regs: Vec<String> = (0..count)
+            .flat_map(|f| (0..2).map(move |i| format!("frag_b[{}][{i}]", frag + f)))
+            .collect();
+        let pair = count == 2;
         let (r, c, shape, regs) = match (input, k_major) {
             (0, _) => (
                 format!("{row} + lane % 16"),
@@ -429,17 +439,27 @@ impl Printer<'_> {
                     .map(|i| format!("frag_a[{frag}][{i}]"))
                     .collect::<Vec<_>>(),
             ),
+            // Matrices: (n 0-7, k chunk 0), (n 0-7, chunk 1), then n 8-15 likewise.
             (_, true) => (
-                format!("{row} + lane % 8"),
+                if pair {
+                    format!("{row} + lane % 8 + lane / 16 * 8")
+                } else {
+                    format!("{row} + lane % 8")
+                },
                 format!("{k} + lane / 8 % 2 * {e}"),
-                "x2",
-                (0..2).map(|i| format!("frag_b[{frag}][{i}]")).collect(),
+                if pair { "x4" } else { "x2" },
+                b_regs,
             ),
+            // Matrices: (k 0-7, n chunk 0), (k 8-15, chunk 0), then the next 8 columns.
             (_, false) => (
                 format!("{k} + lane % 16"),
-                row.clone(),
-                "x2.trans",
-                (0..2).map(|i| format!("frag_b[{frag}][{i}]")).collect(),
+                if pair {
+                    format!("{row} + lane / 16 * 8")
+                } else {
+                    row.clone()
+                },
+                if pair { "x4.trans" } else { "x2.trans" },
+                b_regs,
             ),
         };
         let at = format!("{base} + {}", tile_offset_c(layout, &r, &c));
@@ -592,13 +612,24 @@ impl Printer<'_> {
             Stmt::LoadFragment {
                 input,
                 frag,
+                count,
                 base,
                 row,
                 k,
                 layout,
                 k_step: _,
                 k_major,
-            } => self.load_fragment(out, &pad, *input, *frag, base, row, k, layout, *k_major),
+            } => self.load_fragment(
+                out,
+                &pad,
+                *input,
+                (*frag, *count),
+                base,
+                row,
+                k,
+                layout,
+                *k_major,
+            ),
             Stmt::Mma { acc, a, b } => {
                 let shape = match self.kernel.params.dtype {
                     DType::Fp16 => "m16n8k16.row.col.f32.f16.f16.f32",

@@ -478,6 +478,7 @@ impl Block<'_> {
                 Stmt::LoadFragment {
                     input,
                     frag,
+                    count,
                     base,
                     row,
                     k,
@@ -485,31 +486,35 @@ impl Block<'_> {
                     k_step,
                     k_major,
                 } => {
+                    let (rows, cols) = if *input == 0 {
+                        (16, *k_step)
+                    } else {
+                        (*k_step, 8)
+                    };
+                    let stride = if *input == 0 { 16 } else { 8 };
                     for t in threads.clone().filter(|&t| active[t]) {
-                        let (b, r0, k0) = (self.eval(base, t), self.eval(row, t), self.eval(k, t));
-                        let (rows, cols) = if *input == 0 {
-                            (16, *k_step)
-                        } else {
-                            (*k_step, 8)
-                        };
-                        let mut values = Vec::with_capacity((rows * cols) as usize);
-                        for r in 0..rows {
-                            for c in 0..cols {
-                                // (tile row, tile column) of operand element (r, c).
-                                let (tr, tc) = match (*input, *k_major) {
-                                    (0, _) => (r0 + r, k0 + c),
-                                    (_, true) => (r0 + c, k0 + r),
-                                    (_, false) => (k0 + r, r0 + c),
-                                };
-                                let at = b + layout.offset(tr, tc);
-                                values.push(self.read_shared(*input, at, t)?);
+                        let (b, k0) = (self.eval(base, t), self.eval(k, t));
+                        for f in 0..*count {
+                            let r0 = self.eval(row, t) + (stride * f) as i64;
+                            let mut values = Vec::with_capacity((rows * cols) as usize);
+                            for r in 0..rows {
+                                for c in 0..cols {
+                                    // (tile row, tile column) of operand element (r, c).
+                                    let (tr, tc) = match (*input, *k_major) {
+                                        (0, _) => (r0 + r, k0 + c),
+                                        (_, true) => (r0 + c, k0 + r),
+                                        (_, false) => (k0 + r, r0 + c),
+                                    };
+                                    let at = b + layout.offset(tr, tc);
+                                    values.push(self.read_shared(*input, at, t)?);
+                                }
                             }
+                            let slots = &mut self.fragments[*input][t];
+                            if slots.len() <= frag + f {
+                                slots.resize(frag + f + 1, None);
+                            }
+                            slots[frag + f] = Some(values);
                         }
-                        let slots = &mut self.fragments[*input][t];
-                        if slots.len() <= *frag {
-                            slots.resize(*frag + 1, None);
-                        }
-                        slots[*frag] = Some(values);
                     }
                 }
                 Stmt::Mma { acc, a, b } => {

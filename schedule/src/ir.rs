@@ -122,10 +122,13 @@ pub enum Stmt {
     /// B operand is rows `row..row+8` (its N), columns `k..`; an N-major B operand is
     /// rows `k..k+k_step`, columns `row..row+8`. Element positions go through `layout`
     /// from `base`, the stage's first element. Semantically every lane holds the
-    /// whole fragment; the printed code distributes it as `ldmatrix` does.
+    /// whole fragment; the printed code distributes it as `ldmatrix` does. `count`
+    /// consecutive fragments are loaded at once (`frag..frag+count`, each 16 or 8
+    /// rows further): two B fragments make one `ldmatrix.x4`.
     LoadFragment {
         input: usize,
         frag: usize,
+        count: usize,
         base: Expr,
         row: Expr,
         k: Expr,

@@ -386,6 +386,7 @@ impl<'a> MmaLowering<'a> {
                 body.push(Stmt::LoadFragment {
                     input: 0,
                     frag: i,
+                    count: 1,
                     base: base_a.clone(),
                     row: self.scope.add(wm.clone(), Expr::Const(16 * i as i64)),
                     k: k.clone(),
@@ -394,10 +395,12 @@ impl<'a> MmaLowering<'a> {
                     k_major: true,
                 });
             }
-            for j in 0..t.tiles_n() as usize {
+            // B fragments in pairs (one `ldmatrix.x4`), a last odd one alone.
+            for j in (0..t.tiles_n() as usize).step_by(2) {
                 body.push(Stmt::LoadFragment {
                     input: 1,
                     frag: j,
+                    count: (t.tiles_n() as usize - j).min(2),
                     base: base_b.clone(),
                     row: self.scope.add(wn.clone(), Expr::Const(8 * j as i64)),
                     k: k.clone(),
