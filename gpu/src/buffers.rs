@@ -10,12 +10,18 @@
 //! and is the one checked; the others are device-to-device copies of its inputs, rotated
 //! between timed launches so that L2 does not serve a working set it would not hold in
 //! a real network (see `copy_count` for how many). Checks poison the output of copy 0
-//! (every float NaN) before the kernel runs, so an element it never writes cannot pass.
+//! (every element the NaN of its type) before the kernel runs, so an element it never
+//! writes cannot pass.
+//!
+//! Buffers hold the problem's element types (inputs and bias in `Problem::dtype`, the
+//! output in `Problem::out_dtype`), sized in bytes by them; inputs are encoded on upload
+//! and outputs decoded to f32, so that expected and candidate outputs compare as f32
+//! values (exactly: fp16 and bf16 widen to f32 without rounding).
 
-use crate::check::{Mismatch, Problem, first_mismatch};
+use crate::check::{Mismatch, Problem, first_inexact, first_mismatch};
 use crate::cuda::{Buffer, Context, CudaError, Function};
 use crate::device::DeviceInfo;
-use schedule::LaunchConfig;
+use schedule::{DType, LaunchConfig};
 use thiserror::Error;
 
 /// Most buffer copies kept for rotation.
@@ -45,6 +51,18 @@ pub enum ReferenceError {
     /// It left an element NaN or infinite (unwritten, or a broken reference).
     #[error("the reference kernel left output[{index}] = {value}")]
     NotFinite { index: usize, value: f32 },
+    /// It left an element that is not an integer of magnitude below `limit`, so not
+    /// provably exact in the output type: the input values failed to bound the sums
+    /// (see `check`), and a rounded expected value could hide a candidate's error.
+    #[error(
+        "the reference kernel left output[{index}] = {value}, not an integer of magnitude below {limit} (exact in {dtype}): the check's inputs do not bound this problem's sums"
+    )]
+    Inexact {
+        index: usize,
+        value: f32,
+        dtype: DType,
+        limit: u32,
+    },
 }
 
 /// The rotated copies of one problem's buffers; see the module doc.
@@ -54,20 +72,19 @@ pub struct BufferSets {
 }
 
 impl BufferSets {
-    /// Allocates `copy_count` sets of `problem`'s buffers on `ctx`, uploads the
-    /// problem's input values to set 0 and copies them to the others; returns once the
-    /// copies are complete. Outputs are left uninitialized.
+    /// Allocates `copy_count` sets of `problem`'s buffers on `ctx` in its element types,
+    /// uploads the problem's input values (encoded) to set 0 and copies them to the
+    /// others; returns once the copies are complete. Outputs are left uninitialized.
     pub fn new(
         ctx: &Context,
         problem: &Problem,
         device: &DeviceInfo,
     ) -> Result<BufferSets, CudaError> {
         let alloc_set = || -> Result<Vec<Buffer>, CudaError> {
-            problem
-                .inputs
-                .iter()
-                .chain([&problem.output])
-                .map(|&len| ctx.alloc(len))
+            let inputs = problem.inputs.iter().map(|&len| (len, problem.dtype));
+            inputs
+                .chain([(problem.output, problem.out_dtype)])
+                .map(|(len, dtype)| ctx.alloc_typed(len, dtype))
                 .collect()
         };
         let first = alloc_set()?;
@@ -122,9 +139,9 @@ impl BufferSets {
         ctx.launch(function, config, &params, &[])
     }
 
-    /// The output that `run` leaves in set 0: poisons the output first, then runs
-    /// `run` on set 0 and downloads the output. For routines that launch themselves
-    /// (vendor libraries); kernels go through `run_reference` and `check`.
+    /// The output that `run` leaves in set 0, decoded to f32: poisons the output first,
+    /// then runs `run` on set 0 and downloads the output. For routines that launch
+    /// themselves (vendor libraries); kernels go through `run_reference` and `check`.
     pub fn output_of<E: From<CudaError>>(
         &self,
         ctx: &Context,
@@ -136,8 +153,9 @@ impl BufferSets {
     }
 
     /// Runs the reference kernel on set 0 (output poisoned, then zeroed if the launch
-    /// asks for it) and returns its output, the expected one of every candidate; an
-    /// element left NaN or infinite is an error, since no candidate could match it.
+    /// asks for it) and returns its output decoded to f32, the expected one of every
+    /// candidate. An element left NaN or infinite is an error, since no candidate could
+    /// match it; so is one not provably exact in the output type (`check`'s rule).
     pub fn run_reference(
         &self,
         ctx: &Context,
@@ -145,7 +163,7 @@ impl BufferSets {
         config: LaunchConfig,
     ) -> Result<Vec<f32>, ReferenceError> {
         let expected = self.output_of(ctx, |_| self.launch(ctx, function, config, 0))?;
-        finite(expected)
+        exact(expected, self.output(0).dtype)
     }
 
     /// Runs a candidate on set 0 like the reference and compares its output with
@@ -162,12 +180,21 @@ impl BufferSets {
     }
 }
 
-/// `output`, unless an element is NaN or infinite.
-fn finite(output: Vec<f32>) -> Result<Vec<f32>, ReferenceError> {
-    match output.iter().position(|v| !v.is_finite()) {
-        Some(index) => Err(ReferenceError::NotFinite {
+/// `output`, unless an element is NaN or infinite, or not an integer exact in
+/// `dtype` (`check::first_inexact`).
+fn exact(output: Vec<f32>, dtype: DType) -> Result<Vec<f32>, ReferenceError> {
+    if let Some(index) = output.iter().position(|v| !v.is_finite()) {
+        return Err(ReferenceError::NotFinite {
             index,
             value: output[index],
+        });
+    }
+    match first_inexact(&output, dtype) {
+        Some((index, limit)) => Err(ReferenceError::Inexact {
+            index,
+            value: output[index],
+            dtype,
+            limit,
         }),
         None => Ok(output),
     }
@@ -226,11 +253,35 @@ mod tests {
 
     #[test]
     fn a_reference_output_must_be_finite() {
-        assert_eq!(finite(vec![1.0, -2.0]).unwrap(), vec![1.0, -2.0]);
-        let e = finite(vec![1.0, f32::NAN, f32::INFINITY]).unwrap_err();
+        let f32 = DType::F32;
+        assert_eq!(exact(vec![1.0, -2.0], f32).unwrap(), vec![1.0, -2.0]);
+        let e = exact(vec![1.0, f32::NAN, f32::INFINITY], f32).unwrap_err();
         assert!(matches!(e, ReferenceError::NotFinite { index: 1, .. }));
         assert_eq!(e.to_string(), "the reference kernel left output[1] = NaN");
-        let e = finite(vec![f32::NEG_INFINITY]).unwrap_err();
+        let e = exact(vec![f32::NEG_INFINITY], DType::Fp16).unwrap_err();
         assert_eq!(e.to_string(), "the reference kernel left output[0] = -inf");
+    }
+
+    #[test]
+    fn a_reference_output_must_be_exact_in_its_type() {
+        assert!(exact(vec![2047.0, -2047.0, 255.0], DType::Fp16).is_ok());
+        let e = exact(vec![3.0, 256.0], DType::Bf16).unwrap_err();
+        assert!(matches!(
+            e,
+            ReferenceError::Inexact {
+                index: 1,
+                limit: 256,
+                dtype: DType::Bf16,
+                ..
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "the reference kernel left output[1] = 256, not an integer of magnitude below 256 (exact in bf16): the check's inputs do not bound this problem's sums"
+        );
+        assert!(matches!(
+            exact(vec![0.5], DType::F32),
+            Err(ReferenceError::Inexact { index: 0, .. })
+        ));
     }
 }

@@ -5,10 +5,14 @@
 //!
 //! Only the measurement worker process uses this module: a faulting kernel poisons the
 //! context, and the process is then ended rather than recovered.
+//!
+//! A buffer knows its element type: uploads and downloads take and give f32 values and
+//! encode or decode them (`element`), so that callers compare in f32 whatever the type.
 
+use crate::element;
 use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys;
-use schedule::LaunchConfig;
+use schedule::{DType, LaunchConfig};
 use std::ffi::{CString, c_void};
 use thiserror::Error;
 
@@ -100,46 +104,77 @@ impl Context {
 
     /// A device buffer of `len` floats (uninitialized).
     pub fn alloc(&self, len: usize) -> Result<Buffer, CudaError> {
-        let bytes = len.max(1) * 4;
-        // SAFETY: a plain allocation in the current context.
-        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(err("cuMemAlloc"))?;
-        Ok(Buffer { ptr, len })
+        self.alloc_typed(len, DType::F32)
     }
 
+    /// A device buffer of `len` elements of `dtype` (uninitialized).
+    pub fn alloc_typed(&self, len: usize, dtype: DType) -> Result<Buffer, CudaError> {
+        let bytes = len.max(1) * dtype.bytes() as usize;
+        // SAFETY: a plain allocation in the current context.
+        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(err("cuMemAlloc"))?;
+        Ok(Buffer { ptr, len, dtype })
+    }
+
+    /// Uploads `src`, encoded in `dst`'s element type.
     pub fn upload(&self, dst: &Buffer, src: &[f32]) -> Result<(), CudaError> {
         assert_eq!(dst.len, src.len(), "upload size");
-        // SAFETY: `dst` holds exactly `src.len()` floats.
+        self.upload_bytes(dst, &element::encode(src, dst.dtype))
+    }
+
+    /// Uploads raw element bytes (exactly the buffer's size).
+    pub fn upload_bytes(&self, dst: &Buffer, src: &[u8]) -> Result<(), CudaError> {
+        assert_eq!(dst.bytes(), src.len(), "upload size in bytes");
+        // SAFETY: `dst` holds exactly `src.len()` bytes.
         unsafe { result::memcpy_htod_sync(dst.ptr, src) }.map_err(err("cuMemcpyHtoD"))
     }
 
+    /// The buffer's elements as f32 values (decoded from its element type), once the
+    /// stream's work is done.
     pub fn download(&self, src: &Buffer) -> Result<Vec<f32>, CudaError> {
+        Ok(element::decode(&self.download_bytes(src)?, src.dtype))
+    }
+
+    /// The buffer's raw element bytes, once the stream's work is done.
+    pub fn download_bytes(&self, src: &Buffer) -> Result<Vec<u8>, CudaError> {
         self.synchronize()?;
-        let mut out = vec![0.0f32; src.len];
-        // SAFETY: `src` holds exactly `out.len()` floats.
+        let mut out = vec![0u8; src.bytes()];
+        // SAFETY: `src` holds exactly `out.len()` bytes.
         unsafe { result::memcpy_dtoh_sync(&mut out, src.ptr) }.map_err(err("cuMemcpyDtoH"))?;
         Ok(out)
     }
 
     pub fn copy(&self, dst: &Buffer, src: &Buffer) -> Result<(), CudaError> {
-        assert_eq!(dst.len, src.len, "copy size");
-        // SAFETY: both buffers are live and of the same size.
-        unsafe { result::memcpy_dtod_sync(dst.ptr, src.ptr, src.len * 4) }
+        assert_eq!(dst.bytes(), src.bytes(), "copy size");
+        // SAFETY: both buffers are live and of the same size in bytes.
+        unsafe { result::memcpy_dtod_sync(dst.ptr, src.ptr, src.bytes()) }
             .map_err(err("cuMemcpyDtoD"))
     }
 
-    /// Fills `buffer` with the bytes 0xFF: every float reads as NaN.
+    /// Fills `buffer` with the quiet NaN of its element type (`element::nan_bits`), so
+    /// that every element a kernel leaves unwritten decodes to NaN.
     pub fn poison(&self, buffer: &Buffer) -> Result<(), CudaError> {
-        // SAFETY: the buffer is live; any byte pattern is a valid float.
-        unsafe { result::memset_d8_async(buffer.ptr, 0xFF, buffer.len * 4, self.stream) }
-            .map_err(err("cuMemsetD8"))
+        let bits = element::nan_bits(buffer.dtype);
+        let (call, result) = match buffer.dtype.bytes() {
+            // SAFETY: the buffer is live and holds `len` 16-bit elements; the stream
+            // belongs to the current context.
+            2 => ("cuMemsetD16Async", unsafe {
+                sys::cuMemsetD16Async(buffer.ptr, bits as u16, buffer.len, self.stream)
+            }),
+            // SAFETY: as above, with `len` 32-bit elements.
+            _ => ("cuMemsetD32Async", unsafe {
+                sys::cuMemsetD32Async(buffer.ptr, bits, buffer.len, self.stream)
+            }),
+        };
+        result.result().map_err(err(call))
     }
 
-    /// Enqueues the zeroing of `buffer` (every float 0.0) on the context's stream, so
-    /// that it runs right before the next launch and between the same timing events:
-    /// split-K kernels add into their output, and zeroing it is part of the operation.
+    /// Enqueues the zeroing of `buffer` (every element +0.0, in any type) on the
+    /// context's stream, so that it runs right before the next launch and between the
+    /// same timing events: split-K kernels add into their output, and zeroing it is part
+    /// of the operation.
     pub fn zero(&self, buffer: &Buffer) -> Result<(), CudaError> {
-        // SAFETY: the buffer is live; all-zero bytes are the float 0.0.
-        unsafe { result::memset_d8_async(buffer.ptr, 0, buffer.len * 4, self.stream) }
+        // SAFETY: the buffer is live; all-zero bytes are +0.0 in every element type.
+        unsafe { result::memset_d8_async(buffer.ptr, 0, buffer.bytes(), self.stream) }
             .map_err(err("cuMemsetD8"))
     }
 
@@ -202,13 +237,20 @@ impl Context {
     }
 }
 
-/// Device memory holding `len` floats, freed on drop.
+/// Device memory holding `len` elements of `dtype`, freed on drop.
 pub struct Buffer {
     ptr: sys::CUdeviceptr,
+    /// Elements, not bytes.
     pub len: usize,
+    pub dtype: DType,
 }
 
 impl Buffer {
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.len * self.dtype.bytes() as usize
+    }
+
     /// The device address, for vendor libraries that take raw pointers.
     pub fn device_ptr(&self) -> sys::CUdeviceptr {
         self.ptr

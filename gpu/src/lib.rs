@@ -2,6 +2,8 @@
 //! GPU needed), reading the compiled kernel's resource usage, and measuring kernels on a
 //! GPU in isolated worker processes (exact correctness check against a reference kernel,
 //! then timing), with the client side that starts, feeds, times out and restarts them.
+//! Buffers hold the task's element type (`element` encodes and decodes); checks compare
+//! in f32.
 
 pub mod buffers;
 pub mod check;
@@ -9,6 +11,7 @@ pub mod compile;
 pub mod cubin;
 pub mod cuda;
 pub mod device;
+pub mod element;
 pub mod nvrtc_lib;
 pub mod pool;
 pub mod protocol;

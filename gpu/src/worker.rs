@@ -5,14 +5,15 @@
 //! the worker when an answer is late.
 //!
 //! Per task the worker keeps the buffers (`buffers::BufferSets`: the inputs, small
-//! integers, in copies rotated between timed launches) and the reference kernel's
-//! output. Candidates are launched by `BufferSets::launch`, as the benchmark launches
-//! them: a launch with `zero_output` (split-K: the kernel adds into its output) gets
-//! its output zeroed on the same stream right before every run, the check's and each
-//! timed one's, so the memset is timed as part of the operation. A simulated
-//! backend speaks the same protocol without a GPU, for tests of the tuner's side.
+//! integers in the task's element type, in copies rotated between timed launches) and
+//! the reference kernel's output, decoded to f32. Candidates are launched by
+//! `BufferSets::launch`, as the benchmark launches them: a launch with `zero_output`
+//! (split-K: the kernel adds into its output) gets its output zeroed on the same stream
+//! right before every run, the check's and each timed one's, so the memset is timed as
+//! part of the operation. A simulated backend speaks the same protocol without a GPU,
+//! for tests of the tuner's side.
 
-use crate::buffers::BufferSets;
+use crate::buffers::{BufferSets, ReferenceError};
 use crate::check::Problem;
 use crate::cuda::{self, Context, CudaError, Module};
 use crate::device::DeviceInfo;
@@ -130,14 +131,22 @@ impl CudaBackend {
         Ok((backend, device))
     }
 
-    /// Allocates and fills the buffers of `problem` and runs the reference kernel.
-    fn prepare(&mut self, problem: &Problem, reference: &KernelImage) -> Result<(), String> {
+    /// Allocates and fills the buffers of `problem` and runs the reference kernel. An
+    /// error comes with whether the context is lost: a reference output that cannot be
+    /// the expected one (`ReferenceError::NotFinite`, `Inexact`) leaves it intact.
+    fn prepare(
+        &mut self,
+        problem: &Problem,
+        reference: &KernelImage,
+    ) -> Result<(), (String, bool)> {
         self.current = None;
         let ctx = &self.ctx;
-        let cuda = |e: CudaError| e.to_string();
+        let cuda = |e: CudaError| (e.to_string(), true);
         let sets = BufferSets::new(ctx, problem, &self.device).map_err(cuda)?;
-        let image = std::fs::read(&reference.cubin)
-            .map_err(|e| format!("reference cubin {}: {e}", reference.cubin.display()))?;
+        let image = std::fs::read(&reference.cubin).map_err(|e| {
+            let message = format!("reference cubin {}: {e}", reference.cubin.display());
+            (message, true)
+        })?;
         let module = ctx.load(&image).map_err(cuda)?;
         let function = module
             .function(&reference.name, reference.launch.dynamic_shared_bytes)
@@ -146,7 +155,10 @@ impl CudaBackend {
         // reference of its own SASS reorderings).
         let expected = sets
             .run_reference(ctx, &function, reference.launch)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| {
+                let fatal = matches!(e, ReferenceError::Cuda(_));
+                (e.to_string(), fatal)
+            })?;
         self.current = Some(Buffers {
             problem: problem.clone(),
             reference: reference.clone(),
@@ -163,9 +175,9 @@ impl Backend for CudaBackend {
             .current
             .as_ref()
             .is_some_and(|b| b.problem == request.problem && b.reference == request.reference);
-        if !reusable && let Err(e) = self.prepare(&request.problem, &request.reference) {
+        if !reusable && let Err((e, fatal)) = self.prepare(&request.problem, &request.reference) {
             let message = format!("reference kernel failed: {e}");
-            return (Outcome::error(ErrorKind::Launch, message), true);
+            return (Outcome::error(ErrorKind::Launch, message), fatal);
         }
         let buffers = self.current.as_ref().expect("prepared above");
         let candidate = &request.candidate;

@@ -1,10 +1,13 @@
 //! Every state sampled for every `resnet` and `yolo` layer and several matmul and batch
 //! matmul shapes validates, generates CUDA and compiles with NVRTC for sm_90, with zero
 //! failures; the resources read from the cubin agree with ptxas's own report; almost no
-//! kernel needs local memory. Needs NVRTC (scripts/setup.sh installs it), not a GPU.
+//! kernel needs local memory; the reference kernels of fp16, bf16 and TF32 tasks (half
+//! data as raw bits converted by inline PTX) compile too. Needs NVRTC (scripts/setup.sh
+//! installs it), not a GPU.
 
 use rayon::prelude::*;
-use schedule::{Epilogue, GpuSpec, Sampler, Task, generate, network, parse_shape};
+use schedule::reference::reference_kernel;
+use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, Task, generate, network, parse_shape};
 
 const STATES_PER_TASK: usize = 20;
 
@@ -146,4 +149,40 @@ fn source_errors_come_back_with_the_log() {
 fn nvrtc_reports_cuda_13() {
     let (major, _) = gpu::nvrtc_lib::version().unwrap();
     assert_eq!(major, 13);
+}
+
+#[test]
+fn reference_kernels_of_every_element_type_compile_for_sm_90() {
+    let bias_relu = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let conv = Task::new(
+        parse_shape("conv2d", "1,64,56,56,128,3,3,2,1").unwrap(),
+        bias_relu,
+    )
+    .unwrap();
+    let matmul = Task::new(parse_shape("matmul", "333,777,555").unwrap(), bias_relu).unwrap();
+    let batch = Task::new(
+        parse_shape("batch_matmul", "12,128,64,128").unwrap(),
+        Epilogue::default(),
+    )
+    .unwrap();
+    let typed = [
+        (conv, DType::Fp16, DType::Fp16),
+        (conv, DType::Fp16, DType::F32),
+        (conv, DType::Bf16, DType::Bf16),
+        (conv, DType::Bf16, DType::F32),
+        (conv, DType::Tf32, DType::F32),
+        (matmul, DType::Fp16, DType::Fp16),
+        (matmul, DType::Fp16, DType::F32),
+        (batch, DType::Fp16, DType::Fp16),
+    ];
+    for (task, dtype, out_dtype) in typed {
+        let task = task.with_types(dtype, out_dtype, Layout::Nhwc).unwrap();
+        let k = reference_kernel(&task);
+        let compiled = gpu::compile(&k.source, &k.name, "sm_90")
+            .unwrap_or_else(|e| panic!("{task}: {e}\n{}", k.source));
+        assert_eq!(compiled.resources.stack_frame_bytes, 0, "{task}");
+    }
 }
