@@ -51,7 +51,8 @@ pub(crate) struct Geometry<'a> {
 impl<'a> Geometry<'a> {
     /// The geometry, or None when the state is too malformed to describe.
     pub(crate) fn new(c: &Contraction, state: &'a State) -> Option<Self> {
-        if !describable(c, state) {
+        // The CUDA-core sketch's geometry: a tensor-core state has none.
+        if state.mma.is_some() || !describable(c, state) {
             return None;
         }
         let tiling = Tiling::new(c, state);

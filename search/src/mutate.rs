@@ -101,6 +101,9 @@ fn mutate_tile(state: &mut State, c: &Contraction, gpu: &GpuSpec, rng: &mut ChaC
 /// Lowers each input's fetch vector width to the widest one the (changed) tiles still
 /// allow.
 pub fn fit_vector_widths(c: &Contraction, s: &mut State) {
+    if s.mma.is_some() {
+        return;
+    }
     let tiling = Tiling::new(c, s);
     for input in 0..2 {
         s.vector_width[input] = VECTOR_WIDTHS
