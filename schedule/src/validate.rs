@@ -114,6 +114,9 @@ const STEPS_IN_FLIGHT: u64 = 4;
 /// reduction steps in flight (one value per register-tile position along the axes that
 /// index each input), and the addressing overhead.
 pub fn register_estimate(c: &Contraction, state: &State) -> u64 {
+    if let Some(mma) = &state.mma {
+        return mma.register_estimate();
+    }
     let operand = |input: usize| -> u64 {
         state
             .spatial
@@ -148,6 +151,10 @@ pub fn register_estimate(c: &Contraction, state: &State) -> u64 {
 /// Whether register prefetch can apply: every fetch loop unrolled (registers need
 /// compile-time indices) and at least two stages per block.
 pub fn prefetch_feasible(c: &Contraction, state: &State) -> bool {
+    if state.mma.is_some() {
+        // The tensor-core sketch pipelines with cp.async instead.
+        return false;
+    }
     let tiling = Tiling::new(c, state);
     let unrolled = (0..2).all(|i| {
         crate::tiling::fetch_unrolled(

@@ -350,4 +350,32 @@ mod tests {
         fit_split_k(&c, &mut s);
         assert_eq!(s.split_k, 16);
     }
+
+    #[test]
+    fn mutating_tensor_core_states_never_panics() {
+        use schedule::{DType, Layout, Sampler};
+        let gpu = GpuSpec::h100();
+        for (op, shape) in [
+            ("conv2d", "1,512,7,7,512,3,3,1,1"),
+            ("matmul", "333,777,555"),
+        ] {
+            let task = schedule::Task::new(
+                schedule::parse_shape(op, shape).unwrap(),
+                Default::default(),
+            )
+            .unwrap()
+            .with_types(DType::Fp16, DType::F32, Layout::Nhwc)
+            .unwrap();
+            let c = task.contraction();
+            let states = Sampler::new(&task, &gpu, 1).sample_distinct(20);
+            let mut rng = ChaCha8Rng::seed_from_u64(3);
+            for s in &states {
+                for _ in 0..50 {
+                    if let Some(m) = mutate(s, &c, &gpu, &mut rng) {
+                        assert_eq!(validate(&c, &m, &gpu), Ok(()));
+                    }
+                }
+            }
+        }
+    }
 }
