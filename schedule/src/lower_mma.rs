@@ -303,19 +303,6 @@ impl<'a> MmaLowering<'a> {
                 );
                 let mut valid = copy.side_valid.clone();
                 valid.extend(self.scope.bound(&kk, 0, self.view.k as i64));
-                let red_ext: Vec<i64> = self
-                    .c
-                    .reduction
-                    .iter()
-                    .map(|a| i64::from(a.extent))
-                    .collect();
-                let red_names: Vec<String> = self
-                    .c
-                    .reduction
-                    .iter()
-                    .map(|a| format!("{tensor}_{}{r}", a.name))
-                    .collect();
-                let red = decompose(&mut self.scope, &mut copy_body, kk, &red_ext, &red_names);
                 let mut spatial = vec![Expr::Const(0); self.c.spatial.len()];
                 for (&a, x) in self.view.batch_axes.iter().zip(batch) {
                     spatial[a] = x.clone();
@@ -323,8 +310,45 @@ impl<'a> MmaLowering<'a> {
                 for (a, x) in &copy.side_coords {
                     spatial[*a] = x.clone();
                 }
-                let mut global = Expr::Const(0);
-                for (d, (index, stride)) in access.index.iter().zip(access.strides()).enumerate() {
+                // Dimensions that are the flattened reduction itself (conv2d's KRSC
+                // weights after K, matmul's K) add `kk` as it is: no decomposition and
+                // no bounds beyond `kk < K`.
+                let lead = flat_reduction_lead(access, self.c);
+                let red = if lead.is_some() {
+                    vec![Expr::Const(0); self.c.reduction.len()]
+                } else {
+                    let red_ext: Vec<i64> = self
+                        .c
+                        .reduction
+                        .iter()
+                        .map(|a| i64::from(a.extent))
+                        .collect();
+                    let red_names: Vec<String> = self
+                        .c
+                        .reduction
+                        .iter()
+                        .map(|a| format!("{tensor}_{}{r}", a.name))
+                        .collect();
+                    decompose(
+                        &mut self.scope,
+                        &mut copy_body,
+                        kk.clone(),
+                        &red_ext,
+                        &red_names,
+                    )
+                };
+                let dims = lead.unwrap_or(access.index.len());
+                let mut global = match lead {
+                    Some(_) => kk.clone(),
+                    None => Expr::Const(0),
+                };
+                for (d, (index, stride)) in access
+                    .index
+                    .iter()
+                    .zip(access.strides())
+                    .enumerate()
+                    .take(dims)
+                {
                     let g = affine_terms(&self.scope, index, &spatial, &red);
                     let g = self.scope.add(g, Expr::Const(index.offset));
                     let g = bind(
@@ -532,6 +556,24 @@ impl<'a> MmaLowering<'a> {
         ));
         head
     }
+}
+
+/// When `access`'s last dimensions are exactly the reduction axes in order (each
+/// indexed by its axis alone, with the axis's extent), their row-major offset is the
+/// flattened reduction index itself: the number of dimensions before them, provided
+/// those do not use the reduction.
+fn flat_reduction_lead(access: &crate::task::Access, c: &Contraction) -> Option<usize> {
+    use crate::task::AxisRef;
+    let r = c.reduction.len();
+    let lead = access.index.len().checked_sub(r)?;
+    let suffix_ok = (0..r).all(|i| {
+        access.index[lead + i].is_axis(AxisRef::Reduction(i))
+            && access.shape[lead + i] == c.reduction[i].extent
+    });
+    let lead_free = access.index[..lead]
+        .iter()
+        .all(|ix| (0..r).all(|i| ix.coeff(AxisRef::Reduction(i)) == 0));
+    (suffix_ok && lead_free).then_some(lead)
 }
 
 /// `layout.offset(row, col)` as an expression.
