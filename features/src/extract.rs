@@ -11,10 +11,15 @@
 //! inner product's reads address the tiles through their layout strides (see `fetch`
 //! and `shared_reads`); the layout itself (transposed, row padding, store width) is in
 //! the row too, and the padding in the shared bytes that bound occupancy.
+//!
+//! Tensor-core states (`State::mma`) are described by `mma`, into the same row: the
+//! features both sketches share are filled by the same helpers here (registers,
+//! occupancy, waves), the CUDA-core-only ones stay 0 (see `table`).
 
 use crate::fetch::{FetchCost, fetch_cost};
 use crate::geometry::Geometry;
 use crate::indexing::{Indexing, touched_elements};
+use crate::mma::MmaTask;
 use crate::occupancy::{Occupancy, SCHEDULERS_PER_SM, waves};
 use crate::shared_reads::{ReadCost, read_cost};
 use crate::store::{Output, StoreCost, store_cost};
@@ -41,12 +46,14 @@ fn fma_lanes_per_sm(gpu: &GpuSpec) -> f64 {
 /// Computes the analytical features of states of one task on one GPU.
 #[derive(Debug, Clone)]
 pub struct FeatureExtractor {
-    contraction: Contraction,
-    gpu: GpuSpec,
-    inputs: [Indexing; 2],
+    pub(crate) contraction: Contraction,
+    pub(crate) gpu: GpuSpec,
+    pub(crate) inputs: [Indexing; 2],
     output: Output,
+    /// The task as the tensor-core features see it (None: no GEMM view).
+    pub(crate) mma: Option<MmaTask>,
     /// The row's task-level features, shared by every state.
-    task_row: FeatureRow,
+    pub(crate) task_row: FeatureRow,
 }
 
 impl FeatureExtractor {
@@ -63,10 +70,15 @@ impl FeatureExtractor {
             task_reduction_elements: c.reduction.iter().map(|a| f64::from(a.extent)).product(),
             task_bias: flag(task.epilogue.bias),
             task_relu: flag(task.epilogue.relu),
+            task_element_bytes: f64::from(c.dtype.bytes()),
+            task_output_element_bytes: f64::from(c.out_dtype.bytes()),
+            // The CUDA-core sketch moves floats (the tensor-core features use the
+            // task's element sizes instead).
             ideal_global_bytes: (touched_inputs + bias_elements + output_elements) * FLOAT_BYTES,
             ..FeatureRow::default()
         };
         FeatureExtractor {
+            mma: MmaTask::new(&c, touched_inputs, bias_elements),
             inputs: [Indexing::new(&c.inputs[0]), Indexing::new(&c.inputs[1])],
             output: Output::new(&c),
             contraction: c,
@@ -75,15 +87,77 @@ impl FeatureExtractor {
         }
     }
 
-    /// Features of one state; every value finite, also for states that fail
-    /// validation. A state too malformed to describe (wrong number of splits, a zero
-    /// factor, absurd products) gets the task's features and zeros.
+    /// Features of one state of either sketch; every value finite, also for states
+    /// that fail validation. A state too malformed to describe (wrong number of
+    /// splits, a zero factor, absurd products) gets the task's features (and its
+    /// sketch) and zeros.
     pub fn extract(&self, state: &State) -> [f32; FEATURE_COUNT] {
         let mut row = self.task_row.clone();
-        if let Some(geo) = Geometry::new(&self.contraction, state) {
+        if let Some(tiling) = &state.mma {
+            crate::mma::fill(&mut row, self, state, tiling);
+        } else if let Some(geo) = Geometry::new(&self.contraction, state) {
             self.fill(&mut row, &geo);
         }
         row.to_array()
+    }
+
+    /// The register features from the estimate for blocks of `threads`; returns the
+    /// registers per thread assumed for occupancy.
+    pub(crate) fn fill_registers(&self, row: &mut FeatureRow, estimate: u64, threads: u64) -> u64 {
+        let gpu = &self.gpu;
+        let cap = register_cap(gpu, threads);
+        let allocated = estimate
+            .min(cap)
+            .min(u64::from(gpu.max_registers_per_thread));
+        row.registers_estimate = estimate as f64;
+        row.register_cap = cap as f64;
+        row.registers_over_cap = flag(estimate > cap);
+        row.registers_allocated = allocated as f64;
+        allocated
+    }
+
+    /// The occupancy, wave and parallelism features of a grid of `grid_blocks` blocks
+    /// of `threads` (`warps` warps), `shared_bytes` and `registers` per thread, with
+    /// `accumulators` per thread; returns the blocks per SM and the busiest SM's blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn fill_occupancy(
+        &self,
+        row: &mut FeatureRow,
+        threads: u64,
+        warps: f64,
+        shared_bytes: u64,
+        registers: u64,
+        grid_blocks: u64,
+        accumulators: f64,
+    ) -> (f64, f64) {
+        let gpu = &self.gpu;
+        let occupancy = Occupancy::new(gpu, threads, shared_bytes, registers);
+        let bps = occupancy.blocks_per_sm;
+        row.blocks_per_sm_by_threads = occupancy.by_threads as f64;
+        row.blocks_per_sm_by_shared = occupancy.by_shared as f64;
+        row.blocks_per_sm_by_registers = occupancy.by_registers as f64;
+        row.blocks_per_sm = bps as f64;
+        row.limited_by_threads = flag(occupancy.by_threads == bps);
+        row.limited_by_shared = flag(occupancy.by_shared == bps);
+        row.limited_by_registers = flag(occupancy.by_registers == bps);
+        row.limited_by_block_cap = flag(occupancy.block_cap == bps);
+        row.active_warps_per_sm = occupancy.active_warps as f64;
+        row.occupancy = occupancy.fraction();
+        let sm_count = u64::from(gpu.sm_count.max(1));
+        let (wave_count, wave_efficiency) = waves(grid_blocks, bps * sm_count);
+        row.waves = wave_count;
+        row.wave_efficiency = wave_efficiency;
+        let busiest_sm_blocks = grid_blocks.div_ceil(sm_count) as f64;
+        row.busiest_sm_blocks = busiest_sm_blocks;
+        row.sm_utilization = (grid_blocks as f64 / sm_count as f64).min(1.0);
+
+        // Parallelism: a small grid leaves SMs with fewer blocks than they could hold.
+        let resident_blocks = (bps as f64).min(busiest_sm_blocks);
+        row.ilp = accumulators;
+        row.wlp = resident_blocks * warps;
+        row.warps_per_scheduler = row.wlp / SCHEDULERS_PER_SM as f64;
+        row.concurrency = row.ilp * row.warps_per_scheduler;
+        (bps as f64, busiest_sm_blocks)
     }
 
     fn fill(&self, row: &mut FeatureRow, geo: &Geometry) {
@@ -254,42 +328,18 @@ impl FeatureExtractor {
 
         // Registers.
         let estimate = register_estimate(c, state);
-        let cap = register_cap(gpu, geo.threads as u64);
-        let allocated = estimate
-            .min(cap)
-            .min(u64::from(gpu.max_registers_per_thread));
-        row.registers_estimate = estimate as f64;
-        row.register_cap = cap as f64;
-        row.registers_over_cap = flag(estimate > cap);
-        row.registers_allocated = allocated as f64;
+        let allocated = self.fill_registers(row, estimate, geo.threads as u64);
 
-        // Occupancy and waves.
-        let occupancy = Occupancy::new(gpu, geo.threads as u64, shared_bytes, allocated);
-        let bps = occupancy.blocks_per_sm;
-        row.blocks_per_sm_by_threads = occupancy.by_threads as f64;
-        row.blocks_per_sm_by_shared = occupancy.by_shared as f64;
-        row.blocks_per_sm_by_registers = occupancy.by_registers as f64;
-        row.blocks_per_sm = bps as f64;
-        row.limited_by_threads = flag(occupancy.by_threads == bps);
-        row.limited_by_shared = flag(occupancy.by_shared == bps);
-        row.limited_by_registers = flag(occupancy.by_registers == bps);
-        row.limited_by_block_cap = flag(occupancy.block_cap == bps);
-        row.active_warps_per_sm = occupancy.active_warps as f64;
-        row.occupancy = occupancy.fraction();
-        let sm_count = u64::from(gpu.sm_count.max(1));
-        let (wave_count, wave_efficiency) = waves(geo.grid_blocks as u64, bps * sm_count);
-        row.waves = wave_count;
-        row.wave_efficiency = wave_efficiency;
-        let busiest_sm_blocks = (geo.grid_blocks as u64).div_ceil(sm_count) as f64;
-        row.busiest_sm_blocks = busiest_sm_blocks;
-        row.sm_utilization = (blocks / sm_count as f64).min(1.0);
-
-        // Parallelism: a small grid leaves SMs with fewer blocks than they could hold.
-        let resident_blocks = (bps as f64).min(busiest_sm_blocks);
-        row.ilp = accumulators;
-        row.wlp = resident_blocks * warps;
-        row.warps_per_scheduler = row.wlp / SCHEDULERS_PER_SM as f64;
-        row.concurrency = row.ilp * row.warps_per_scheduler;
+        // Occupancy, waves and parallelism.
+        let (_, busiest_sm_blocks) = self.fill_occupancy(
+            row,
+            geo.threads as u64,
+            warps,
+            shared_bytes,
+            allocated,
+            geo.grid_blocks as u64,
+            accumulators,
+        );
 
         // Intensity and per-SM cost estimates.
         row.oi_global = ratio(self.task_row.task_flops, row.global_bytes);
@@ -301,15 +351,15 @@ impl FeatureExtractor {
     }
 }
 
-fn flag(b: bool) -> f64 {
+pub(crate) fn flag(b: bool) -> f64 {
     if b { 1.0 } else { 0.0 }
 }
 
-fn log2_1p(x: f64) -> f64 {
+pub(crate) fn log2_1p(x: f64) -> f64 {
     (1.0 + x.max(0.0)).log2()
 }
 
 /// `a / b`, 0 when `b` is 0.
-fn ratio(a: f64, b: f64) -> f64 {
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
     if b == 0.0 { 0.0 } else { a / b }
 }

@@ -54,7 +54,7 @@ struct Fetch<'a> {
 
 /// One warp instruction's global load (None when every lane is padding) and shared
 /// store.
-type InstructionCost = (Option<Cost>, Cost);
+pub(crate) type InstructionCost = (Option<Cost>, Cost);
 
 impl<'a> Fetch<'a> {
     fn new(indexing: &'a Indexing, input: usize, geo: &'a Geometry<'a>, banks: u32) -> Self {
@@ -158,7 +158,9 @@ pub(crate) fn fetch_cost(
 
 /// Per-stage totals from simulated instructions, each weighted by the number of a
 /// block's instructions per stage it stands for.
-fn summarize(simulated: impl Iterator<Item = (Option<InstructionCost>, f64)>) -> FetchCost {
+pub(crate) fn summarize(
+    simulated: impl Iterator<Item = (Option<InstructionCost>, f64)>,
+) -> FetchCost {
     let mut load = Weighted::default();
     let mut store = Weighted::default();
     let mut loading = 0.0;

@@ -8,12 +8,16 @@
 //! its blocks an SM holds, how well the grid fills the GPU, and the raw tile structure.
 //! `FeatureExtractor::extract` turns a state into a fixed-length vector of such named
 //! values (`FEATURE_NAMES`, documented in `FEATURE_DOCS`): the input rows of the
-//! XGBoost cost model and the columns of feature dumps.
+//! XGBoost cost model and the columns of feature dumps. States of the tensor-core
+//! sketch (`mma.sync` tiles, a `cp.async` pipeline, `ldmatrix` fragments) get the same
+//! vector: the features both sketches share, their own `mma_` ones, and zeros for the
+//! CUDA-core sketch's own (`CUDA_CORE_ONLY`).
 
 mod extract;
 mod fetch;
 mod geometry;
 mod indexing;
+mod mma;
 mod occupancy;
 mod sample;
 mod shared_reads;
@@ -22,7 +26,7 @@ mod table;
 mod warp;
 
 pub use extract::FeatureExtractor;
-pub use table::{FEATURE_COUNT, FEATURE_DOCS, FEATURE_NAMES};
+pub use table::{CUDA_CORE_ONLY, FEATURE_COUNT, FEATURE_DOCS, FEATURE_NAMES};
 
 /// The index of a feature in the vector, by name.
 pub fn feature_index(name: &str) -> Option<usize> {

@@ -11,6 +11,17 @@
 //! second (conv2d weight, matmul B). Totals are over the whole grid; "per block" values
 //! cover the whole kernel for one thread block (under split-K, one block's chunk of the
 //! reduction stages); "log2" values are `log2(1 + x)`.
+//!
+//! Both sketches share one vector of one fixed length, so that one model scores both
+//! and sees `sketch` to tell them apart. A feature whose meaning holds for both
+//! (the task's, the grid and waves, occupancy and registers, global sectors of the fill
+//! and the epilogue, shared wavefronts and bank conflicts, intensities) is filled for
+//! both; the features listed in `CUDA_CORE_ONLY` describe structure the tensor-core
+//! sketch does not have (virtual threads, register and reduction factors, unrolling,
+//! float vector widths, layouts, prefetch, FP32-lane cycles) and are 0 for its states;
+//! every `mma_` feature describes the tensor-core sketch's structure and is 0 for
+//! CUDA-core states. For tensor-core states the "fetch" is the `cp.async` fill of a K
+//! tile, a "stage" one K tile, and the inner product's shared loads are `ldmatrix`.
 
 /// Declares the features: `name: "doc",` in vector order.
 macro_rules! feature_table {
@@ -67,14 +78,14 @@ feature_table! {
     threads_per_block: "threads per block: product of the thread factors (count)",
     warps_per_block: "warps per block: ceil(threads / 32) (count)",
     vthreads: "product of the virtual-thread factors (count)",
-    block_tile_elements: "output elements one block computes: product of the block tiles (count)",
+    block_tile_elements: "output elements one block computes: product of the block tiles; tensor-core: block_m x block_n (count)",
     register_outer_product: "product of the outer register factors (count)",
     register_inner_product: "product of the inner register factors (count)",
     fast_axis_threads: "thread factor of the innermost (fastest-varying) output axis (count)",
     fast_axis_register_tile: "register tile (vthread x outer x inner) of the innermost output axis (elements)",
     reduction_middle_product: "product of the middle reduction factors (count)",
     reduction_inner_product: "product of the inner reduction factors (count)",
-    reduction_stages: "outer reduction iterations: shared-memory stages per block, ceil(stages / split_k) under split-K (count)",
+    reduction_stages: "outer reduction iterations: shared-memory stages per block, ceil(stages / split_k) under split-K; tensor-core: K tiles per block (count)",
     reduction_steps_per_stage: "reduction steps (outer products) per stage: middle x inner (count)",
     reduction_steps: "reduction steps per thread over the kernel: stages x steps per stage (count)",
     unroll_max_step: "the state's auto-unroll limit (multiply-adds)",
@@ -89,8 +100,8 @@ feature_table! {
     weight_transposed: "1 when the weight's shared tile stores another dimension than the tensor's last contiguously (e.g. conv2d weight with k innermost), else 0",
     input_row_pad: "floats of padding after each row of the input's shared tile (0, 1, 2 or 4)",
     weight_row_pad: "floats of padding after each row of the weight's shared tile (0, 1, 2 or 4)",
-    input_fetch_rounds: "fetch loop iterations per thread per stage for the input (count)",
-    weight_fetch_rounds: "fetch loop iterations per thread per stage for the weight (count)",
+    input_fetch_rounds: "fetch loop iterations per thread per stage for the input; tensor-core: copies per thread per K tile (count)",
+    weight_fetch_rounds: "fetch loop iterations per thread per stage for the weight; tensor-core: copies per thread per K tile (count)",
     input_fetch_unrolled: "1 when the input's fetch loop is unrolled, else 0",
     weight_fetch_unrolled: "1 when the weight's fetch loop is unrolled, else 0",
     shared_bytes_per_block: "dynamic shared memory per block (bytes)",
@@ -130,8 +141,8 @@ feature_table! {
     weight_shared_loads_per_step: "shared load instructions per thread per reduction step for the weight (count)",
     input_shared_load_width: "floats per input shared load instruction (1, 2 or 4, mean)",
     weight_shared_load_width: "floats per weight shared load instruction (1, 2 or 4, mean)",
-    input_bank_conflict: "bank-conflict degree of the input's shared loads: wavefronts / conflict-free wavefronts (1 = none)",
-    weight_bank_conflict: "bank-conflict degree of the weight's shared loads: wavefronts / conflict-free wavefronts (1 = none)",
+    input_bank_conflict: "bank-conflict degree of the input's shared loads: wavefronts / conflict-free wavefronts (1 = none); tensor-core: of the ldmatrix 8x8 matrices",
+    weight_bank_conflict: "bank-conflict degree of the weight's shared loads: wavefronts / conflict-free wavefronts (1 = none); tensor-core: of the ldmatrix 8x8 matrices (or tf32 32-bit loads)",
     input_shared_load_wavefronts: "shared-memory wavefronts of the input's loads in the inner product over the grid (count)",
     weight_shared_load_wavefronts: "shared-memory wavefronts of the weight's loads in the inner product over the grid (count)",
     shared_wavefronts_per_block: "shared-memory wavefronts of all shared loads and stores per block (count)",
@@ -163,7 +174,7 @@ feature_table! {
     sm_utilization: "fraction of the SMs that get at least one block (fraction)",
 
     // Parallelism.
-    ilp: "accumulators per thread: independent multiply-adds per reduction step (count)",
+    ilp: "accumulators per thread: independent multiply-adds per reduction step; tensor-core: 4 per MMA tile of the warp (count)",
     wlp: "warps resident per SM, limited by the grid when it is small (count)",
     warps_per_scheduler: "wlp / 4 warp schedulers per SM (count)",
     concurrency: "ilp x warps_per_scheduler: independent multiply-adds in flight per scheduler (count)",
@@ -175,7 +186,88 @@ feature_table! {
     shared_cycles_per_sm: "busiest SM's shared-memory wavefronts, one per cycle (cycles)",
     global_sectors_per_sm: "busiest SM's global sectors (count)",
     fma_to_shared_cycles: "fma_cycles_per_sm / shared_cycles_per_sm (ratio; > 1: FMA-bound)",
+
+    // Both sketches: which one, and the task's element sizes.
+    sketch: "0 for a CUDA-core state, 1 for a tensor-core (mma.sync) state",
+    task_element_bytes: "bytes per input (and bias) element: 4 for f32 and tf32, 2 for fp16 and bf16",
+    task_output_element_bytes: "bytes per output element: 4 for f32, 2 for fp16 and bf16",
+
+    // Tensor-core sketch only (0 for CUDA-core states): the raw tiling.
+    mma_block_m: "GEMM rows (M) per block (count)",
+    mma_block_n: "GEMM columns (N) per block (count)",
+    mma_warps_m: "warps along M per block (count)",
+    mma_warps_n: "warps along N per block (count)",
+    mma_warp_m: "rows of one warp's tile: block_m / warps_m (count)",
+    mma_warp_n: "columns of one warp's tile: block_n / warps_n (count)",
+    mma_tiles_m: "16-row MMA tiles per warp along M (count)",
+    mma_tiles_n: "8-column MMA tiles per warp along N (count)",
+    mma_k_steps: "MMA k-steps (32 bytes of a shared row each) per K tile (count)",
+    mma_block_k: "reduction elements per K tile: k_steps x 16 (fp16, bf16) or x 8 (tf32) (count)",
+    mma_input_vector: "elements per copy of the input's fill (cp.async of 16, 8 or 4 bytes, or a 2-byte load and store)",
+    mma_weight_vector: "elements per copy of the weight's fill (cp.async of 16, 8 or 4 bytes, or a 2-byte load and store)",
+    mma_input_copy_bytes: "bytes per copy of the input's fill: 16, 8, 4 (cp.async) or 2 (plain load and store)",
+    mma_weight_copy_bytes: "bytes per copy of the weight's fill: 16, 8, 4 (cp.async) or 2 (plain load and store)",
+    mma_swizzle: "1 when shared rows are XOR-swizzled in 16-byte chunks, else 0",
+    mma_weight_n_major: "1 when the weight is stored N-major (matmul's row-major B: ldmatrix.trans, or 32-bit loads for tf32), else 0",
+
+    // Tensor-core sketch only: the cp.async pipeline.
+    mma_stages: "K tiles in flight in shared memory (cp.async pipeline depth) (count)",
+    mma_ktiles: "K tiles of the whole reduction: ceil(K / block_k) (count)",
+    mma_prologue_tiles: "K tiles copied before the first MMA: min(stages - 1, K tiles per block) (count)",
+    mma_pipeline_fill: "mma_prologue_tiles / K tiles per block: share of the block's K tiles copied before its first MMA (ratio; near 1 the pipeline never reaches its steady state, 0 without one)",
+    mma_stage_bytes: "shared memory of one stage: both inputs' K tiles (bytes)",
+
+    // Tensor-core sketch only: instruction counts.
+    mma_per_block: "mma.sync instructions per block: MMA tiles per block x k-steps x K tiles per block (count)",
+    mma_instructions: "mma.sync instructions over the grid: MMA tiles per block x k-steps x K tiles x output tiles (count)",
+    mma_per_sm_wave: "mma.sync instructions of the blocks one SM holds at once: blocks_per_sm x mma_per_block (count)",
+    mma_per_sm: "mma.sync instructions of the busiest SM: busiest_sm_blocks x mma_per_block (count)",
+    mma_input_ldmatrix_per_block: "ldmatrix.x4 instructions reading the input's fragments per block (count)",
+    mma_weight_ldmatrix_per_block: "instructions reading the weight's fragments per block: ldmatrix (x4 per two N tiles), or two 32-bit shared loads per N tile for tf32 with an N-major weight (count)",
+    mma_ldmatrix_bytes_per_block: "fragment bytes both inputs' ldmatrix (or 32-bit) loads read from shared memory per block (bytes)",
+    mma_per_ldmatrix: "mma.sync instructions per fragment load instruction (ratio: register reuse of the fragments)",
+    mma_cp_async_bytes_per_block: "bytes the block's fill copies from global to shared memory over its K tiles, zero-filled padding and tails included (bytes)",
+    mma_cp_async_bytes: "bytes the fill copies from global to shared memory over the grid, zero-filled padding and tails included (bytes)",
 }
+
+/// Features that only the CUDA-core sketch has: always 0 for tensor-core states.
+pub const CUDA_CORE_ONLY: [&str; 35] = [
+    "prefetch",
+    "prefetch_floats",
+    "vthreads",
+    "register_outer_product",
+    "register_inner_product",
+    "fast_axis_threads",
+    "fast_axis_register_tile",
+    "reduction_middle_product",
+    "reduction_inner_product",
+    "reduction_steps_per_stage",
+    "reduction_steps",
+    "unroll_max_step",
+    "inner_reduction_unrolled",
+    "middle_reduction_unrolled",
+    "unrolled_steps",
+    "input_vector_width",
+    "weight_vector_width",
+    "input_tile_elements",
+    "weight_tile_elements",
+    "input_transposed",
+    "weight_transposed",
+    "input_row_pad",
+    "weight_row_pad",
+    "input_fetch_unrolled",
+    "weight_fetch_unrolled",
+    "barriers_per_block",
+    "input_fetch_store_width",
+    "weight_fetch_store_width",
+    "input_shared_loads_per_step",
+    "weight_shared_loads_per_step",
+    "input_shared_load_width",
+    "weight_shared_load_width",
+    "fma_per_shared_load",
+    "fma_cycles_per_sm",
+    "fma_to_shared_cycles",
+];
 
 #[cfg(test)]
 mod tests {

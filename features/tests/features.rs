@@ -1,13 +1,16 @@
 //! The feature vector end to end: hand-computed memory transactions, bank conflicts,
 //! occupancy limits and waves on constructed states; finiteness on sampled and on
 //! malformed states (proptest); the extraction rate; and a snapshot of the names and
-//! descriptions, so that any change to the model's inputs shows in review.
+//! descriptions, so that any change to the model's inputs shows in review. The
+//! tensor-core sketch's own features are tested in `tensor_core.rs`.
+
+mod common;
 
 use features::{FEATURE_COUNT, FEATURE_DOCS, FEATURE_NAMES, FeatureExtractor, feature_index};
 use proptest::prelude::*;
 use schedule::state::{ReductionSplit, SharedLayout, SpatialSplit};
 use schedule::validate::validate;
-use schedule::{Epilogue, GpuSpec, Sampler, State, Task, network, parse_shape};
+use schedule::{DType, Epilogue, GpuSpec, Sampler, State, Task, network, parse_shape};
 use std::time::Instant;
 
 fn task(op: &str, shape: &str) -> Task {
@@ -547,6 +550,28 @@ fn every_feature_varies_over_states_and_tasks() {
         });
         for state in &states {
             for (column, value) in columns.iter_mut().zip(extractor.extract(state)) {
+                column.push(value);
+            }
+        }
+    }
+    // Tensor-core states of half, bf16 and TF32 tasks, for the sketch's own features
+    // and the element sizes.
+    for (op, shape, dtype, out) in [
+        ("conv2d", "1,64,56,56,64,3,3,1,1", DType::Fp16, DType::F32),
+        ("conv2d", "1,512,7,7,512,3,3,1,1", DType::Fp16, DType::F32),
+        ("conv2d", "1,3,224,224,64,7,7,2,3", DType::Bf16, DType::F32),
+        ("matmul", "1024,1024,1024", DType::Fp16, DType::Fp16),
+        ("matmul", "333,777,555", DType::Tf32, DType::F32),
+        ("batch_matmul", "12,128,128,64", DType::Bf16, DType::F32),
+    ] {
+        let bias = Epilogue {
+            bias: true,
+            relu: false,
+        };
+        let task = common::typed_task(op, shape, dtype, out, bias);
+        let extractor = FeatureExtractor::new(&task, &gpu);
+        for state in common::mma_states(&task, &gpu, 40) {
+            for (column, value) in columns.iter_mut().zip(extractor.extract(&state)) {
                 column.push(value);
             }
         }

@@ -10,13 +10,19 @@
 //! moves to the best measured neighbour that beats the current point; when the ranked
 //! neighbours run out it falls back to 3-hop neighbours, then restarts from the next
 //! starting point. Measured states are never proposed again (the tuner's measured set,
-//! keyed by the canonical state id, is the cache).
+//! keyed by the canonical state id, is the cache); within the walk, neighbourhoods and
+//! the points stood on are keyed by the canonical tile vector (`tile_vector`).
+//!
+//! Tensor-core states walk their own lattice: one coordinate of the tiling (block tile
+//! sides, warps, k-steps, stages, copy widths, swizzle, split) to a neighbouring value
+//! (`mutate::mma_steps`); 2- and 3-hop neighbourhoods compose those moves as they do
+//! the CUDA-core ones.
 //!
 //! Left out from the paper: its "stop after 9 measured when the window's best is under
 //! 0.6 × the global best" rule.
 
 use crate::evolution::{TaskSpace, score};
-use crate::mutate::{fit_split_k, fit_vector_widths, layout_steps, split_steps};
+use crate::mutate::{fit_split_k, fit_vector_widths, layout_steps, mma_steps, split_steps};
 use costmodel::CostModel;
 use schedule::state::UNROLL_STEPS;
 use schedule::{Sampler, State, validate};
@@ -57,8 +63,8 @@ pub struct Dgd {
     queue: Vec<(State, f32)>,
     current_score: f32,
     hops: usize,
-    /// Points the walk has stood on.
-    visited: HashSet<String>,
+    /// Points the walk has stood on, by tile vector.
+    visited: HashSet<Vec<u32>>,
 }
 
 /// The sorted divisors of `n`.
@@ -66,13 +72,61 @@ fn divisors(n: u32) -> Vec<u32> {
     (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
+/// A state's coordinates in the lattice, canonical: two valid states of one task have
+/// the same vector exactly when they are the same state. It leads with the sketch (0
+/// CUDA-core, 1 tensor-core). CUDA-core: every split factor (spatial axes' vthread,
+/// thread, outer, inner, then reduction axes' middle, inner), the unroll depth, the
+/// vector widths, the split, each input's layout (innermost dimension + 1, or 0 for
+/// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
+/// warps_m, warps_n, k_steps, stages, both copy widths, swizzle and split.
+pub fn tile_vector(s: &State) -> Vec<u32> {
+    if let Some(t) = &s.mma {
+        return vec![
+            1,
+            t.block_m,
+            t.block_n,
+            t.warps_m,
+            t.warps_n,
+            t.k_steps,
+            t.stages,
+            t.vector[0],
+            t.vector[1],
+            u32::from(t.swizzle),
+            s.split_k,
+        ];
+    }
+    let mut v = vec![0];
+    for split in &s.spatial {
+        v.extend([split.vthread, split.thread, split.outer, split.inner]);
+    }
+    for split in &s.reduction {
+        v.extend([split.middle, split.inner]);
+    }
+    v.extend([
+        s.unroll_max_step,
+        s.vector_width[0],
+        s.vector_width[1],
+        s.split_k,
+    ]);
+    for layout in &s.shared_layout {
+        v.extend([layout.innermost.map_or(0, |d| u32::from(d) + 1), layout.pad]);
+    }
+    v.push(u32::from(s.prefetch));
+    v
+}
+
 /// Every state one step away from `s`: one tile factor to the next smaller or larger
 /// divisor of its axis' extent, the unroll depth to a neighbouring value, the
 /// reduction split doubled or halved, or one input's layout one step away
 /// (`mutate::layout_steps`); valid ones only, vector widths lowered to the
-/// widest still feasible and the split to the largest the stage count allows.
+/// widest still feasible and the split to the largest the stage count allows. For a
+/// tensor-core state: one coordinate of its tiling to a neighbouring value
+/// (`mutate::mma_steps`), valid ones only.
 pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
     let c = space.contraction;
+    if s.mma.is_some() {
+        return mma_steps(c, s, space.gpu);
+    }
     let mut out = Vec::new();
     let mut push = |mut n: State| {
         fit_vector_widths(c, &mut n);
@@ -164,14 +218,14 @@ pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
 
 /// The states within `hops` steps of `s` (excluding `s`), deduplicated.
 pub fn within(s: &State, hops: usize, space: &TaskSpace) -> Vec<State> {
-    let mut seen: HashSet<String> = HashSet::from([s.id()]);
+    let mut seen: HashSet<Vec<u32>> = HashSet::from([tile_vector(s)]);
     let mut frontier = vec![s.clone()];
     let mut out = Vec::new();
     for _ in 0..hops {
         let mut next = Vec::new();
         for f in &frontier {
             for n in neighbours(f, space) {
-                if seen.insert(n.id()) {
+                if seen.insert(tile_vector(&n)) {
                     next.push(n.clone());
                     out.push(n);
                 }
@@ -254,7 +308,7 @@ impl Dgd {
                     .iter()
                     .find(|(_, s)| *s == start)
                     .map_or(f64::INFINITY, |(u, _)| *u);
-                self.visited.insert(start.id());
+                self.visited.insert(tile_vector(&start));
                 self.current = Some((start, us));
                 self.rank(2, space, measured, model);
             }
@@ -298,10 +352,10 @@ impl Dgd {
         let best = results
             .iter()
             .filter_map(|(s, us)| us.map(|u| (u, s)))
-            .filter(|(u, s)| *u < *current_us && !self.visited.contains(&s.id()))
+            .filter(|(u, s)| *u < *current_us && !self.visited.contains(&tile_vector(s)))
             .min_by(|a, b| a.0.total_cmp(&b.0));
         if let Some((us, s)) = best {
-            self.visited.insert(s.id());
+            self.visited.insert(tile_vector(s));
             self.current = Some((s.clone(), us));
             self.rank(2, space, measured, model);
         }
@@ -390,6 +444,106 @@ mod tests {
                 .iter()
                 .any(|n| n.shared_layout[1].innermost == Some(0))
         );
+    }
+
+    #[test]
+    fn tensor_core_neighbours_move_one_coordinate_and_compose_over_hops() {
+        use crate::mutate::MmaCoordinate;
+        use schedule::mma::MmaTiling;
+        use schedule::{DType, Layout};
+        let gpu = GpuSpec::h100();
+        for (op, shape) in [
+            ("conv2d", "1,64,56,56,64,3,3,1,1"),
+            ("matmul", "512,512,512"),
+        ] {
+            let task = Task::new(parse_shape(op, shape).unwrap(), Default::default())
+                .unwrap()
+                .with_types(DType::Fp16, DType::F32, Layout::Nhwc)
+                .unwrap();
+            let c = task.contraction();
+            let ex = FeatureExtractor::new(&task, &gpu);
+            let space = TaskSpace {
+                contraction: &c,
+                gpu: &gpu,
+                extractor: &ex,
+            };
+            let t = MmaTiling {
+                block_m: 64,
+                block_n: 64,
+                warps_m: 2,
+                warps_n: 2,
+                k_steps: 2,
+                stages: 2,
+                vector: [4, 4],
+                swizzle: false,
+            };
+            let s = State::tensor_core(t, 2);
+            assert!(validate(&c, &s, &gpu).is_ok());
+            let distance = |n: &State| {
+                let tn = n.mma.unwrap();
+                MmaCoordinate::ALL
+                    .into_iter()
+                    .filter(|k| k.get(&t, s.split_k) != k.get(&tn, n.split_k))
+                    .count()
+            };
+            let n1 = neighbours(&s, &space);
+            assert!(n1.len() >= 12, "{} neighbours", n1.len());
+            for n in &n1 {
+                assert!(validate(&c, n, &gpu).is_ok());
+                assert_eq!(distance(n), 1, "{n:?}");
+            }
+            // Two and three hops: deduplicated by tile vector, every state valid, up to
+            // two and three coordinates moved, and more of them each time.
+            let n2 = within(&s, 2, &space);
+            let n3 = within(&s, 3, &space);
+            assert!(n3.len() > n2.len() && n2.len() > n1.len());
+            for (hops, states) in [(2, &n2), (3, &n3)] {
+                let vectors: HashSet<Vec<u32>> = states.iter().map(tile_vector).collect();
+                let ids: HashSet<String> = states.iter().map(State::id).collect();
+                assert_eq!(vectors.len(), states.len(), "deduplicated");
+                assert_eq!(ids.len(), states.len(), "one vector per state");
+                assert!(!vectors.contains(&tile_vector(&s)));
+                assert!(states.iter().all(|n| validate(&c, n, &gpu).is_ok()));
+                assert!(states.iter().all(|n| distance(n) <= hops));
+                assert!(states.iter().any(|n| distance(n) == hops), "{hops} hops");
+            }
+        }
+    }
+
+    #[test]
+    fn tile_vectors_tell_the_sketches_and_states_apart() {
+        let gpu = GpuSpec::h100();
+        let task = Task::new(
+            parse_shape("matmul", "256,256,256").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let c = task.contraction();
+        let ex = FeatureExtractor::new(&task, &gpu);
+        let space = TaskSpace {
+            contraction: &c,
+            gpu: &gpu,
+            extractor: &ex,
+        };
+        let s = Sampler::new(&task, &gpu, 4).sample().unwrap();
+        let states = within(&s, 2, &space);
+        let vectors: HashSet<Vec<u32>> = states.iter().map(tile_vector).collect();
+        assert_eq!(vectors.len(), states.len());
+        assert!(vectors.iter().all(|v| v[0] == 0));
+        let mma = State::tensor_core(
+            schedule::mma::MmaTiling {
+                block_m: 64,
+                block_n: 64,
+                warps_m: 2,
+                warps_n: 2,
+                k_steps: 2,
+                stages: 2,
+                vector: [4, 4],
+                swizzle: true,
+            },
+            1,
+        );
+        assert_eq!(tile_vector(&mma), vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1]);
     }
 
     #[test]

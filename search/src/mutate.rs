@@ -10,9 +10,19 @@
 //! as the sampler allows). Mutants are validated; fetch vector widths are lowered to
 //! the widest one still feasible, and a split to the largest one the (changed) stage
 //! count still allows.
+//!
+//! Tensor-core states (`State::mma`) have no factor lattice: their coordinates are the
+//! block tile's sides, the warps along each, the k-steps per K tile, the pipeline's
+//! stages, each input's copy width, the swizzle and the split. A mutation moves one of
+//! them to a neighbouring value (`mma_steps`: sides, warps, copy widths and split
+//! doubled or halved, k-steps and stages one up or down, the swizzle toggled), drawn
+//! uniformly among the moves that give a valid state. Nothing is refitted afterwards,
+//! so a mutant differs from its parent in exactly one coordinate; the CUDA-core
+//! mutations above are untouched (the same seed draws the same CUDA-core mutants).
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::Rng;
+use schedule::mma::MmaTiling;
 use schedule::state::{MAX_SPLIT_K, SHARED_PADS, SharedLayout, UNROLL_STEPS, VECTOR_WIDTHS};
 use schedule::task::Contraction;
 use schedule::tiling::{Tiling, innermost_choices};
@@ -161,6 +171,113 @@ pub fn layout_steps(c: &Contraction, s: &State, input: usize) -> Vec<SharedLayou
         .collect()
 }
 
+/// A coordinate of a tensor-core state, the lattice dimensions of its mutations and of
+/// DGD's walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MmaCoordinate {
+    BlockM,
+    BlockN,
+    WarpsM,
+    WarpsN,
+    KSteps,
+    Stages,
+    /// Elements per copy of input 0 or 1.
+    Vector(usize),
+    Swizzle,
+    SplitK,
+}
+
+impl MmaCoordinate {
+    pub const ALL: [MmaCoordinate; 10] = [
+        MmaCoordinate::BlockM,
+        MmaCoordinate::BlockN,
+        MmaCoordinate::WarpsM,
+        MmaCoordinate::WarpsN,
+        MmaCoordinate::KSteps,
+        MmaCoordinate::Stages,
+        MmaCoordinate::Vector(0),
+        MmaCoordinate::Vector(1),
+        MmaCoordinate::Swizzle,
+        MmaCoordinate::SplitK,
+    ];
+
+    /// The coordinate's value in `t` (and `split_k`); the swizzle as 0 or 1.
+    pub fn get(self, t: &MmaTiling, split_k: u32) -> u32 {
+        match self {
+            MmaCoordinate::BlockM => t.block_m,
+            MmaCoordinate::BlockN => t.block_n,
+            MmaCoordinate::WarpsM => t.warps_m,
+            MmaCoordinate::WarpsN => t.warps_n,
+            MmaCoordinate::KSteps => t.k_steps,
+            MmaCoordinate::Stages => t.stages,
+            MmaCoordinate::Vector(i) => t.vector[i],
+            MmaCoordinate::Swizzle => u32::from(t.swizzle),
+            MmaCoordinate::SplitK => split_k,
+        }
+    }
+
+    /// The neighbouring values of `value`: sizes (tile sides, warps, copy widths, the
+    /// split) double or halve (an odd one only doubles); k-steps and stages, small
+    /// counts (1 to 4), go one up or down; the swizzle toggles. Validation decides
+    /// which of them give a state.
+    fn steps(self, value: u32) -> Vec<u32> {
+        let candidates = match self {
+            MmaCoordinate::KSteps | MmaCoordinate::Stages => {
+                [value.checked_sub(1), value.checked_add(1)]
+            }
+            MmaCoordinate::Swizzle => [Some(1 - value.min(1)), None],
+            _ => [
+                value.is_multiple_of(2).then_some(value / 2),
+                value.checked_mul(2),
+            ],
+        };
+        candidates
+            .into_iter()
+            .flatten()
+            .filter(|&v| v != value && (v > 0 || self == MmaCoordinate::Swizzle))
+            .collect()
+    }
+
+    /// `s` with this coordinate set to `value` (unchanged for a CUDA-core state).
+    fn set(self, s: &State, value: u32) -> State {
+        let mut n = s.clone();
+        let State { mma, split_k, .. } = &mut n;
+        if let Some(t) = mma {
+            match self {
+                MmaCoordinate::BlockM => t.block_m = value,
+                MmaCoordinate::BlockN => t.block_n = value,
+                MmaCoordinate::WarpsM => t.warps_m = value,
+                MmaCoordinate::WarpsN => t.warps_n = value,
+                MmaCoordinate::KSteps => t.k_steps = value,
+                MmaCoordinate::Stages => t.stages = value,
+                MmaCoordinate::Vector(i) => t.vector[i] = value,
+                MmaCoordinate::Swizzle => t.swizzle = value != 0,
+                MmaCoordinate::SplitK => *split_k = value,
+            }
+        }
+        n
+    }
+}
+
+/// Every valid state one move from tensor-core state `s`: one coordinate
+/// (`MmaCoordinate`) to a neighbouring value, nothing else changed, in the order of
+/// `MmaCoordinate::ALL` (smaller value first). Empty for a CUDA-core state.
+pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
+    let Some(t) = &s.mma else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for coordinate in MmaCoordinate::ALL {
+        for value in coordinate.steps(coordinate.get(t, s.split_k)) {
+            let n = coordinate.set(s, value);
+            if n != *s && validate(c, &n, gpu).is_ok() {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
 /// A valid mutant of `state`, or None if the drawn mutation gave none.
 pub fn mutate(
     state: &State,
@@ -168,6 +285,14 @@ pub fn mutate(
     gpu: &GpuSpec,
     rng: &mut ChaCha8Rng,
 ) -> Option<State> {
+    if state.mma.is_some() {
+        let mut moves = mma_steps(c, state, gpu);
+        if moves.is_empty() {
+            return None;
+        }
+        let i = pick(rng, moves.len());
+        return Some(moves.swap_remove(i));
+    }
     let mut s = state.clone();
     let draw = rng.next_u64() % 10;
     if draw == 0 {
@@ -312,6 +437,111 @@ mod tests {
         let s = sampler.sample().unwrap();
         assert_eq!(layout_steps(&c, &s, 0).len(), 4);
         assert_eq!(layout_steps(&c, &s, 1).len(), 3);
+    }
+
+    /// An fp16 NHWC ResNet layer and an fp16 matmul, each with a valid tensor-core
+    /// state in the middle of every coordinate's range.
+    fn tensor_core_cases() -> Vec<(Task, State)> {
+        use schedule::{DType, Layout};
+        let tiling = MmaTiling {
+            block_m: 64,
+            block_n: 64,
+            warps_m: 2,
+            warps_n: 2,
+            k_steps: 2,
+            stages: 2,
+            vector: [4, 4],
+            swizzle: true,
+        };
+        [
+            ("conv2d", "1,64,56,56,64,3,3,1,1"),
+            ("matmul", "512,512,512"),
+        ]
+        .into_iter()
+        .map(|(op, shape)| {
+            let task = Task::new(parse_shape(op, shape).unwrap(), Default::default())
+                .unwrap()
+                .with_types(DType::Fp16, DType::F32, Layout::Nhwc)
+                .unwrap();
+            let state = State::tensor_core(tiling, 2);
+            assert_eq!(
+                validate(&task.contraction(), &state, &GpuSpec::h100()),
+                Ok(())
+            );
+            (task, state)
+        })
+        .collect()
+    }
+
+    /// The coordinates in which two tensor-core states differ.
+    fn changed(a: &State, b: &State) -> Vec<MmaCoordinate> {
+        let (ta, tb) = (a.mma.unwrap(), b.mma.unwrap());
+        MmaCoordinate::ALL
+            .into_iter()
+            .filter(|k| k.get(&ta, a.split_k) != k.get(&tb, b.split_k))
+            .collect()
+    }
+
+    #[test]
+    fn tensor_core_mutants_move_one_coordinate_to_a_neighbouring_value() {
+        let gpu = GpuSpec::h100();
+        for (task, start) in tensor_core_cases() {
+            let c = task.contraction();
+            let mut rng = ChaCha8Rng::seed_from_u64(7);
+            let mut seen = std::collections::HashSet::new();
+            let mut s = start.clone();
+            for i in 0..400 {
+                let m = mutate(&s, &c, &gpu, &mut rng).expect("a valid move exists");
+                assert!(validate(&c, &m, &gpu).is_ok());
+                assert!(m.mma.is_some() && m.spatial.is_empty());
+                let moved = changed(&s, &m);
+                assert_eq!(moved.len(), 1, "{s:?} -> {m:?}");
+                let k = moved[0];
+                let (from, to) = (
+                    k.get(&s.mma.unwrap(), s.split_k),
+                    k.get(&m.mma.unwrap(), m.split_k),
+                );
+                let neighbouring = match k {
+                    MmaCoordinate::KSteps | MmaCoordinate::Stages => from.abs_diff(to) == 1,
+                    MmaCoordinate::Swizzle => true,
+                    _ => to == 2 * from || 2 * to == from,
+                };
+                assert!(neighbouring, "{k:?}: {from} -> {to}");
+                seen.insert(k);
+                // Walk on, back to the start every few moves so that the walk stays
+                // where every coordinate can move.
+                s = if i % 5 == 4 { start.clone() } else { m };
+            }
+            assert_eq!(
+                seen.len(),
+                MmaCoordinate::ALL.len(),
+                "{}: {seen:?}",
+                task.key()
+            );
+        }
+    }
+
+    #[test]
+    fn tensor_core_steps_are_every_valid_single_move() {
+        let gpu = GpuSpec::h100();
+        for (task, s) in tensor_core_cases() {
+            let c = task.contraction();
+            let steps = mma_steps(&c, &s, &gpu);
+            // 10 coordinates, two directions each but the swizzle's one.
+            assert!(steps.len() >= 12 && steps.len() <= 19, "{}", steps.len());
+            for n in &steps {
+                assert_eq!(changed(&s, n).len(), 1);
+                assert!(validate(&c, n, &gpu).is_ok());
+            }
+            // A CUDA-core state has none.
+            let f32_task = Task::new(
+                parse_shape("matmul", "512,512,512").unwrap(),
+                Default::default(),
+            )
+            .unwrap();
+            let cuda = Sampler::new(&f32_task, &gpu, 1).sample().unwrap();
+            assert!(mma_steps(&f32_task.contraction(), &cuda, &gpu).is_empty());
+        }
     }
 
     #[test]
