@@ -33,7 +33,7 @@ pub struct MmaTiling {
     pub warps_m: u32,
     pub warps_n: u32,
     /// Reduction elements per shared-memory tile, in MMA k-steps (32 bytes of a row):
-    /// 1, 2 or 4, so that every shared row is a power of two of 16-byte chunks.
+    /// 1, 2, 4 or 8, so that every shared row is a power of two of 16-byte chunks.
     pub k_steps: u32,
     /// Shared-memory tiles in flight (the `cp.async` pipeline depth), 1..=`MAX_STAGES`.
     pub stages: u32,
@@ -49,7 +49,7 @@ pub const MAX_STAGES: u32 = 4;
 /// Most warps per block.
 pub const MAX_WARPS: u32 = 8;
 /// Most k-steps per shared tile.
-pub const MAX_K_STEPS: u32 = 4;
+pub const MAX_K_STEPS: u32 = 8;
 /// Registers besides accumulators and fragments (addresses, loop counters, predicates),
 /// a conservative estimate for the register check.
 const MMA_ADDRESSING_REGISTERS: u64 = 40;

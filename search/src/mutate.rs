@@ -222,9 +222,8 @@ impl MmaCoordinate {
     /// which of them give a state.
     fn steps(self, value: u32) -> Vec<u32> {
         let candidates = match self {
-            MmaCoordinate::KSteps | MmaCoordinate::Stages => {
-                [value.checked_sub(1), value.checked_add(1)]
-            }
+            // Shared rows are a power of two of chunks: k-steps double or halve.
+            MmaCoordinate::Stages => [value.checked_sub(1), value.checked_add(1)],
             MmaCoordinate::Swizzle => [Some(1 - value.min(1)), None],
             _ => [
                 value.is_multiple_of(2).then_some(value / 2),
@@ -502,7 +501,7 @@ mod tests {
                     k.get(&m.mma.unwrap(), m.split_k),
                 );
                 let neighbouring = match k {
-                    MmaCoordinate::KSteps | MmaCoordinate::Stages => from.abs_diff(to) == 1,
+                    MmaCoordinate::Stages => from.abs_diff(to) == 1,
                     MmaCoordinate::Swizzle => true,
                     _ => to == 2 * from || 2 * to == from,
                 };
