@@ -105,32 +105,9 @@ fn tile_offset_c(layout: &SharedTileLayout, row: &str, col: &str) -> String {
     )
 }
 
-/// Generates the CUDA C source of `kernel`; `header` lines become leading comments.
-pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
-    if kernel.mma {
-        let mut out = String::new();
-        for line in header {
-            let _ = writeln!(out, "// {line}");
-        }
-        let l = &kernel.launch;
-        let _ = writeln!(
-            out,
-            "// launch: grid ({}, 1, 1), block ({}, 1, 1), dynamic shared memory {} bytes",
-            l.grid, l.block, l.dynamic_shared_bytes
-        );
-        if l.zero_output {
-            let _ = writeln!(
-                out,
-                "// split-K: {} blocks add into each output element; zero `out` before every launch",
-                kernel.split_k
-            );
-        }
-        mma_opening(&mut out, kernel);
-        Printer { kernel }.body(&mut out, &kernel.body, 1);
-        out.push_str("}\n");
-        return out;
-    }
-    let mut out = String::new();
+/// The leading comments: `header`, the launch configuration and, for split-K, that
+/// the output must be zeroed.
+fn leading_comments(out: &mut String, kernel: &Kernel, header: &[String]) {
     for line in header {
         let _ = writeln!(out, "// {line}");
     }
@@ -147,6 +124,19 @@ pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
             kernel.split_k
         );
     }
+}
+
+/// Generates the CUDA C source of `kernel`; `header` lines become leading comments.
+pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
+    let mut out = String::new();
+    leading_comments(&mut out, kernel, header);
+    if kernel.mma {
+        mma_opening(&mut out, kernel);
+        Printer { kernel }.body(&mut out, &kernel.body, 1);
+        out.push_str("}\n");
+        return out;
+    }
+    let l = &kernel.launch;
     let p = &kernel.params;
     let mut params: Vec<String> = p
         .inputs

@@ -483,20 +483,10 @@ impl<'a> Lowering<'a> {
             out = self.scope.add(out, self.scope.mul(o.clone(), stride));
             coords.push(o);
         }
-        let bias = c.bias.as_ref().map(|access| {
-            let s = &self.scope;
-            s.sum(
-                access
-                    .index
-                    .iter()
-                    .zip(access.strides())
-                    .map(|(index, stride)| {
-                        // A bias is indexed by output axes only.
-                        let i = affine_terms(s, index, &coords, &[]);
-                        s.mul(s.add(i, Expr::Const(index.offset)), stride)
-                    }),
-            )
-        });
+        let bias = c
+            .bias
+            .as_ref()
+            .map(|access| bias_offset(&self.scope, access, &coords));
         let bias_when = match (split, &bias) {
             (Some(z), Some(_)) => self.scope.bound(z, 0, 1).into_iter().collect(),
             _ => Vec::new(),
@@ -577,6 +567,21 @@ pub(crate) fn affine_terms(
         };
         scope.mul(value, coeff)
     }))
+}
+
+/// The bias element of the output element at `coords` (a bias is indexed by output
+/// axes only).
+pub(crate) fn bias_offset(scope: &Scope, access: &Access, coords: &[Expr]) -> Expr {
+    scope.sum(
+        access
+            .index
+            .iter()
+            .zip(access.strides())
+            .map(|(index, stride)| {
+                let i = affine_terms(scope, index, coords, &[]);
+                scope.mul(scope.add(i, Expr::Const(index.offset)), stride)
+            }),
+    )
 }
 
 pub(crate) fn var_or_zero(v: Option<Var>) -> Expr {

@@ -24,7 +24,7 @@
 
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
-use crate::lower::{affine_terms, bind, decompose, var_or_zero, wrap_loops};
+use crate::lower::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
 use crate::mma::{MmaTiling, SharedTileLayout};
 use crate::task::{Contraction, Task};
 
@@ -523,18 +523,10 @@ impl<'a> MmaLowering<'a> {
                 .zip(c.output_strides())
                 .map(|(x, st)| s.mul(x.clone(), st)),
         );
-        let bias = c.bias.as_ref().map(|access| {
-            s.sum(
-                access
-                    .index
-                    .iter()
-                    .zip(access.strides())
-                    .map(|(index, stride)| {
-                        let i = affine_terms(s, index, &coords, &[]);
-                        s.mul(s.add(i, Expr::Const(index.offset)), stride)
-                    }),
-            )
-        });
+        let bias = c
+            .bias
+            .as_ref()
+            .map(|access| bias_offset(s, access, &coords));
         let split = self.split > 1;
         let bias_when = match (split, &bias) {
             (true, Some(_)) => s.bound(z, 0, 1).into_iter().collect(),
