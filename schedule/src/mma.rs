@@ -134,7 +134,7 @@ impl MmaTiling {
         let layout = self.tile_layout(input, view, dtype);
         (matches!(bytes, 4 | 8 | 16) || (bytes == 2 && dtype.bytes() == 2))
             && width > 0
-            && view.contiguous[input] % width == 0
+            && view.contiguous[input].is_multiple_of(width)
             && layout.row_elements % i64::from(width) == 0
     }
 }
@@ -199,8 +199,8 @@ pub fn validate_mma(
         || warps > MAX_WARPS
         || t.block_m == 0
         || t.block_n == 0
-        || t.block_m % (16 * t.warps_m) != 0
-        || t.block_n % (8 * t.warps_n) != 0
+        || !t.block_m.is_multiple_of(16 * t.warps_m)
+        || !t.block_n.is_multiple_of(8 * t.warps_n)
     {
         return Err(InvalidState::MmaTiles {
             block_m: t.block_m,
