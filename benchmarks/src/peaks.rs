@@ -1,27 +1,62 @@
-//! The device's float32 peak and memory bandwidth, measured in the same run as the
-//! kernels they bound (clocks under load and the memory system differ per card, so a
-//! datasheet number would misplace the roofline): a kernel of independent FMA chains
-//! that keeps every FP32 pipe busy, and a float4 copy over buffers far larger than L2.
+//! The device's peaks, measured in the same run as the kernels they bound (clocks under
+//! load and the memory system differ per card, so a datasheet number would misplace the
+//! roofline): a kernel of independent FMA chains that keeps every FP32 pipe busy, a
+//! float4 copy over buffers far larger than L2, and, for tasks on tensor cores, a kernel
+//! of independent `mma.sync` chains of the task's type (m16n8k16 fp16 or bf16 with f32
+//! accumulation, m16n8k8 TF32).
+//!
+//! The tensor-core figure is `mma.sync`'s peak, the instruction our tensor-core kernels
+//! use; Hopper's `wgmma` (which cuDNN and cuBLAS use for large problems) goes faster, so
+//! a vendor routine can pass 100% of this roofline.
 
+use gpu::DeviceInfo;
 use gpu::cuda::{Context, CudaError, Function};
-use gpu::timing::{self, TimingConfig};
-use schedule::LaunchConfig;
+use gpu::timing::{self, SPIN_PTX, TimingConfig};
+use schedule::{DType, LaunchConfig};
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 /// What the roofline is drawn from.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Peaks {
     /// Float32 FMA throughput, in TFLOP/s (2 FLOPs per FMA).
     pub fp32_tflops: f64,
     /// Device memory copy bandwidth (bytes read plus bytes written), in GB/s.
     pub bandwidth_gbs: f64,
+    /// The tensor-core peak of the tasks' element type, when they have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor: Option<TensorPeak>,
+}
+
+/// An `mma.sync` peak.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorPeak {
+    pub dtype: DType,
+    /// The PTX instruction measured.
+    pub instruction: String,
+    /// In TFLOP/s (2 FLOPs per multiply-add).
+    pub tflops: f64,
 }
 
 impl Peaks {
-    /// The roofline floor in µs: the larger of compute time at peak and the time to move
-    /// `bytes` at the measured bandwidth.
+    /// The compute peak for `dtype`'s tasks: the tensor-core peak measured for that type,
+    /// else the float32 FMA peak (float32 tasks, or no tensor peak measured).
+    pub fn compute_tflops(&self, dtype: DType) -> f64 {
+        match &self.tensor {
+            Some(t) if t.dtype == dtype && dtype != DType::F32 => t.tflops,
+            _ => self.fp32_tflops,
+        }
+    }
+
+    /// The roofline floor in µs at the float32 peak: the larger of compute time at peak
+    /// and the time to move `bytes` at the measured bandwidth.
     pub fn floor_us(&self, flops: u64, bytes: u64) -> f64 {
-        let compute = flops as f64 / (self.fp32_tflops * 1e6);
+        self.floor_us_for(DType::F32, flops, bytes)
+    }
+
+    /// The roofline floor in µs of a `dtype` task ([`Peaks::compute_tflops`]).
+    pub fn floor_us_for(&self, dtype: DType, flops: u64, bytes: u64) -> f64 {
+        let compute = flops as f64 / (self.compute_tflops(dtype) * 1e6);
         let memory = bytes as f64 / (self.bandwidth_gbs * 1e3);
         compute.max(memory)
     }
@@ -110,7 +145,125 @@ pub fn measure(
     Ok(Peaks {
         fp32_tflops,
         bandwidth_gbs,
+        tensor: None,
     })
+}
+
+/// The `mma.sync` kernels, one per tensor-core type, compiled by NVRTC (inline PTX, no
+/// header). Each warp runs `CHAINS` independent accumulator chains so that the tensor
+/// pipes never wait on one result; the operands come from memory so nothing folds.
+const MMA_TEMPLATE: &str = r#"
+extern "C" __global__ void __launch_bounds__(256) NAME(const unsigned* in, float* out, unsigned long long iters) {
+  const unsigned a0 = in[0], a1 = in[1], a2 = in[2], a3 = in[3], b0 = in[4], b1 = in[5];
+  float d[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) { d[j][0] = 0.0f; d[j][1] = 0.0f; d[j][2] = 0.0f; d[j][3] = 0.0f; }
+#pragma unroll 4
+  for (unsigned long long i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      asm volatile("INSTRUCTION {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                   : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += d[j][0] + d[j][1] + d[j][2] + d[j][3];
+  if (s == -1.0f) out[blockIdx.x] = s;
+}
+"#;
+
+/// Independent accumulator chains per warp in the `mma.sync` kernels.
+const MMA_CHAINS: u64 = 8;
+
+/// The `mma.sync` instruction of `dtype`'s tensor-core path, its kernel's name and the
+/// multiply-adds one instruction does; `None` for float32 (no tensor cores).
+pub fn mma_instruction(dtype: DType) -> Option<(&'static str, &'static str, u64)> {
+    match dtype {
+        DType::F32 => None,
+        DType::Tf32 => Some((
+            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+            "tilesched_peak_mma_tf32",
+            16 * 8 * 8,
+        )),
+        DType::Fp16 => Some((
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+            "tilesched_peak_mma_fp16",
+            16 * 8 * 16,
+        )),
+        DType::Bf16 => Some((
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+            "tilesched_peak_mma_bf16",
+            16 * 8 * 16,
+        )),
+    }
+}
+
+/// The CUDA source of `dtype`'s `mma.sync` peak kernel (see [`mma_instruction`]).
+pub fn mma_source(dtype: DType) -> Option<String> {
+    let (instruction, name, _) = mma_instruction(dtype)?;
+    Some(
+        MMA_TEMPLATE
+            .replace("INSTRUCTION", instruction)
+            .replace("NAME", name),
+    )
+}
+
+#[derive(Debug, Error)]
+pub enum PeakError {
+    #[error("compiling the {dtype} mma.sync peak kernel: {message}")]
+    Compile { dtype: DType, message: String },
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+}
+
+/// Measures the `mma.sync` peak of `dtype` on `ctx` (compiled for `device`); `None` for
+/// float32.
+pub fn measure_tensor(
+    ctx: &Context,
+    device: &DeviceInfo,
+    cfg: &TimingConfig,
+    dtype: DType,
+) -> Result<Option<TensorPeak>, PeakError> {
+    let (Some(source), Some((instruction, name, macs))) =
+        (mma_source(dtype), mma_instruction(dtype))
+    else {
+        return Ok(None);
+    };
+    let compiled = gpu::compile(&source, name, &device.arch()).map_err(|e| PeakError::Compile {
+        dtype,
+        message: e.to_string(),
+    })?;
+    let module = ctx.load(&compiled.cubin)?;
+    let function = module.function(name, 0)?;
+    let spin_module = ctx.load(SPIN_PTX.as_bytes())?;
+    let spin = spin_module.function("tilesched_spin", 0)?;
+    // Small non-zero operands (zeros can run faster than data): six 32-bit registers of
+    // two fp16/bf16 values each, or one TF32 value each.
+    let per_word = (4 / dtype.bytes()) as usize;
+    let values: Vec<f32> = (0..6 * per_word)
+        .map(|i| 0.125 * (i as f32 + 1.0))
+        .collect();
+    let input = crate::host::upload(ctx, &values, dtype)?;
+    let blocks = device.sm_count * 4;
+    let out = ctx.alloc(blocks as usize)?;
+    let iters: u64 = 512;
+    let launch = LaunchConfig {
+        grid: blocks,
+        block: THREADS,
+        dynamic_shared_bytes: 0,
+        zero_output: false,
+    };
+    let t = timing::time_kernel(ctx, &spin, device.sm_clock_mhz, cfg, |_| {
+        ctx.launch(&function, launch, &[&input, &out], &[iters])
+    })?;
+    let warps = u64::from(blocks) * u64::from(THREADS / 32);
+    let flops = 2 * macs * MMA_CHAINS * iters * warps;
+    Ok(Some(TensorPeak {
+        dtype,
+        instruction: instruction.to_string(),
+        tflops: flops as f64 / (t.median_us * 1e6),
+    }))
 }
 
 #[cfg(test)]
@@ -122,11 +275,51 @@ mod tests {
         let peaks = Peaks {
             fp32_tflops: 50.0,
             bandwidth_gbs: 2000.0,
+            tensor: None,
         };
         // 100 MFLOP at 50 TFLOP/s = 2 µs; 1 MB at 2000 GB/s = 0.5 µs.
         assert!((peaks.floor_us(100_000_000, 1_000_000) - 2.0).abs() < 1e-12);
         // 1 MFLOP = 0.02 µs; 8 MB = 4 µs.
         assert!((peaks.floor_us(1_000_000, 8_000_000) - 4.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_roofline_uses_the_tasks_tensor_peak() {
+        let peaks = Peaks {
+            fp32_tflops: 50.0,
+            bandwidth_gbs: 2000.0,
+            tensor: Some(TensorPeak {
+                dtype: DType::Fp16,
+                instruction: mma_instruction(DType::Fp16).unwrap().0.to_string(),
+                tflops: 500.0,
+            }),
+        };
+        assert_eq!(peaks.compute_tflops(DType::Fp16), 500.0);
+        // Another type's peak is not this one's: the float32 peak stands in.
+        assert_eq!(peaks.compute_tflops(DType::Bf16), 50.0);
+        assert_eq!(peaks.compute_tflops(DType::F32), 50.0);
+        // 1 GFLOP at 500 TFLOP/s = 2 µs, above 1 MB at 2000 GB/s.
+        assert!((peaks.floor_us_for(DType::Fp16, 1_000_000_000, 1_000_000) - 2.0).abs() < 1e-12);
+        assert!((peaks.floor_us(1_000_000_000, 1_000_000) - 20.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mma_kernels_per_type() {
+        assert!(mma_source(DType::F32).is_none());
+        let (instr, _, macs) = mma_instruction(DType::Tf32).unwrap();
+        assert!(instr.contains("m16n8k8") && instr.contains(".tf32"));
+        assert_eq!(macs, 1024);
+        assert_eq!(mma_instruction(DType::Bf16).unwrap().2, 2048);
+        for dtype in [DType::Tf32, DType::Fp16, DType::Bf16] {
+            let source = mma_source(dtype).unwrap();
+            let (instr, name, _) = mma_instruction(dtype).unwrap();
+            assert!(source.contains(instr) && source.contains(name));
+            // NVRTC runs with no include path: nothing may be included.
+            assert!(!source.contains("#include"));
+            let compiled = gpu::compile(&source, name, "sm_90").unwrap();
+            assert!(compiled.cubin.starts_with(b"\x7fELF"), "{dtype}");
+            assert_eq!(compiled.resources.spill_store_bytes, 0, "{dtype}");
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The bench report: per task our time, the vendor's, the speedup, TFLOP/s and the
 //! fraction of the roofline floor, plus totals and geometric means; written as JSON
-//! (everything, for tools) and Markdown (for people).
+//! (everything, for tools) and Markdown (for people). Each row says which comparison it
+//! is: the task's element types and layout, and the vendor routine with its library's
+//! version, algorithm and math (e.g. `cuDNN 9.19.0 IMPLICIT_PRECOMP_GEMM tensor-op fp16
+//! NHWC`); the report says which copy of the library ran.
 //!
 //! Totals weight each task by its count in the network (the time of one forward pass);
 //! geometric means are over tasks, unweighted (each distinct shape is one data point),
@@ -8,6 +11,7 @@
 
 use crate::peaks::Peaks;
 use gpu::DeviceInfo;
+use schedule::{DType, Operator, Task};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
@@ -43,6 +47,14 @@ impl Side {
 pub struct Measured {
     pub task: String,
     pub count: u32,
+    /// The inputs' element type (reports from before types read as f32).
+    #[serde(default)]
+    pub dtype: DType,
+    #[serde(default)]
+    pub out_dtype: DType,
+    /// `nchw` or `nhwc` for conv2d, `row-major` for matmuls (see [`layout_name`]).
+    #[serde(default)]
+    pub layout: String,
     pub flops: u64,
     /// Bytes of the inputs and the output, each moved once: the memory floor.
     pub min_bytes: u64,
@@ -53,7 +65,9 @@ pub struct Measured {
     pub trials: usize,
     pub ours: Option<Side>,
     pub vendor: Option<Side>,
-    /// The vendor routine that ran, e.g. `cudnn IMPLICIT_PRECOMP_GEMM`.
+    /// The vendor routine that ran: library, version, algorithm or call, math or
+    /// compute type, types (and layout), e.g. `cuDNN 9.19.0 IMPLICIT_PRECOMP_GEMM
+    /// tensor-op fp16 NHWC` or `cuBLAS 13.1.0 cublasGemmEx COMPUTE_32F bf16`.
     pub vendor_algorithm: Option<String>,
     /// The vendor's alternatives tried for this task (cuDNN: each algorithm its find
     /// returned, with our protocol's time and cuDNN's own), so the choice can be checked.
@@ -63,6 +77,33 @@ pub struct Measured {
     pub vendor_max_abs_error: Option<f64>,
     /// Why a side is missing or wrong, when one is.
     pub problem: Option<String>,
+}
+
+/// How a row names a task's layout: the conv2d layout, or `row-major` for matmuls.
+pub fn layout_name(task: &Task) -> String {
+    match task.op {
+        Operator::Conv2d(_) => task.layout.name().to_string(),
+        _ => "row-major".to_string(),
+    }
+}
+
+impl Measured {
+    /// `fp16`, or `fp16→f32` where the output type differs (TF32 data with a float32
+    /// output is stored as float32 throughout: just `tf32`).
+    pub fn types(&self) -> String {
+        let same = self.out_dtype == self.dtype
+            || (self.dtype == DType::Tf32 && self.out_dtype == DType::F32);
+        let mut text = if same {
+            self.dtype.to_string()
+        } else {
+            format!("{}→{}", self.dtype, self.out_dtype)
+        };
+        if !self.layout.is_empty() && self.layout != "row-major" {
+            text.push(' ');
+            text.push_str(&self.layout.to_uppercase());
+        }
+        text
+    }
 }
 
 /// A task's row: what was measured and what follows from it.
@@ -82,7 +123,7 @@ pub struct Row {
 
 impl Row {
     pub fn new(measured: Measured, peaks: &Peaks) -> Row {
-        let roofline_us = peaks.floor_us(measured.flops, measured.min_bytes);
+        let roofline_us = peaks.floor_us_for(measured.dtype, measured.flops, measured.min_bytes);
         let tflops = |s: &Side| measured.flops as f64 / (s.median_us * 1e6);
         let ours = measured.ours;
         let vendor = measured.vendor;
@@ -176,6 +217,22 @@ pub struct Protocol {
     pub l2_rotation: bool,
 }
 
+/// The copy of the vendor library a report's baselines ran on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VendorLibrary {
+    /// `cuDNN` or `cuBLAS`.
+    pub name: String,
+    /// As the loaded library states it, e.g. `9.19.0`.
+    pub version: String,
+    /// The directory it was loaded from.
+    pub dir: String,
+    /// `newest found`, or the option that named the directory.
+    pub chosen_by: String,
+    /// The other copies found on the machine (`9.14.0 at /usr/lib/...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<String>,
+}
+
 /// Everything one `bench` run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -186,6 +243,9 @@ pub struct Report {
     pub device: DeviceInfo,
     /// e.g. `cuDNN 9.19.0 (FMA math, fastest of 6 algorithms per shape)`.
     pub vendor: String,
+    /// Which copy of the library ran (absent in reports from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor_library: Option<VendorLibrary>,
     pub log: String,
     pub peaks: Peaks,
     pub protocol: Protocol,
@@ -226,10 +286,38 @@ impl Report {
             self.vendor,
             self.log
         );
+        if let Some(l) = &self.vendor_library {
+            let _ = writeln!(
+                md,
+                "{} {} loaded from `{}` ({}){}.\n",
+                l.name,
+                l.version,
+                l.dir,
+                l.chosen_by,
+                if l.others.is_empty() {
+                    String::new()
+                } else {
+                    format!("; also found: {}", l.others.join(", "))
+                }
+            );
+        }
         let p = &self.protocol;
+        let (compute, kernels) = match &self.peaks.tensor {
+            Some(t) => (
+                format!(
+                    "FLOPs / {:.1} TFLOP/s for {} tasks (`{}` chains; {:.1} TFLOP/s float32 FMA otherwise)",
+                    t.tflops, t.dtype, t.instruction, self.peaks.fp32_tflops
+                ),
+                "FMA chains; mma.sync chains; float4 copy",
+            ),
+            None => (
+                format!("FLOPs / {:.1} TFLOP/s", self.peaks.fp32_tflops),
+                "FMA chains; float4 copy",
+            ),
+        };
         let _ = writeln!(
             md,
-            "Both sides in one process on the same inputs, alternating {} rounds per task of ≥ {} ms and ≥ {} launches each (CUDA events per launch{}), median of all samples. Roofline floor per task = max(FLOPs / {:.1} TFLOP/s, bytes / {:.0} GB/s), both peaks measured in this run (FMA chains; float4 copy).\n",
+            "Both sides in one process on the same inputs, alternating {} rounds per task of ≥ {} ms and ≥ {} launches each (CUDA events per launch{}), median of all samples. Roofline floor per task = max({compute}, bytes / {:.0} GB/s), all peaks measured in this run ({kernels}).\n",
             p.rounds,
             p.min_time_ms_per_round,
             p.min_repeats_per_round,
@@ -238,23 +326,23 @@ impl Report {
             } else {
                 ""
             },
-            self.peaks.fp32_tflops,
             self.peaks.bandwidth_gbs
         );
         let _ = writeln!(
             md,
-            "| task | × | ours µs | vendor µs | speedup | ours TFLOP/s | vendor TFLOP/s | roofline µs | ours % roofline | vendor % roofline | vendor routine | trials |"
+            "| task | types | × | ours µs | vendor µs | speedup | ours TFLOP/s | vendor TFLOP/s | roofline µs | ours % roofline | vendor % roofline | vendor routine | trials |"
         );
         let _ = writeln!(
             md,
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
         );
         for r in &self.rows {
             let m = &r.measured;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
                 m.task,
+                m.types(),
                 m.count,
                 opt(m.ours.map(|s| s.median_us), 2),
                 opt(m.vendor.map(|s| s.median_us), 2),
@@ -271,7 +359,7 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "| **total** (count-weighted, {} of {} tasks) | | **{:.2}** | **{:.2}** | **{}** | | | {:.2} | | | | |",
+            "| **total** (count-weighted, {} of {} tasks) | | | **{:.2}** | **{:.2}** | **{}** | | | {:.2} | | | | |",
             s.compared,
             s.tasks,
             s.ours_total_us,
@@ -338,6 +426,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::peaks::TensorPeak;
 
     fn side(us: f64) -> Side {
         Side {
@@ -352,6 +441,9 @@ mod tests {
         Measured {
             task: task.to_string(),
             count,
+            dtype: DType::Fp16,
+            out_dtype: DType::Fp16,
+            layout: "nhwc".to_string(),
             flops: 200_000_000,
             min_bytes: 4_000_000,
             state_id: ours.map(|_| "00000000deadbeef".to_string()),
@@ -359,9 +451,11 @@ mod tests {
             trials: 64,
             ours: ours.map(side),
             vendor: vendor.map(side),
-            vendor_algorithm: vendor.map(|_| "cudnn IMPLICIT_PRECOMP_GEMM".to_string()),
+            vendor_algorithm: vendor
+                .map(|_| "cuDNN 9.19.0 IMPLICIT_PRECOMP_GEMM tensor-op fp16 NHWC".to_string()),
             vendor_candidates: vec![
-                "IMPLICIT_PRECOMP_GEMM 20.00 µs (cuDNN's find: 18.00 µs)".into(),
+                "handle 1: IMPLICIT_PRECOMP_GEMM tensor-op 20.00 µs (cuDNN's find: 18.00 µs)"
+                    .into(),
             ],
             vendor_max_abs_error: vendor.map(|_| 0.0),
             problem: ours
@@ -370,10 +464,18 @@ mod tests {
         }
     }
 
-    const PEAKS: Peaks = Peaks {
-        fp32_tflops: 50.0,
-        bandwidth_gbs: 2000.0,
-    };
+    /// The fp16 peak is the float32 one, so that the numbers below read simply.
+    fn peaks() -> Peaks {
+        Peaks {
+            fp32_tflops: 25.0,
+            bandwidth_gbs: 2000.0,
+            tensor: Some(TensorPeak {
+                dtype: DType::Fp16,
+                instruction: "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32".into(),
+                tflops: 50.0,
+            }),
+        }
+    }
 
     fn report() -> Report {
         let rows: Vec<Row> = vec![
@@ -382,7 +484,7 @@ mod tests {
             measured("conv_c", 1, None, Some(5.0)),
         ]
         .into_iter()
-        .map(|m| Row::new(m, &PEAKS))
+        .map(|m| Row::new(m, &peaks()))
         .collect();
         Report {
             tool_version: "0.1.0".into(),
@@ -390,8 +492,15 @@ mod tests {
             command: "tilesched bench conv2d --network demo --log demo.jsonl".into(),
             device: gpu::worker::Simulated::device(),
             vendor: "cuDNN 9.19.0".into(),
+            vendor_library: Some(VendorLibrary {
+                name: "cuDNN".into(),
+                version: "9.19.0".into(),
+                dir: "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib".into(),
+                chosen_by: "newest found".into(),
+                others: vec!["9.14.0 at /usr/lib/x86_64-linux-gnu".into()],
+            }),
             log: "demo.jsonl".into(),
-            peaks: PEAKS,
+            peaks: peaks(),
             protocol: Protocol {
                 rounds: 4,
                 min_time_ms_per_round: 25.0,
@@ -456,6 +565,49 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
         assert_eq!(json["rows"][0]["speedup"], 2.0);
         assert_eq!(json["rows"][0]["task"], "conv_a");
+        assert_eq!(json["rows"][0]["dtype"], "fp16");
+        assert_eq!(json["rows"][0]["layout"], "nhwc");
+        assert_eq!(
+            json["rows"][0]["vendor_algorithm"],
+            "cuDNN 9.19.0 IMPLICIT_PRECOMP_GEMM tensor-op fp16 NHWC"
+        );
+        assert_eq!(json["vendor_library"]["version"], "9.19.0");
+        assert_eq!(json["peaks"]["tensor"]["dtype"], "fp16");
         assert_eq!(json["summary"]["compared"], 2);
+    }
+
+    #[test]
+    fn reports_from_before_types_read_as_f32() {
+        let mut json: serde_json::Value = serde_json::from_str(&report().to_json()).unwrap();
+        for row in json["rows"].as_array_mut().unwrap() {
+            let row = row.as_object_mut().unwrap();
+            for key in ["dtype", "out_dtype", "layout"] {
+                row.remove(key);
+            }
+        }
+        json.as_object_mut().unwrap().remove("vendor_library");
+        json["peaks"].as_object_mut().unwrap().remove("tensor");
+        let old: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(old.rows[0].measured.dtype, DType::F32);
+        assert_eq!(old.rows[0].measured.types(), "f32");
+        assert_eq!(old.vendor_library, None);
+    }
+
+    #[test]
+    fn types_and_layout_names() {
+        let mut m = measured("x", 1, None, None);
+        assert_eq!(m.types(), "fp16 NHWC");
+        m.out_dtype = DType::F32;
+        assert_eq!(m.types(), "fp16→f32 NHWC");
+        (m.dtype, m.layout) = (DType::Tf32, "row-major".into());
+        assert_eq!(m.types(), "tf32");
+        let task = Task {
+            op: Operator::Matmul { m: 1, n: 2, k: 3 },
+            epilogue: Default::default(),
+            dtype: DType::Bf16,
+            out_dtype: DType::Bf16,
+            layout: schedule::Layout::Nhwc,
+        };
+        assert_eq!(layout_name(&task), "row-major");
     }
 }

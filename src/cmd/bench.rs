@@ -5,9 +5,11 @@
 
 use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
 use anyhow::{Context as _, Result, bail};
+use benchmarks::baseline::{self, Choices};
 use benchmarks::curves::network_curve;
+use benchmarks::peaks;
 use benchmarks::plot;
-use benchmarks::report::{Measured, Protocol, Report, Row, Summary};
+use benchmarks::report::{Measured, Protocol, Report, Row, Summary, layout_name};
 use benchmarks::run::{BenchError, Options, OurKernel, Session};
 use gpu::TimingConfig;
 use gpu::{DeviceInfo, Problem};
@@ -33,11 +35,13 @@ pub struct Args {
     /// Where bench.json, bench.md and the plots go (default: bench-<op>-<network>).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Directory holding libcudnn.so.9 (default: the loader's path, then Python
-    /// environments under /opt, /usr/local, /usr/lib and ~/.local).
+    /// Directory holding libcudnn.so.9 and its sub-libraries (default: the newest copy
+    /// found on the loader's path, in the site-packages of each python3 on PATH, or
+    /// under /opt, /usr/local, /usr/lib and ~/.local).
     #[arg(long)]
     cudnn: Option<PathBuf>,
-    /// Directory holding libcublas.so.13 (searched like --cudnn).
+    /// Directory holding libcublas.so.13 and libcublasLt.so.13 (default: the newest
+    /// copy found, searched like --cudnn).
     #[arg(long)]
     cublas: Option<PathBuf>,
     /// GPU ordinal.
@@ -163,7 +167,15 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut session = Session::new(options.clone())?;
     let device = session.device.clone();
-    let vendor = session.load_vendor(&workloads[0].task.op)?;
+    let first = workloads[0].task;
+    session.load_vendor(&first.op)?;
+    let library = baseline::library_for(&first.op);
+    let choices = Choices {
+        algorithms: args.algorithms,
+        ..Choices::default()
+    };
+    let vendor = baseline::description(library, &first, choices);
+    let vendor_library = baseline::library(library);
     eprintln!(
         "{} ({} SMs); baseline {vendor}",
         device.name, device.sm_count
@@ -198,10 +210,16 @@ pub fn run(args: Args) -> Result<()> {
         })
         .collect::<Result<_>>()?;
 
-    let peaks = session.peaks()?;
+    let mut peaks = session.peaks()?;
+    peaks.tensor = peaks::measure_tensor(session.context(), &device, &options.timing, first.dtype)?;
     eprintln!(
-        "peaks: {:.1} TFLOP/s float32 FMA, {:.0} GB/s copy",
-        peaks.fp32_tflops, peaks.bandwidth_gbs
+        "peaks: {:.1} TFLOP/s float32 FMA{}, {:.0} GB/s copy",
+        peaks.fp32_tflops,
+        peaks.tensor.as_ref().map_or(String::new(), |t| format!(
+            ", {:.1} TFLOP/s {} mma.sync",
+            t.tflops, t.dtype
+        )),
+        peaks.bandwidth_gbs
     );
     let mut rows = Vec::new();
     for p in &prepared {
@@ -209,6 +227,9 @@ pub fn run(args: Args) -> Result<()> {
         let base = Measured {
             task: p.task.key(),
             count: p.count,
+            dtype: p.task.dtype,
+            out_dtype: p.task.out_dtype,
+            layout: layout_name(&p.task),
             flops: p.task.flops(),
             min_bytes: prob.bytes(),
             state_id: p.best.as_ref().map(|b| b.state.id()),
@@ -251,6 +272,7 @@ pub fn run(args: Args) -> Result<()> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         device,
         vendor,
+        vendor_library,
         log: args.log.display().to_string(),
         peaks,
         protocol: Protocol {
