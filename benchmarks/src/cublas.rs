@@ -248,7 +248,7 @@ fn check_sizes(shape: Gemm, types: &GemmTypes, buffers: [&Buffer; 3]) -> Result<
         u64::from(shape.k),
     );
     let fits = |buf: &Buffer, elements: u64, dtype: DType| {
-        crate::buffer_bytes(buf) as u64 >= elements * u64::from(dtype.bytes())
+        buf.bytes() as u64 >= elements * u64::from(dtype.bytes())
     };
     if fits(a, batch * m * k, types.dtype)
         && fits(b, batch * k * n, types.dtype)
@@ -617,7 +617,7 @@ impl LtMatmul {
         workspace: &Buffer,
     ) -> Result<(), VendorError> {
         check_sizes(self.shape, &self.types, buffers)?;
-        if crate::buffer_bytes(workspace) < candidate.workspace_bytes {
+        if workspace.bytes() < candidate.workspace_bytes {
             return Err(VendorError::Call {
                 call: "cublasLtMatmul",
                 status: "workspace smaller than the algorithm needs".to_string(),

@@ -450,7 +450,7 @@ impl CudnnConv {
                 &mut returned,
                 perf.as_mut_ptr(),
                 workspace.device_ptr() as *mut c_void,
-                crate::buffer_bytes(workspace),
+                workspace.bytes(),
             )
         })?;
         Ok(perf
@@ -494,7 +494,7 @@ impl CudnnConv {
                 self.conv,
                 algorithm.algo,
                 workspace.device_ptr() as *mut c_void,
-                crate::buffer_bytes(workspace),
+                workspace.bytes(),
                 (&beta as *const f32).cast(),
                 self.y,
                 y.device_ptr() as *mut c_void,

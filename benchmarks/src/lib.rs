@@ -43,10 +43,3 @@ pub mod plot;
 pub mod report;
 pub mod run;
 pub mod vendor;
-
-/// Bytes of device memory behind `buffer`. One place to switch to `Buffer::bytes`
-/// once buffers carry their element type: until then every buffer is allocated in
-/// 4-byte words, whatever it holds.
-pub(crate) fn buffer_bytes(buffer: &gpu::cuda::Buffer) -> usize {
-    buffer.len * 4
-}

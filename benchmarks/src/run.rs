@@ -10,13 +10,12 @@
 //! Buffers, checks and launches are `gpu::buffers`', the worker's own: the same rotated
 //! copies and the same split-K zeroing, so that our times here compare with the log's.
 
-use crate::cublas::{Cublas, Gemm};
-use crate::cudnn::{Algorithm, CudnnConv};
+use crate::baseline::{self, Choices};
 use crate::peaks::{self, Peaks};
 use crate::report::{Measured, Side};
-use crate::vendor::{self, Library, Source, VendorError};
+use crate::vendor::{self, VendorError};
 use gpu::buffers::{BufferSets, ReferenceError};
-use gpu::cuda::{Buffer, Context, CudaError, Module};
+use gpu::cuda::{Context, CudaError, Module};
 use gpu::timing::{self, SPIN_PTX, TimingConfig};
 use gpu::{DeviceInfo, Problem};
 use schedule::{LaunchConfig, Operator, Task};
@@ -83,30 +82,12 @@ impl Options {
     }
 }
 
-/// The vendor side of a session, loaded on first use.
-enum Vendor {
-    Cudnn,
-    Cublas(Cublas),
-}
-
 pub struct Session {
     ctx: Context,
     pub device: DeviceInfo,
     spin: Module,
     options: Options,
-    vendor: Option<Vendor>,
-    /// Where the vendor library came from and its version, once loaded.
-    pub vendor_description: Option<String>,
 }
-
-/// Workspace cuDNN may use while its algorithms are searched.
-const FIND_WORKSPACE_BYTES: usize = 1 << 30;
-/// cuDNN handles per task, each with its own find and our timing of what it returns;
-/// the fastest (handle, algorithm) is the baseline. cuDNN 9.14 on an H100 sometimes
-/// runs an algorithm several times slower in one handle than in another (resnet's
-/// 256->128 1x1 stride 2, IMPLICIT_PRECOMP_GEMM: 154 µs in one process, 16 µs in
-/// others), which would make the baseline weaker than cuDNN is.
-const CUDNN_HANDLES: usize = 2;
 
 fn compile(source: &str, name: &str, arch: &str) -> Result<Vec<u8>, BenchError> {
     gpu::compile(source, name, arch)
@@ -132,8 +113,6 @@ impl Session {
             device,
             spin,
             options,
-            vendor: None,
-            vendor_description: None,
         })
     }
 
@@ -142,36 +121,15 @@ impl Session {
     }
 
     /// Loads the library that `op` is compared with (cuDNN for conv2d, cuBLAS
-    /// otherwise); says where it came from.
-    pub fn load_vendor(&mut self, op: &Operator) -> Result<String, BenchError> {
-        let (lib, given) = match op {
-            Operator::Conv2d(_) => (Library::Cudnn, &self.options.cudnn),
-            _ => (Library::Cublas, &self.options.cublas),
+    /// otherwise): the newest copy found, or the one in the given directory, with its
+    /// sub-libraries (`vendor::load`); `baseline::prepare` then sets up each task.
+    pub fn load_vendor(&mut self, op: &Operator) -> Result<(), BenchError> {
+        let given = match op {
+            Operator::Conv2d(_) => &self.options.cudnn,
+            _ => &self.options.cublas,
         };
-        let source = vendor::load(lib, given.as_deref())?;
-        let (vendor, version) = match lib {
-            Library::Cudnn => (Vendor::Cudnn, crate::cudnn::version()),
-            Library::Cublas => {
-                let cublas = Cublas::new(&self.ctx)?;
-                let version = crate::cublas::version(&cublas);
-                (Vendor::Cublas(cublas), version)
-            }
-        };
-        let from = match source {
-            Source::LoaderPath => String::new(),
-            Source::Directory(d) => format!(" from {}", d.display()),
-        };
-        let text = match lib {
-            Library::Cudnn => format!(
-                "cuDNN {version}{from} (FMA math, no TF32; fastest algorithm by our protocol among those cuDNN's find returns, in each of {CUDNN_HANDLES} handles)"
-            ),
-            Library::Cublas => {
-                format!("cuBLAS {version}{from} (sgemm, default math: no TF32)")
-            }
-        };
-        self.vendor = Some(vendor);
-        self.vendor_description = Some(text.clone());
-        Ok(text)
+        vendor::load(baseline::library_for(op), given.as_deref())?;
+        Ok(())
     }
 
     /// The device's FP32 peak and copy bandwidth.
@@ -222,9 +180,36 @@ impl Session {
             _ => None,
         };
 
-        let vendor = self.prepare_vendor(task, &sets)?;
+        let spin_fn = self.spin.function("tilesched_spin", 0)?;
+        let protocol = baseline::Protocol {
+            ctx,
+            spin: &spin_fn,
+            sm_clock_mhz: self.device.sm_clock_mhz,
+            timing: TimingConfig {
+                min_time_ms: 10.0,
+                ..self.options.round_timing()
+            },
+        };
+        let operands = |i: usize| {
+            let s = sets.set(i);
+            [&s[0], &s[1], &s[2]]
+        };
+        let prepared = baseline::prepare(
+            &protocol,
+            task,
+            &operands,
+            Choices {
+                algorithms: self.options.algorithms,
+                ..Default::default()
+            },
+        )?;
+        let vendor = &prepared.baseline;
         let (vendor_max_abs_error, vendor_ok) = {
-            let got = sets.output_of(ctx, |set| vendor.run(set).map_err(BenchError::from))?;
+            let got = sets.output_of(ctx, |set| {
+                vendor
+                    .run([&set[0], &set[1], &set[2]])
+                    .map_err(BenchError::from)
+            })?;
             let scale = expected
                 .iter()
                 .fold(1.0f64, |m, v| m.max(f64::from(v.abs())));
@@ -268,7 +253,7 @@ impl Session {
                     let mut failure = None;
                     let t =
                         timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &round, |i| {
-                            if let Err(e) = vendor.run(sets.set(i)) {
+                            if let Err(e) = vendor.run(operands(i)) {
                                 failure.get_or_insert(e);
                             }
                             Ok(())
@@ -283,188 +268,10 @@ impl Session {
         Ok(TaskTimes {
             ours: Side::from_samples(&our_samples),
             vendor: Side::from_samples(&vendor_samples),
-            vendor_algorithm: vendor.describe(),
-            vendor_candidates: match &vendor {
-                VendorRun::Cudnn { timed, .. } => timed.clone(),
-                VendorRun::Cublas { .. } => Vec::new(),
-            },
+            vendor_algorithm: Some(vendor.describe()),
+            vendor_candidates: prepared.candidates.clone(),
             vendor_max_abs_error: Some(vendor_max_abs_error),
             problems,
-        })
-    }
-
-    /// Times, by our protocol, the FMA algorithms `cudnn`'s find returns (the first
-    /// `--algorithms` of them): the fastest that ran, the workspace they share, and one
-    /// line per algorithm.
-    fn time_cudnn(&self, cudnn: &CudnnConv, sets: &BufferSets) -> Result<CudnnTimes, BenchError> {
-        let ctx = &self.ctx;
-        fn three(s: &[Buffer]) -> [&Buffer; 3] {
-            [&s[0], &s[1], &s[2]]
-        }
-        let find_workspace = ctx.alloc(FIND_WORKSPACE_BYTES / 4)?;
-        let found = cudnn.algorithms(three(sets.set(0)), &find_workspace)?;
-        drop(find_workspace);
-        let candidates: Vec<Algorithm> = found
-            .into_iter()
-            .take(self.options.algorithms.max(1))
-            .collect();
-        let Some(need) = candidates.iter().map(|a| a.workspace_bytes).max() else {
-            return Err(VendorError::Call {
-                call: "cudnnFindConvolutionForwardAlgorithmEx",
-                status: "no FMA algorithm runs for this shape".to_string(),
-            }
-            .into());
-        };
-        let workspace = ctx.alloc(need.div_ceil(4))?;
-        let spin = self.spin.function("tilesched_spin", 0)?;
-        let quick = TimingConfig {
-            min_time_ms: 10.0,
-            ..self.options.round_timing()
-        };
-        let mut best: Option<(f64, Algorithm)> = None;
-        let mut timed = Vec::new();
-        for algorithm in candidates {
-            let mut failure = None;
-            let t = timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &quick, |i| {
-                if let Err(e) = cudnn.run(&algorithm, three(sets.set(i)), &workspace) {
-                    failure.get_or_insert(e);
-                }
-                Ok(())
-            })?;
-            timed.push(match &failure {
-                None => format!(
-                    "{} {:.2} µs (cuDNN's find: {:.2} µs)",
-                    algorithm.name(),
-                    t.median_us,
-                    f64::from(algorithm.find_ms) * 1e3
-                ),
-                Some(e) => format!("{} failed: {e}", algorithm.name()),
-            });
-            if failure.is_none() && best.is_none_or(|(us, _)| t.median_us < us) {
-                best = Some((t.median_us, algorithm));
-            }
-        }
-        Ok(CudnnTimes {
-            best,
-            workspace,
-            lines: timed,
-        })
-    }
-
-    /// Sets up the vendor routine for `task`; for cuDNN, times the algorithms its find
-    /// returns with our protocol, in each of `CUDNN_HANDLES` handles, and keeps the
-    /// fastest.
-    fn prepare_vendor<'s>(
-        &'s self,
-        task: &Task,
-        sets: &BufferSets,
-    ) -> Result<VendorRun<'s>, BenchError> {
-        let ctx = &self.ctx;
-        match (&task.op, &self.vendor) {
-            (Operator::Conv2d(conv), Some(Vendor::Cudnn)) => {
-                let mut chosen: Option<(f64, CudnnConv, Algorithm, Buffer)> = None;
-                let mut timed = Vec::new();
-                for handle in 1..=CUDNN_HANDLES {
-                    let cudnn = CudnnConv::new(ctx, conv)?;
-                    let times = self.time_cudnn(&cudnn, sets)?;
-                    timed.extend(
-                        times
-                            .lines
-                            .into_iter()
-                            .map(|l| format!("handle {handle}: {l}")),
-                    );
-                    if let Some((us, algorithm)) = times.best
-                        && chosen.as_ref().is_none_or(|c| us < c.0)
-                    {
-                        chosen = Some((us, cudnn, algorithm, times.workspace));
-                    }
-                }
-                let (_, cudnn, algorithm, workspace) = chosen.ok_or(VendorError::Call {
-                    call: "cudnnConvolutionForward",
-                    status: "every algorithm failed".to_string(),
-                })?;
-                Ok(VendorRun::Cudnn {
-                    cudnn,
-                    algorithm,
-                    workspace,
-                    timed,
-                })
-            }
-            (Operator::Matmul { m, n, k }, Some(Vendor::Cublas(cublas))) => Ok(VendorRun::Cublas {
-                cublas,
-                shape: Gemm {
-                    batch: 1,
-                    m: *m,
-                    n: *n,
-                    k: *k,
-                },
-            }),
-            (Operator::BatchMatmul { b, m, n, k }, Some(Vendor::Cublas(cublas))) => {
-                Ok(VendorRun::Cublas {
-                    cublas,
-                    shape: Gemm {
-                        batch: *b,
-                        m: *m,
-                        n: *n,
-                        k: *k,
-                    },
-                })
-            }
-            _ => Err(VendorError::Call {
-                call: "bench",
-                status: format!("no vendor library loaded for {}", task.op.name()),
-            }
-            .into()),
-        }
-    }
-}
-
-/// cuDNN's algorithms in one handle, timed by our protocol.
-struct CudnnTimes {
-    /// The median µs of the fastest that ran, and that algorithm.
-    best: Option<(f64, Algorithm)>,
-    /// The workspace they share (the largest any of them needs).
-    workspace: Buffer,
-    /// One line per algorithm: its time, or its failure.
-    lines: Vec<String>,
-}
-
-/// The vendor routine of one task, ready to run on a buffer set.
-enum VendorRun<'s> {
-    Cudnn {
-        cudnn: CudnnConv,
-        algorithm: Algorithm,
-        workspace: Buffer,
-        /// Every algorithm tried, with its time by our protocol (or its failure).
-        timed: Vec<String>,
-    },
-    Cublas {
-        cublas: &'s Cublas,
-        shape: Gemm,
-    },
-}
-
-impl VendorRun<'_> {
-    fn run(&self, set: &[Buffer]) -> Result<(), VendorError> {
-        let three = [&set[0], &set[1], &set[2]];
-        match self {
-            VendorRun::Cudnn {
-                cudnn,
-                algorithm,
-                workspace,
-                ..
-            } => cudnn.run(algorithm, three, workspace),
-            VendorRun::Cublas { cublas, shape } => cublas.sgemm(*shape, three),
-        }
-    }
-
-    fn describe(&self) -> Option<String> {
-        Some(match self {
-            VendorRun::Cudnn { algorithm, .. } => format!("cudnn {}", algorithm.name()),
-            VendorRun::Cublas { shape, .. } if shape.batch > 1 => {
-                "cublasSgemmStridedBatched".to_string()
-            }
-            VendorRun::Cublas { .. } => "cublasSgemm".to_string(),
         })
     }
 }
