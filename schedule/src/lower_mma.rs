@@ -32,7 +32,7 @@ use crate::task::{Contraction, Task};
 pub fn lower_mma(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
     let c = task.contraction();
     let view = GemmView::of(&c).expect("tensor-core states are validated");
-    let mut lowering = MmaLowering::new(task, &c, &view, tiling, split_k);
+    let mut lowering = MmaLowering::new(&c, &view, tiling, split_k);
     let body = lowering.body();
     let t = tiling;
     let elements = lowering.layouts.map(|l| l.elements() * i64::from(t.stages));
@@ -90,7 +90,6 @@ struct MmaLowering<'a> {
 
 impl<'a> MmaLowering<'a> {
     fn new(
-        task: &Task,
         c: &'a Contraction,
         view: &'a GemmView,
         t: &'a MmaTiling,
@@ -103,7 +102,6 @@ impl<'a> MmaLowering<'a> {
             * view.batch as i64
             * ceil_div(view.m as i64, i64::from(t.block_m))
             * ceil_div(view.n as i64, i64::from(t.block_n));
-        let _ = task;
         MmaLowering {
             c,
             view,
