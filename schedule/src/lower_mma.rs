@@ -89,12 +89,7 @@ struct MmaLowering<'a> {
 }
 
 impl<'a> MmaLowering<'a> {
-    fn new(
-        c: &'a Contraction,
-        view: &'a GemmView,
-        t: &'a MmaTiling,
-        split_k: u32,
-    ) -> Self {
+    fn new(c: &'a Contraction, view: &'a GemmView, t: &'a MmaTiling, split_k: u32) -> Self {
         let block_k = t.block_k(c.dtype) as i64;
         let ktiles = (view.k as i64 + block_k - 1) / block_k;
         let split = i64::from(split_k);
