@@ -4,8 +4,10 @@
 //! group them; states (the multi-level tiling sketch with every factor filled in), their
 //! sampling and validation against a GPU description; lowering of a state to a loop
 //! nest (`lower`) and the transform passes it applies to the nest (`prefetch`: register
-//! prefetch), CUDA C generation that only prints the finished nest (`codegen`), and a
-//! CPU interpreter that proves the same nest computes the task's definition (`interp`).
+//! prefetch); the tensor-core sketch (`gemm`: a contraction's GEMM view, `mma`: its
+//! tiles and shared layouts, `lower_mma`: its cp.async / ldmatrix / mma.sync nest);
+//! CUDA C generation that only prints the finished nest (`codegen`), and a CPU
+//! interpreter that proves the same nest computes the task's definition (`interp`).
 //! Nothing here needs a GPU.
 
 pub mod codegen;

@@ -19,6 +19,10 @@
 //! 8. Features: `features/src/extract.rs` (described in `features/src/table.rs`).
 //! 9. A snapshot test: `schedule/tests/states.rs`.
 //!
+//! A state with `mma` set belongs to the tensor-core sketch instead (`mma`,
+//! `lower_mma`): its tiling lives in `MmaTiling`, and the per-axis fields below keep
+//! their defaults. What follows describes the CUDA-core sketch.
+//!
 //! The sketch is Ansor's GPU structure "SSSRRSRS": each spatial axis is split into five
 //! levels (block, virtual thread, thread, outer register, inner register) and each
 //! reduction axis into three (outer, middle, inner). Both inputs are staged in shared
