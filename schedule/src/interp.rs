@@ -116,6 +116,17 @@ struct Cell {
     asynchronous: bool,
 }
 
+/// A copy from global to shared memory (`Fetch`, `AsyncCopy`), as the interpreter
+/// runs it.
+struct Copy<'a> {
+    input: usize,
+    shared: &'a Expr,
+    global: &'a Expr,
+    valid: &'a [Cond],
+    width: u32,
+    step: i64,
+}
+
 /// One declared register array (`Stmt::Registers`) of every thread of a block.
 #[derive(Clone)]
 struct RegisterArray {
@@ -271,6 +282,36 @@ impl Block<'_> {
         Ok(())
     }
 
+    /// Every active thread's copy of `width` elements from global memory (zero where a
+    /// condition fails) into shared memory, `step` elements apart there: a fetch's
+    /// stores, or with `asynchronous` a `cp.async` that lands at a wait.
+    fn copy(
+        &mut self,
+        copy: &Copy,
+        active: &[bool],
+        inputs: &Inputs,
+        asynchronous: bool,
+    ) -> Result<(), InterpError> {
+        for t in (0..self.threads).filter(|&t| active[t]) {
+            let (s, g) = (self.eval(copy.shared, t), self.eval(copy.global, t));
+            let ok = self.holds(copy.valid, t);
+            for j in 0..i64::from(copy.width) {
+                let value = if ok {
+                    self.read_global(inputs, copy.input, g + j, t)?
+                } else {
+                    0.0
+                };
+                let at = s + j * copy.step;
+                if asynchronous {
+                    self.write_async(copy.input, at, t, value)?;
+                } else {
+                    self.write_shared(copy.input, at, t, value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Thread `t`'s `cp.async` of `value` to a shared cell: a write now (for the race
     /// check), readable once it lands.
     fn write_async(
@@ -421,18 +462,15 @@ impl Block<'_> {
                     step,
                     ..
                 } => {
-                    for t in threads.clone().filter(|&t| active[t]) {
-                        let (s, g) = (self.eval(shared, t), self.eval(global, t));
-                        let ok = self.holds(valid, t);
-                        for j in 0..i64::from(*width) {
-                            let value = if ok {
-                                self.read_global(inputs, *input, g + j, t)?
-                            } else {
-                                0.0
-                            };
-                            self.write_shared(*input, s + j * step, t, value)?;
-                        }
-                    }
+                    let copy = Copy {
+                        input: *input,
+                        shared,
+                        global,
+                        valid,
+                        width: *width,
+                        step: *step,
+                    };
+                    self.copy(&copy, active, inputs, false)?;
                 }
                 Stmt::AsyncCopy {
                     input,
@@ -441,18 +479,15 @@ impl Block<'_> {
                     valid,
                     width,
                 } => {
-                    for t in threads.clone().filter(|&t| active[t]) {
-                        let (s, g) = (self.eval(shared, t), self.eval(global, t));
-                        let ok = self.holds(valid, t);
-                        for j in 0..i64::from(*width) {
-                            let value = if ok {
-                                self.read_global(inputs, *input, g + j, t)?
-                            } else {
-                                0.0
-                            };
-                            self.write_async(*input, s + j, t, value)?;
-                        }
-                    }
+                    let copy = Copy {
+                        input: *input,
+                        shared,
+                        global,
+                        valid,
+                        width: *width,
+                        step: 1,
+                    };
+                    self.copy(&copy, active, inputs, true)?;
                 }
                 Stmt::CommitGroup => {
                     for t in threads.clone().filter(|&t| active[t]) {
