@@ -132,6 +132,11 @@ pub struct DeployCache {
 }
 
 impl DeployCache {
+    /// The cache's directory.
+    pub fn root(&self) -> &Path {
+        &self.dir
+    }
+
     /// Opens the cache in `dir`, creating the directory (and an empty cache) if missing.
     /// A corrupt `index.json` is an error, never silently replaced.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, SassError> {

@@ -15,6 +15,20 @@ pub struct Row {
     pub result: KernelResult,
 }
 
+/// A guided agent against its unguided twin over all kernels: the geometric-mean gain
+/// each found in its search and the measurements each spent to come within 0.5% of its
+/// own best.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelComparison {
+    pub guided: AgentKind,
+    pub unguided: AgentKind,
+    pub guided_gain: f64,
+    pub unguided_gain: f64,
+    pub guided_measurements_to_best: usize,
+    pub unguided_measurements_to_best: usize,
+    pub guided_skipped: usize,
+}
+
 /// The run over all kernels.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -22,6 +36,12 @@ pub struct Report {
     pub budget: usize,
     pub rounds: usize,
     pub geomean_speedup: f64,
+    /// Measurements of every agent over every kernel.
+    pub measurements: usize,
+    /// Candidates that failed their exact check or faulted (recorded, never shipped).
+    pub failed_candidates: usize,
+    /// Each model-guided agent against its unguided twin, where both ran.
+    pub model_comparison: Vec<ModelComparison>,
     pub kernels: Vec<Row>,
     /// The agents that ran, in the order of the table's columns.
     #[serde(skip)]
@@ -40,11 +60,49 @@ impl Report {
         let geomean_speedup = (kernels.iter().map(|r| r.result.speedup.ln()).sum::<f64>()
             / kernels.len().max(1) as f64)
             .exp();
+        let all = || kernels.iter().flat_map(|r| &r.result.agents);
+        let measurements = all().map(|a| a.measurements).sum();
+        let failed_candidates = all().map(|a| a.failures.len()).sum();
+        let model_comparison = [
+            (AgentKind::GreedyModel, AgentKind::Greedy),
+            (AgentKind::AnnealModel, AgentKind::Anneal),
+        ]
+        .into_iter()
+        .filter(|(g, u)| agents.contains(g) && agents.contains(u))
+        .map(|(guided, unguided)| {
+            let of = |kind: AgentKind| -> Vec<&crate::stage::AgentResult> {
+                kernels
+                    .iter()
+                    .filter_map(|r| r.result.agents.iter().find(|a| a.agent == kind))
+                    .collect()
+            };
+            let gain = |rs: &[&crate::stage::AgentResult]| {
+                (rs.iter()
+                    .map(|a| (a.curve[0] / a.search_best_us).ln())
+                    .sum::<f64>()
+                    / rs.len().max(1) as f64)
+                    .exp()
+            };
+            let (g, u) = (of(guided), of(unguided));
+            ModelComparison {
+                guided,
+                unguided,
+                guided_gain: gain(&g),
+                unguided_gain: gain(&u),
+                guided_measurements_to_best: g.iter().map(|a| a.measurements_to_best).sum(),
+                unguided_measurements_to_best: u.iter().map(|a| a.measurements_to_best).sum(),
+                guided_skipped: g.iter().map(|a| a.skipped_by_model).sum(),
+            }
+        })
+        .collect();
         Report {
             device,
             budget,
             rounds,
             geomean_speedup,
+            measurements,
+            failed_candidates,
+            model_comparison,
             kernels,
             agents,
         }
@@ -56,10 +114,14 @@ impl Report {
 
     pub fn to_markdown(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "# Stage 2 (SASS reordering) on {}\n", self.device);
         let _ = writeln!(
             s,
-            "Budget {} distinct measurements per agent and kernel; final times are medians of {} \
+            "# Stage 2 (SASS reordering and control bits) on {}\n",
+            self.device
+        );
+        let _ = writeln!(
+            s,
+            "Budget {} distinct measurements per agent and task (shared among its stage-1 kernels under `--top-k`); final times are medians of {} \
              alternating rounds (stage-1 order and each agent's validated best, same process); \
              a reordering replaces stage 1 only when faster by more than {:.1}%.\n",
             self.budget,
@@ -72,8 +134,8 @@ impl Report {
             let _ = write!(header, " {} µs |", a.name());
             rule.push_str("---:|");
         }
-        header.push_str(" final µs | speedup | winner | moved | validations |");
-        rule.push_str("---:|---:|---|---:|---:|");
+        header.push_str(" final µs | speedup | winner | stage-1 rank | edits | validations |");
+        rule.push_str("---:|---:|---|---:|---|---:|");
         let _ = writeln!(s, "{header}\n{rule}");
         for row in &self.kernels {
             let r = &row.result;
@@ -92,13 +154,19 @@ impl Report {
                 };
                 let _ = write!(line, " {cell} |");
             }
+            let edits: Vec<String> = r.actions.iter().map(|(k, n)| format!("{k} {n}")).collect();
             let _ = writeln!(
                 s,
-                "{line} {:.2} | {:.3}x | {} | {} | {} |",
+                "{line} {:.2} | {:.3}x | {} | {} | {} | {} |",
                 r.final_us,
                 r.speedup,
                 r.winner.map_or("stage 1", |w| w.name()),
-                r.explain.len(),
+                r.stage1_rank,
+                if edits.is_empty() {
+                    "–".to_string()
+                } else {
+                    edits.join(", ")
+                },
                 r.validations
             );
         }
@@ -113,6 +181,27 @@ impl Report {
                 .filter(|r| r.result.winner == Some(a))
                 .count()
         };
+        let _ = writeln!(
+            s,
+            "Measurements: {} over all agents and kernels; candidates that failed the exact \
+             check or faulted: {} (recorded, never kept).",
+            self.measurements, self.failed_candidates
+        );
+        for c in &self.model_comparison {
+            let _ = writeln!(
+                s,
+                "Model: {} reached a search gain of {:.3}x in {} measurements (to within 0.5% \
+                 of its best, summed over kernels; {} candidates skipped on the model's \
+                 word); {} reached {:.3}x in {}.",
+                c.guided.name(),
+                c.guided_gain,
+                c.guided_measurements_to_best,
+                c.guided_skipped,
+                c.unguided.name(),
+                c.unguided_gain,
+                c.unguided_measurements_to_best
+            );
+        }
         let _ = writeln!(
             s,
             "Wins: {}.",
@@ -142,6 +231,9 @@ mod tests {
             rejected: rejected.map(str::to_string),
             final_us,
             moved: 2,
+            actions: [("moved".to_string(), 2)].into_iter().collect(),
+            measurements_to_best: 1,
+            skipped_by_model: 0,
             order: Order::identity(4),
         }
     }
@@ -173,6 +265,16 @@ mod tests {
                             from: 40,
                             to: 37,
                         }]
+                    })
+                    .unwrap_or_default(),
+                control_edits: vec![],
+                stage1_rank: 0,
+                ranks: vec![],
+                actions: winner
+                    .map(|_| {
+                        [("moved".to_string(), 1), ("yield".to_string(), 4)]
+                            .into_iter()
+                            .collect()
                     })
                     .unwrap_or_default(),
                 order: Order::identity(4),

@@ -6,6 +6,7 @@
 
 use crate::SassError;
 use crate::agents::env::MeasuredGame;
+use crate::agents::model::{EditModel, Guide};
 use crate::agents::objective::{Evaluation, Objective, Tracker};
 use crate::agents::ppo::{PpoConfig, train};
 use crate::legality::analysis::Kernel;
@@ -13,6 +14,7 @@ use crate::legality::order::Order;
 use crate::measure::{GpuObjective, Target};
 use gpu::Pool;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Smallest relative gain over stage 1 that counts (below it, run-to-run noise of the
 /// median of medians on an H100 is of the same size).
@@ -25,6 +27,10 @@ pub enum AgentKind {
     Ppo,
     Greedy,
     Anneal,
+    /// Greedy ranking its candidates by the edit model.
+    GreedyModel,
+    /// Annealing drawing from the candidates the edit model ranks best.
+    AnnealModel,
 }
 
 impl AgentKind {
@@ -33,7 +39,17 @@ impl AgentKind {
             AgentKind::Ppo => "ppo",
             AgentKind::Greedy => "greedy",
             AgentKind::Anneal => "anneal",
+            AgentKind::GreedyModel => "greedy-model",
+            AgentKind::AnnealModel => "anneal-model",
         }
+    }
+
+    /// Whether the agent follows the edit model (PPO uses it as a filter when trained).
+    pub fn guided(self) -> bool {
+        matches!(
+            self,
+            AgentKind::GreedyModel | AgentKind::AnnealModel | AgentKind::Ppo
+        )
     }
 }
 
@@ -65,6 +81,12 @@ pub struct AgentResult {
     /// Median over the final rounds; `None` if rejected.
     pub final_us: Option<f64>,
     pub moved: usize,
+    /// What its best candidate changed, by kind (`Kernel::edit_counts`).
+    pub actions: BTreeMap<String, usize>,
+    /// Measurements until its best-so-far came within 0.5% of its final best.
+    pub measurements_to_best: usize,
+    /// Candidates the edit model kept it from measuring.
+    pub skipped_by_model: usize,
     #[serde(skip)]
     pub order: Order,
 }
@@ -75,6 +97,15 @@ pub struct Moved {
     pub text: String,
     pub from: usize,
     pub to: usize,
+}
+
+/// One stage-1 kernel of a task under `--top-k`: its own stage-1 time and its final
+/// candidate's time in the task's side-by-side rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankTimes {
+    pub rank: usize,
+    pub stage1_us: f64,
+    pub final_us: f64,
 }
 
 /// Stage 2 of one kernel.
@@ -94,34 +125,50 @@ pub struct KernelResult {
     /// Exact checks run on the GPU, all agents and the final validation together.
     pub validations: usize,
     pub explain: Vec<Moved>,
+    /// The winner's control-bit edits, one line per instruction.
+    pub control_edits: Vec<String>,
+    /// Which of the task's stage-1 kernels (0: the fastest) the final kernel came from.
+    pub stage1_rank: usize,
+    /// Each stage-1 kernel's times when several ran (`--top-k`).
+    pub ranks: Vec<RankTimes>,
+    /// What the winner changed, by kind.
+    pub actions: BTreeMap<String, usize>,
     #[serde(skip)]
     pub order: Order,
 }
 
-/// Runs the stage on `kernel`.
+/// Runs the stage on `kernel`. Each agent starts from a copy of `model` (rows of
+/// earlier kernels and runs); the rows every agent measured are added to it.
 pub fn optimize(
     kernel: &Kernel,
     pool: &mut Pool,
     target: &Target,
     config: &StageConfig,
+    model: &mut EditModel,
 ) -> Result<KernelResult, SassError> {
+    let mut learned = Vec::new();
     let identity = Order::identity(kernel.len());
     let mut agents = Vec::new();
     let mut validations = 0;
     for (k, &agent) in config.agents.iter().enumerate() {
         let mut objective = GpuObjective::new(pool, target, config.budget);
         let seed = config.seed.wrapping_add(k as u64);
-        let (best, best_us, curve, failures) = {
+        let mut agent_model = model.clone();
+        let known = agent_model.rows.len();
+        let (best, best_us, curve, failures, skipped) = {
             let mut tracker = Tracker::start(&mut objective, kernel)?;
             let start = tracker.baseline_us;
+            let mut guide = Guide::new(&mut agent_model, agent.guided(), start);
             match agent {
-                AgentKind::Greedy => crate::agents::greedy::climb(kernel, &mut tracker, start)?,
-                AgentKind::Anneal => {
-                    crate::agents::anneal::anneal(kernel, &mut tracker, start, seed)?
+                AgentKind::Greedy | AgentKind::GreedyModel => {
+                    crate::agents::greedy::climb(kernel, &mut tracker, start, &mut guide, seed)?
+                }
+                AgentKind::Anneal | AgentKind::AnnealModel => {
+                    crate::agents::anneal::anneal(kernel, &mut tracker, start, &mut guide, seed)?
                 }
                 AgentKind::Ppo => {
                     let budget = tracker.budget();
-                    let mut game = MeasuredGame::new(kernel, &mut tracker, start);
+                    let mut game = MeasuredGame::new(kernel, &mut tracker, start, &mut guide);
                     let ppo = PpoConfig {
                         seed,
                         ..PpoConfig::default()
@@ -129,13 +176,16 @@ pub fn optimize(
                     train(&mut game, &ppo, 16 * budget)?;
                 }
             }
+            let skipped = guide.skipped;
             (
                 tracker.best,
                 tracker.best_us,
                 tracker.curve,
                 tracker.failures,
+                skipped,
             )
         };
+        learned.extend(agent_model.rows.drain(known..));
         let measurements = objective.used();
         let rejected = if best != identity {
             let check = objective.validate(kernel, &best, &config.validation_seeds)?;
@@ -144,6 +194,10 @@ pub fn optimize(
             None
         };
         validations += objective.validations;
+        let measurements_to_best = curve
+            .iter()
+            .position(|&t| t <= best_us * 1.005)
+            .unwrap_or(0);
         agents.push(AgentResult {
             agent,
             measurements,
@@ -153,8 +207,14 @@ pub fn optimize(
             rejected,
             final_us: None,
             moved: best.moved().len(),
+            actions: kernel.edit_counts(&best),
+            measurements_to_best,
+            skipped_by_model: skipped,
             order: best,
         });
+    }
+    for row in learned {
+        model.observe(row.features, row.gain);
     }
 
     // Final comparison: the stage-1 order and every validated finalist, alternating.
@@ -218,6 +278,10 @@ pub fn optimize(
         speedup: stage1_us / final_us,
         validations,
         explain: explain(kernel, &order),
+        control_edits: kernel.describe_edits(&order),
+        stage1_rank: 0,
+        ranks: Vec::new(),
+        actions: kernel.edit_counts(&order),
         order,
     })
 }

@@ -64,6 +64,6 @@ pub fn run(args: Args) -> Result<()> {
         )?;
     }
     eprintln!("stage 2: sass");
-    let prepared = prepare(&args.log, None, Some(&keys))?;
+    let prepared = prepare(&args.log, None, Some(&keys), args.stage.top_k as usize)?;
     run_stage(&prepared, &args.stage, Some(&args.cache))
 }

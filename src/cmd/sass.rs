@@ -7,6 +7,7 @@
 
 use anyhow::{Context, Result, bail};
 use gpu::{DeviceInfo, WorkerCommand};
+use records::record::Record;
 use records::{BestKernel, KernelError, read_log, summarize};
 use sass_stage::decode::cubin::Cubin;
 use sass_stage::deploy::Stored;
@@ -20,6 +21,10 @@ pub enum AgentArg {
     Ppo,
     Greedy,
     Anneal,
+    /// Greedy ranking its candidates by the edit model.
+    GreedyModel,
+    /// Annealing drawing from the candidates the edit model ranks best.
+    AnnealModel,
 }
 
 impl AgentArg {
@@ -28,6 +33,8 @@ impl AgentArg {
             AgentArg::Ppo => AgentKind::Ppo,
             AgentArg::Greedy => AgentKind::Greedy,
             AgentArg::Anneal => AgentKind::Anneal,
+            AgentArg::GreedyModel => AgentKind::GreedyModel,
+            AgentArg::AnnealModel => AgentKind::AnnealModel,
         }
     }
 }
@@ -35,12 +42,18 @@ impl AgentArg {
 /// Options of the second stage (shared with `pipeline`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct StageArgs {
-    /// Agents to run, each at the full budget [default: ppo, greedy and anneal].
+    /// Agents to run, each at the full budget [default: ppo, greedy, anneal,
+    /// greedy-model and anneal-model].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub agent: Vec<AgentArg>,
-    /// Distinct GPU measurements per agent and kernel.
+    /// Distinct GPU measurements per agent and task (shared among its `--top-k`
+    /// stage-1 kernels).
     #[arg(long, default_value_t = 40)]
     pub budget: usize,
+    /// Stage-1 kernels per task the stage works on: the fastest distinct ones of the
+    /// log; the fastest final kernel among them is kept.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub top_k: u32,
     /// Alternating rounds of the final side-by-side timing.
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
@@ -94,7 +107,7 @@ pub fn run(args: Args) -> Result<()> {
     if !args.all && args.task.is_none() {
         bail!("say which kernels: --task KEY or --all");
     }
-    let prepared = prepare(log, args.task.as_deref(), None)?;
+    let prepared = prepare(log, args.task.as_deref(), None, args.stage.top_k as usize)?;
     run_stage(&prepared, &args.stage, args.cache.as_deref())
 }
 
@@ -116,7 +129,7 @@ fn analyse(path: &Path, name: &str) -> Result<()> {
             "  {:>+5}  /*{:04x}*/ {:?}  {}",
             value,
             action.row * 16,
-            action.direction,
+            action.kind.name(),
             ins.text
         );
     }
@@ -130,6 +143,7 @@ pub fn prepare(
     log_path: &Path,
     task: Option<&str>,
     keys: Option<&[String]>,
+    top_k: usize,
 ) -> Result<Vec<Prepared>> {
     sass_stage::decode::disasm::find_nvdisasm()?;
     let log = read_log(log_path)?;
@@ -158,28 +172,64 @@ pub fn prepare(
     let mut out = Vec::new();
     for s in summaries {
         // The summary already holds the best record: no second pass over the log.
-        let record = s.best.ok_or_else(|| KernelError::NoCorrectKernel {
+        let best = s.best.ok_or_else(|| KernelError::NoCorrectKernel {
             task: s.task.clone(),
             log: log_path.display().to_string(),
             trials: s.trials,
         })?;
-        let best = BestKernel::regenerate(record)?;
-        let compiled = best.compile()?;
-        if let Some(stale) = &best.stale {
-            eprintln!("warning: {}: {stale}", s.task);
+        for (rank, record) in top_records(&log.records, best, top_k)
+            .into_iter()
+            .enumerate()
+        {
+            let kernel = BestKernel::regenerate(record)?;
+            let compiled = kernel.compile()?;
+            if let Some(stale) = &kernel.stale {
+                eprintln!("warning: {}: {stale}", s.task);
+            }
+            let k = kernel.kernel;
+            let prepared = Prepared::new(
+                kernel.record.shape,
+                s.task.clone(),
+                rank,
+                k.name,
+                k.launch,
+                compiled.cubin,
+            )
+            .with_context(|| s.task.clone())?;
+            out.push(prepared);
         }
-        let k = best.kernel;
-        let prepared = Prepared::new(
-            best.record.shape,
-            s.task.clone(),
-            k.name,
-            k.launch,
-            compiled.cubin,
-        )
-        .with_context(|| s.task.clone())?;
-        out.push(prepared);
     }
     Ok(out)
+}
+
+/// The `k` fastest correct records of `best`'s task with distinct kernels (by source
+/// hash, else by state), `best` first: the stage-1 candidates of `--top-k`.
+fn top_records<'a>(records: &'a [Record], best: &'a Record, k: usize) -> Vec<&'a Record> {
+    let mut same: Vec<(&Record, f64)> = records
+        .iter()
+        .filter(|r| r.task == best.task && r.device.name == best.device.name)
+        .filter_map(|r| r.median_us().map(|t| (r, t)))
+        .filter(|(_, t)| t.is_finite() && *t > 0.0)
+        .collect();
+    same.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let identity = |r: &Record| {
+        r.source_hash
+            .clone()
+            .unwrap_or_else(|| serde_json::to_string(&r.state).unwrap_or_default())
+    };
+    let mut seen = vec![identity(best)];
+    let mut out = vec![best];
+    for (r, _) in same {
+        if out.len() >= k {
+            break;
+        }
+        let id = identity(r);
+        if !seen.contains(&id) {
+            seen.push(id);
+            out.push(r);
+        }
+    }
+    out
 }
 
 /// Prints what the stage reports as it goes.

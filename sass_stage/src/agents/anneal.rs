@@ -1,10 +1,12 @@
-//! Simulated annealing at a measurement budget: propose a random slide (an instruction
-//! moved 1–8 slots; the estimate's best-ranked moves are proposed more often), measure,
-//! accept a slower order with probability `exp(−Δ/T)` where the temperature falls
-//! linearly from 1% of the baseline time to zero over the budget.
+//! Simulated annealing at a measurement budget: propose a random neighbour of the
+//! current candidate (a slide or a control-bit pattern, `candidates`; when guided, drawn
+//! from the quarter the edit model ranks best), measure, accept a slower one with
+//! probability `exp(−Δ/T)` where the temperature falls linearly from 1% of the baseline
+//! time to zero over the budget.
 
 use crate::SassError;
-use crate::agents::estimate::{ranked, slide};
+use crate::agents::candidates::neighbours;
+use crate::agents::model::Guide;
 use crate::agents::objective::{Evaluation, Objective};
 use crate::legality::analysis::Kernel;
 use crate::legality::order::Order;
@@ -16,6 +18,7 @@ pub fn anneal(
     kernel: &Kernel,
     objective: &mut dyn Objective,
     start_us: f64,
+    guide: &mut Guide,
     seed: u64,
 ) -> Result<(), SassError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -26,29 +29,24 @@ pub fn anneal(
     let budget = objective.budget().max(1) as f64;
     let mut stale = 0;
     while !objective.exhausted() && stale < 64 {
-        let moves = ranked(kernel, &current);
-        if moves.is_empty() {
+        let candidates = neighbours(kernel, &current, (uniform() * 1e15) as u64);
+        if candidates.is_empty() {
             break;
         }
-        // Half the proposals come from the best-ranked eighth.
-        let pool = if uniform() < 0.5 {
-            moves.len().div_ceil(8)
+        let ranked = guide.rank(kernel, candidates);
+        let pool = if guide.active() {
+            ranked.len().div_ceil(4)
         } else {
-            moves.len()
+            ranked.len()
         };
-        let (action, _) = moves[(uniform() * pool as f64) as usize % pool];
-        let length = 1 + (uniform() * 8.0) as usize;
-        let Some((candidate, _, _)) = slide(kernel, &current, action, length, false) else {
-            stale += 1;
-            continue;
-        };
+        let (candidate, _) = &ranked[(uniform() * pool as f64) as usize % pool];
         let before = objective.used();
-        let evaluation = objective.evaluate(kernel, &candidate)?;
-        stale = if objective.used() == before {
-            stale + 1
-        } else {
-            0
-        };
+        let evaluation = objective.evaluate(kernel, &candidate.order)?;
+        let fresh = objective.used() > before;
+        stale = if fresh { 0 } else { stale + 1 };
+        if fresh {
+            guide.observe(kernel, &candidate.order, &evaluation);
+        }
         let Evaluation::Time(t) = evaluation else {
             continue;
         };
@@ -56,7 +54,7 @@ pub fn anneal(
         let accept = t < current_us
             || (temperature > 0.0 && uniform() < (-(t - current_us) / temperature).exp());
         if accept {
-            current = candidate;
+            current = candidate.order.clone();
             current_us = t;
         }
     }

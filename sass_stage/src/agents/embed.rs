@@ -15,7 +15,7 @@ pub fn observation(kernel: &Kernel, order: &Order) -> Vec<f32> {
     for p in 0..kernel.len() {
         let i = order.at(p);
         let ins = &kernel.instructions[i];
-        let c = ins.control;
+        let c = kernel.effective_control(order, p);
         let mut row = [0f32; COLUMNS];
         for k in 0..6 {
             row[k] = f32::from(u8::from(c.waits_on(k as u8)));

@@ -10,7 +10,7 @@
 //! step; this spends the GPU on moves that can plausibly help).
 
 use crate::legality::analysis::Kernel;
-use crate::legality::moves::{Action, Direction};
+use crate::legality::moves::{Action, Kind};
 use crate::legality::order::Order;
 
 /// Typical latency in cycles that cover is worth up to.
@@ -25,7 +25,7 @@ fn latency(base: &str) -> u32 {
 
 /// Stall cycles from the load at `position` to the first instruction waiting on its
 /// write scoreboard (or to the end of its block), capped at its latency.
-fn cover(kernel: &Kernel, order: &Order, position: usize) -> u32 {
+pub(crate) fn cover(kernel: &Kernel, order: &Order, position: usize) -> u32 {
     let ins = &kernel.instructions[order.at(position)];
     let cap = latency(&ins.base);
     let Some(barrier) = ins.control.write_barrier else {
@@ -40,7 +40,7 @@ fn cover(kernel: &Kernel, order: &Order, position: usize) -> u32 {
         if p > position && kernel.instructions[order.at(p)].control.waits_on(barrier) {
             break;
         }
-        cycles += u32::from(kernel.instructions[order.at(p)].control.stall);
+        cycles += u32::from(kernel.control(order, order.at(p)).stall);
         if cycles >= cap {
             return cap;
         }
@@ -50,9 +50,9 @@ fn cover(kernel: &Kernel, order: &Order, position: usize) -> u32 {
 
 /// Estimated cycles of latency newly hidden by `action` (negative: exposed).
 pub fn value(kernel: &Kernel, order: &Order, action: Action) -> i64 {
-    let p = match action.direction {
-        Direction::Up => action.row - 1,
-        Direction::Down => action.row,
+    let p = match action.kind {
+        Kind::Up => action.row - 1,
+        _ => action.row,
     };
     let before = i64::from(cover(kernel, order, p)) + i64::from(cover(kernel, order, p + 1));
     let mut after_order = order.clone();
@@ -66,7 +66,7 @@ pub fn value(kernel: &Kernel, order: &Order, action: Action) -> i64 {
 /// ranking is deterministic).
 pub fn ranked(kernel: &Kernel, order: &Order) -> Vec<(Action, i64)> {
     let mut out: Vec<(Action, i64)> = kernel
-        .legal_mask(order)
+        .legal_mask_of(order, &[Kind::Up, Kind::Down])
         .iter()
         .enumerate()
         .filter(|&(_, &l)| l)
@@ -97,7 +97,7 @@ pub fn slide(
     while moved < max {
         let step = Action {
             row,
-            direction: action.direction,
+            kind: action.kind,
         };
         if !kernel.legal(&current, step) {
             break;
@@ -109,9 +109,9 @@ pub fn slide(
         kernel.apply(&mut current, step);
         total += v;
         moved += 1;
-        row = match action.direction {
-            Direction::Up => row - 1,
-            Direction::Down => row + 1,
+        row = match action.kind {
+            Kind::Up => row - 1,
+            _ => row + 1,
         };
     }
     (moved > 0).then_some((current, row, total))

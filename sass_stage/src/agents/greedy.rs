@@ -1,17 +1,17 @@
-//! Greedy hill climbing at a measurement budget: rank the legal moves by the analytical
-//! estimate, slide the best-ranked instruction as far as it keeps helping, measure, keep
-//! the result if it is faster, otherwise try the next; stop at a local optimum or when
-//! the budget is spent.
+//! Greedy hill climbing at a measurement budget: take the current candidate's
+//! neighbours (slides of memory instructions and control-bit patterns, `candidates`),
+//! measure them in the guide's order (by the edit model's predicted gain when guided,
+//! skipping predicted losses), move to the first that is faster, and stop at a local
+//! optimum or when the budget is spent.
 
 use crate::SassError;
-use crate::agents::estimate::{ranked, slide};
+use crate::agents::candidates::neighbours;
+use crate::agents::model::Guide;
 use crate::agents::objective::{Evaluation, Objective, text_hash};
 use crate::legality::analysis::Kernel;
 use crate::legality::order::Order;
 use std::collections::HashSet;
 
-/// Longest slide of one instruction per measurement.
-pub const MAX_SLIDE: usize = 8;
 /// A candidate must beat the current time by this fraction to be kept (timing noise).
 pub const MIN_GAIN: f64 = 0.002;
 
@@ -20,33 +20,39 @@ pub fn climb(
     kernel: &Kernel,
     objective: &mut dyn Objective,
     start_us: f64,
+    guide: &mut Guide,
+    seed: u64,
 ) -> Result<(), SassError> {
     let mut current = Order::identity(kernel.len());
     let mut current_us = start_us;
     let mut tried: HashSet<String> = HashSet::new();
+    tried.insert(text_hash(kernel, &current));
+    let mut round = 0u64;
     'outer: while !objective.exhausted() {
-        for (action, value) in ranked(kernel, &current) {
-            if value < 0 {
-                break;
-            }
-            let Some((candidate, _, _)) = slide(kernel, &current, action, MAX_SLIDE, true) else {
+        let candidates = neighbours(kernel, &current, seed.wrapping_add(round));
+        round += 1;
+        let current_prediction = guide.predict(kernel, &current);
+        for (candidate, predicted) in guide.rank(kernel, candidates) {
+            if !tried.insert(text_hash(kernel, &candidate.order)) {
                 continue;
-            };
-            if !tried.insert(text_hash(kernel, &candidate)) {
+            }
+            if guide.skip(predicted, current_prediction) {
                 continue;
             }
             if objective.exhausted() {
                 break 'outer;
             }
-            if let Evaluation::Time(t) = objective.evaluate(kernel, &candidate)?
+            let evaluation = objective.evaluate(kernel, &candidate.order)?;
+            guide.observe(kernel, &candidate.order, &evaluation);
+            if let Evaluation::Time(t) = evaluation
                 && t < current_us * (1.0 - MIN_GAIN)
             {
-                current = candidate;
+                current = candidate.order;
                 current_us = t;
                 continue 'outer;
             }
         }
-        break; // No untried move helps: a local optimum.
+        break; // No untried neighbour helps: a local optimum.
     }
     Ok(())
 }

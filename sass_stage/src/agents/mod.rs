@@ -6,10 +6,12 @@
 //! tested on synthetic objectives and games.
 
 pub mod anneal;
+pub mod candidates;
 pub mod embed;
 pub mod env;
 pub mod estimate;
 pub mod game;
 pub mod greedy;
+pub mod model;
 pub mod objective;
 pub mod ppo;

@@ -3,8 +3,8 @@
 //!
 //! The network reads the observation as a sequence of instructions: a stack of 1-D
 //! convolutions runs along the instruction axis, so one set of weights works for a
-//! kernel of any length, and every row's features decide that row's two move logits
-//! (up, down) locally. A value head mean-pools the rows. Illegal moves are masked to a
+//! kernel of any length, and every row's features decide that row's action logits
+//! (the two moves and the control edits, `moves::Kind`) locally. A value head mean-pools the rows. Illegal moves are masked to a
 //! large negative logit before the softmax, so they get probability exactly 0 and are
 //! never sampled, and the log-probabilities and entropy used in the loss are those of
 //! the masked distribution. All randomness (weights and sampling) comes from one seed,
@@ -18,7 +18,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 
 use crate::SassError;
 use crate::agents::game::Game;
-use crate::legality::moves::Action;
+use crate::legality::moves::{Action, KINDS};
 
 /// Logit given to illegal actions: finite (unlike −∞) so that `0 · log p` stays 0 in
 /// the entropy and no NaN reaches the gradients, yet `exp` of it underflows to exactly 0.
@@ -183,8 +183,8 @@ impl Policy {
         }
         // A tiny policy head starts near the uniform distribution over legal moves
         // (CleanRL's 0.01 gain), so early exploration is not biased by the init.
-        let pi_w = init_var(&mut rng, &[2, hidden, 1], hidden, 0.01, &device)?;
-        let pi_b = zeros_var(2, &device)?;
+        let pi_w = init_var(&mut rng, &[KINDS, hidden, 1], hidden, 0.01, &device)?;
+        let pi_b = zeros_var(KINDS, &device)?;
         let v1_w = init_var(&mut rng, &[hidden, hidden], hidden, relu_gain, &device)?;
         let v1_b = zeros_var(hidden, &device)?;
         let v2_w = init_var(&mut rng, &[1, hidden], hidden, 1.0, &device)?;
@@ -226,7 +226,7 @@ impl Policy {
         vars
     }
 
-    /// Unmasked logits `[batch, 2·rows]` (index `2·row + direction`) and values
+    /// Unmasked logits `[batch, KINDS·rows]` (index `KINDS·row + kind`) and values
     /// `[batch]` of observations `[batch, rows, columns]`.
     pub fn forward(&self, obs: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
         let (batch, rows, _) = obs.dims3()?;
@@ -240,11 +240,11 @@ impl Policy {
         }
         let logits = x
             .conv1d(&self.pi_w, 0, 1, 1, 1)?
-            .broadcast_add(&self.pi_b.reshape((1, 2, 1))?)?
-            // [batch, 2, rows] → [batch, rows, 2] → row-major index 2·row + direction.
+            .broadcast_add(&self.pi_b.reshape((1, KINDS, 1))?)?
+            // [batch, KINDS, rows] → [batch, rows, KINDS] → row-major KINDS·row + kind.
             .transpose(1, 2)?
             .contiguous()?
-            .reshape((batch, 2 * rows))?;
+            .reshape((batch, KINDS * rows))?;
         let pooled = x.mean(2)?;
         let h = pooled
             .matmul(&self.v1_w.t()?)?
@@ -270,7 +270,7 @@ impl Policy {
                 self.columns
             )));
         }
-        if obs.len() != rows * columns || legal.len() != 2 * rows {
+        if obs.len() != rows * columns || legal.len() != KINDS * rows {
             return Err(SassError::Input(format!(
                 "ppo: observation of {} values and mask of {} for {rows} rows × {columns} columns",
                 obs.len(),
@@ -283,7 +283,7 @@ impl Policy {
         Ok(())
     }
 
-    /// Masked log-probabilities `[2·rows]` and the value of one observation.
+    /// Masked log-probabilities `[KINDS·rows]` and the value of one observation.
     fn evaluate(
         &self,
         obs: &[f32],
@@ -294,7 +294,7 @@ impl Policy {
         self.check(obs, rows, columns, legal)?;
         let run = || -> candle_core::Result<(Vec<f32>, f32)> {
             let x = Tensor::from_slice(obs, (1, rows, columns), &self.device)?;
-            let bias = mask_bias(legal, 1, 2 * rows, &self.device)?;
+            let bias = mask_bias(legal, 1, KINDS * rows, &self.device)?;
             let (logits, value) = self.forward(&x)?;
             let log_probs = masked_log_softmax(&logits, &bias)?;
             Ok((
@@ -305,7 +305,7 @@ impl Policy {
         run().map_err(tool)
     }
 
-    /// Action probabilities (index `2·row + direction`) in a state; illegal ones are 0.
+    /// Action probabilities (index `KINDS·row + kind`) in a state; illegal ones are 0.
     pub fn distribution(
         &self,
         obs: &[f32],
@@ -455,7 +455,7 @@ fn minibatch_step(
 ) -> candle_core::Result<Losses> {
     let device = &policy.device;
     let width = rows * columns;
-    let actions_n = 2 * rows;
+    let actions_n = KINDS * rows;
     let b = batch.len();
     let mut obs = Vec::with_capacity(b * width);
     let mut legal = Vec::with_capacity(b * actions_n);
@@ -706,7 +706,7 @@ pub fn train_policy(
 mod tests {
     use super::*;
     use crate::agents::game::Step;
-    use crate::legality::moves::Direction;
+    use crate::legality::moves::Kind;
 
     /// A permutation game: row `i` shows the features of the item at position `i`.
     /// Item 0 is marked (column 0 = 1); moving it up earns +1, every other move −0.05.
@@ -763,12 +763,13 @@ mod tests {
             obs
         }
         fn legal(&self) -> Vec<bool> {
-            (0..2 * self.items)
+            (0..KINDS * self.items)
                 .map(|i| {
                     let a = Action::from_index(i);
-                    match a.direction {
-                        Direction::Up => a.row > 0,
-                        Direction::Down => a.row + 1 < self.items,
+                    match a.kind {
+                        Kind::Up => a.row > 0,
+                        Kind::Down => a.row + 1 < self.items,
+                        _ => false,
                     }
                 })
                 .collect()
@@ -776,11 +777,11 @@ mod tests {
         fn step(&mut self, action: Action) -> Result<Step, SassError> {
             assert!(self.legal()[action.index()], "illegal action sampled");
             self.taken.push(action.index());
-            let other = match action.direction {
-                Direction::Up => action.row - 1,
-                Direction::Down => action.row + 1,
+            let other = match action.kind {
+                Kind::Up => action.row - 1,
+                _ => action.row + 1,
             };
-            let rewarded = self.order[action.row] == 0 && action.direction == Direction::Up;
+            let rewarded = self.order[action.row] == 0 && action.kind == Kind::Up;
             self.order.swap(action.row, other);
             self.moves += 1;
             if let Some(b) = &mut self.budget {
@@ -812,7 +813,7 @@ mod tests {
             legal[i] = false;
         }
         let probs = policy.distribution(&obs, 10, 6, &legal).unwrap();
-        assert_eq!(probs.len(), 20);
+        assert_eq!(probs.len(), KINDS * 10);
         let mut sum = 0.0f64;
         for (p, ok) in probs.iter().zip(&legal) {
             if *ok {
@@ -825,7 +826,7 @@ mod tests {
         assert!((sum - 1.0).abs() < 1e-5, "legal probabilities sum to {sum}");
 
         // With one legal action it is certain and always chosen.
-        let mut only = vec![false; 20];
+        let mut only = vec![false; KINDS * 10];
         only[13] = true;
         let probs = policy.distribution(&obs, 10, 6, &only).unwrap();
         assert_eq!(probs[13], 1.0);
@@ -854,7 +855,7 @@ mod tests {
             let obs: Vec<f32> = [toy.observation(), toy.observation(), toy.observation()].concat();
             let x = Tensor::from_vec(obs, (3, rows, 5), &Device::Cpu).unwrap();
             let (logits, values) = policy.forward(&x).unwrap();
-            assert_eq!(logits.dims(), &[3, 2 * rows]);
+            assert_eq!(logits.dims(), &[3, KINDS * rows]);
             assert_eq!(values.dims(), &[3]);
 
             let mut game = Toy::new(rows, 5, rows / 2, 8);
@@ -953,7 +954,7 @@ mod tests {
         let mut policy = Policy::new(6, config.hidden, config.conv_layers, config.seed).unwrap();
         let rewarded = Action {
             row: game.target_row(),
-            direction: Direction::Up,
+            kind: Kind::Up,
         }
         .index();
         let initial = policy

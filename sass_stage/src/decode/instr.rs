@@ -58,6 +58,10 @@ pub struct Instruction {
     pub writes: Option<Space>,
     /// Guarded by a predicate (`@P0`, `@!P1`); `@!PT` (never executes) counts too.
     pub guarded: bool,
+    /// Source operand slots in order (the operand-reuse flags' slots a, b, c, …): the
+    /// general register a plain register operand names, `None` for anything else
+    /// (immediates, constants, addresses, predicates, negated or absolute operands, RZ).
+    pub slots: Vec<Option<Reg>>,
     /// Label this instruction branches to, if any.
     pub target: Option<String>,
     /// Labels naming this instruction.
@@ -157,6 +161,7 @@ impl Instruction {
             uses.extend(registers(g, 1));
         }
         let mut defining = !NO_DEST.contains(&base.as_str());
+        let mut slots = Vec::new();
         for (i, operand) in operands.iter().enumerate() {
             let is_address = operand.contains('[');
             let regs = if is_address {
@@ -174,6 +179,7 @@ impl Instruction {
                 continue;
             }
             defining = false;
+            slots.push(plain_register(operand));
             uses.extend(regs);
         }
         // Predicated execution keeps the old value when the guard is false.
@@ -202,6 +208,7 @@ impl Instruction {
             reads,
             writes,
             guarded: guard.is_some(),
+            slots,
             target,
             labels: line.labels.clone(),
         }
@@ -319,6 +326,13 @@ fn registers(operand: &str, width: u16) -> Vec<Reg> {
     }
 }
 
+/// The general register of a plain register operand (`R12`, `R12.reuse`), if it is one.
+fn plain_register(operand: &str) -> Option<Reg> {
+    let name = operand.split('.').next()?;
+    let number = name.strip_prefix('R')?;
+    number.parse::<Reg>().ok().filter(|&r| r < PRED_BASE)
+}
+
 /// `R12`, `R12.reuse`, `UR4`, `P3`, `UP1` → (id, one past the last id of its file).
 fn parse_register(token: &str) -> Option<(Reg, Reg)> {
     let name = token.split('.').next()?;
@@ -431,6 +445,11 @@ mod tests {
         let i = parse("IMAD.WIDE R2, R63.reuse, 0x4, R4");
         assert_eq!(i.defs, vec![2, 3]);
         assert!(i.uses.contains(&63) && i.uses.contains(&4) && i.uses.contains(&5));
+        assert_eq!(i.slots, vec![Some(63), None, Some(4)]);
+        let i = parse("HMMA.16816.F32 R132, R164.reuse, R8, R132");
+        assert_eq!(i.slots, vec![Some(164), Some(8), Some(132)]);
+        let i = parse("ISETP.GE.AND P0, PT, R3, -R4, PT");
+        assert_eq!(i.slots, vec![Some(3), None, None]);
         let i = parse("P2R R3, PR, RZ, 0x7f");
         assert_eq!(i.uses.len(), 7);
         let i = parse("ULDC.64 UR6, c[0x0][0x208]");

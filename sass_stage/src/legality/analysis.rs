@@ -24,6 +24,7 @@ use crate::SassError;
 use crate::decode::cubin::{KernelText, WORD_BYTES};
 use crate::decode::disasm::Line;
 use crate::decode::instr::{Instruction, REG_IDS};
+use crate::legality::control::ControlRules;
 use crate::legality::latency::{self, Key};
 use petgraph::graphmap::DiGraphMap;
 use std::collections::{BTreeMap, HashMap};
@@ -96,6 +97,8 @@ pub struct Kernel {
     pub to_block_end: Vec<EdgeDistance>,
     /// Constraints touching each instruction: indices into `distances`.
     pub distances_of: Vec<Vec<usize>>,
+    /// What the original control bits show (stall floors, reuse, yield encoding).
+    pub rules: ControlRules,
     /// `reach[a][b]`: block b can run after block a (through at least one edge).
     reach: Vec<Vec<bool>>,
     /// `defined_in[b][r]`: block b writes register r.
@@ -122,6 +125,7 @@ impl Kernel {
             }
         }
         let instructions: Vec<Instruction> = lines.iter().map(Instruction::parse).collect();
+        let rules = ControlRules::observe(&instructions);
         let pinned = instructions
             .iter()
             .map(|ins| {
@@ -154,6 +158,7 @@ impl Kernel {
             from_block_start: Vec::new(),
             to_block_end: Vec::new(),
             distances_of: Vec::new(),
+            rules,
             reach: Vec::new(),
             defined_in: Vec::new(),
         };
@@ -212,6 +217,17 @@ impl Kernel {
 
     pub fn is_empty(&self) -> bool {
         self.instructions.is_empty()
+    }
+
+    /// The block where the time goes: the largest block that can run again after
+    /// itself (a loop body), else the largest block.
+    pub fn hot_block(&self) -> usize {
+        let size = |b: usize| self.blocks[b].len();
+        (0..self.blocks.len())
+            .filter(|&b| self.reach[b][b])
+            .max_by_key(|&b| (size(b), std::cmp::Reverse(b)))
+            .or_else(|| (0..self.blocks.len()).max_by_key(|&b| (size(b), std::cmp::Reverse(b))))
+            .unwrap_or(0)
     }
 
     fn add_edge(&mut self, from: usize, to: usize, dep: Dep) {
@@ -505,6 +521,40 @@ impl Kernel {
                 }
             }
         }
+        // Variable-latency results without a scoreboard (HMMA on sm_90): ptxas spaces
+        // them by stall counts like fixed-latency ones, so their consumers, later
+        // writers of their results and (without a read scoreboard) of their operands
+        // keep the original distance up to `UNTRACKED_LATENCY`.
+        let mut untracked_pairs = Vec::new();
+        for range in &self.blocks {
+            for d in range.clone() {
+                let p = &self.instructions[d];
+                if !untracked(p) {
+                    continue;
+                }
+                let mut dist = 0;
+                for c in d + 1..range.end {
+                    dist += stall(c - 1);
+                    if dist >= UNTRACKED_LATENCY {
+                        break;
+                    }
+                    let q = &self.instructions[c];
+                    let raw_or_waw = p
+                        .defs
+                        .iter()
+                        .any(|r| q.uses.contains(r) || q.defs.contains(r));
+                    let war = p.control.read_barrier.is_none()
+                        && p.uses.iter().any(|r| q.defs.contains(r));
+                    if raw_or_waw || war {
+                        untracked_pairs.push(Distance {
+                            producer: d,
+                            consumer: c,
+                            cycles: dist,
+                        });
+                    }
+                }
+            }
+        }
         let mut observed: BTreeMap<Key, u32> = BTreeMap::new();
         for &(_, _, dist, ref key) in &pairs {
             let e = observed.entry(key.clone()).or_insert(dist);
@@ -521,6 +571,7 @@ impl Kernel {
                 });
             }
         }
+        distances.extend(untracked_pairs.into_iter().filter(|d| d.cycles > 0));
         // One constraint per pair: the largest.
         distances.sort_by_key(|d| (d.producer, d.consumer, std::cmp::Reverse(d.cycles)));
         distances.dedup_by_key(|d| (d.producer, d.consumer));
@@ -528,10 +579,11 @@ impl Kernel {
         // Block edges: fixed-latency definitions live at the end of a block, and
         // uses at the start of a block of registers such definitions may reach.
         let cap = latency::LONGEST_FIXED;
-        let mut hot_out: Vec<Vec<bool>> = Vec::new();
+        // Per register: the cycles a definition live out of the block may still need.
+        let mut hot_out: Vec<Vec<u32>> = Vec::new();
         let mut to_end = Vec::new();
         for (b, range) in self.blocks.iter().enumerate() {
-            let mut hot = vec![false; REG_IDS];
+            let mut hot = vec![0u32; REG_IDS];
             let mut seen = vec![false; REG_IDS];
             let mut suffix = 0;
             for i in range.clone().rev() {
@@ -543,7 +595,10 @@ impl Kernel {
                         seen[r as usize] = true;
                         live_out = true;
                         if !ins.variable_latency() && suffix < cap {
-                            hot[r as usize] = true;
+                            hot[r as usize] = cap;
+                        }
+                        if untracked(ins) && suffix < UNTRACKED_LATENCY {
+                            hot[r as usize] = UNTRACKED_LATENCY;
                         }
                     }
                 }
@@ -553,14 +608,20 @@ impl Kernel {
                         cycles: suffix.min(cap),
                     });
                 }
+                if live_out && untracked(ins) && !successors[b].is_empty() {
+                    to_end.push(EdgeDistance {
+                        instruction: i,
+                        cycles: suffix.min(UNTRACKED_LATENCY),
+                    });
+                }
             }
             hot_out.push(hot);
         }
-        let mut hot_in = vec![vec![false; REG_IDS]; self.blocks.len()];
+        let mut hot_in = vec![vec![0u32; REG_IDS]; self.blocks.len()];
         for (b, succ) in successors.iter().enumerate() {
             for &s in succ {
                 for r in 0..REG_IDS {
-                    hot_in[s][r] |= hot_out[b][r];
+                    hot_in[s][r] = hot_in[s][r].max(hot_out[b][r]);
                 }
             }
         }
@@ -570,14 +631,17 @@ impl Kernel {
             let mut prefix = 0;
             for i in range.clone() {
                 let ins = &self.instructions[i];
-                let live_in_use = ins
+                let live_in_need = ins
                     .uses
                     .iter()
-                    .any(|&r| !defined[r as usize] && hot_in[b][r as usize]);
-                if live_in_use && prefix > 0 {
+                    .filter(|&&r| !defined[r as usize])
+                    .map(|&r| hot_in[b][r as usize])
+                    .max()
+                    .unwrap_or(0);
+                if live_in_need > 0 && prefix > 0 {
                     from_start.push(EdgeDistance {
                         instruction: i,
-                        cycles: prefix.min(cap),
+                        cycles: prefix.min(live_in_need),
                     });
                 }
                 for &r in &ins.defs {
@@ -614,6 +678,16 @@ impl Kernel {
         self.to_block_end = to_end;
         self.from_block_start = from_start;
     }
+}
+
+/// Cycles an untracked variable-latency result (no scoreboard) is assumed to take at
+/// most: above sm_90's HMMA latency (27 cycles, `shared/REFERENCE.md`).
+pub const UNTRACKED_LATENCY: u32 = 40;
+
+/// A variable-latency instruction whose result has no scoreboard: ptxas times its
+/// consumers by stall counts.
+fn untracked(ins: &Instruction) -> bool {
+    ins.variable_latency() && ins.control.write_barrier.is_none() && !ins.defs.is_empty()
 }
 
 /// `reach[a][b]`: a path of at least one edge leads from block a to block b.

@@ -1,22 +1,29 @@
-//! A reordering of a kernel's instructions: the moves the agents may make, applying
-//! them, re-checking a whole order against every dependency, and the words to write.
+//! A candidate kernel as the stage edits it: the order of its instructions and the
+//! edits of their control bits; the moves the agents may make, applying them,
+//! re-checking a whole candidate against every dependency, and the words to write.
 //!
 //! A move swaps a memory instruction with its neighbour inside a basic block. It is
 //! legal when neither is pinned, no dependency edge joins them, and every distance
-//! constraint touching either still holds afterwards. Writing an order permutes the
-//! 16-byte words and clears the operand-reuse flags of every instruction whose
-//! successor changed (the moved pair and the one before them): a reuse flag promises
-//! the value to the next instruction, which is no longer the same one.
+//! constraint touching either still holds afterwards (control edits: `control.rs`).
+//! Writing an order permutes the 16-byte words, applies the control edits and keeps an
+//! operand-reuse flag only where it is still valid: an original flag while the
+//! instruction's successor is the original one (a reuse flag promises the value to the
+//! next instruction), any flag where the next instruction provably reads the cached
+//! operand (`Kernel::reusable`), and none on a yielding instruction.
 
 use crate::decode::control::Control;
 use crate::legality::analysis::{Dep, Kernel};
-use crate::legality::moves::{Action, Direction};
+use crate::legality::moves::{Action, KINDS, Kind};
+use std::collections::BTreeMap;
 
-/// Instruction order: `at[position]` is an original index, `pos` its inverse.
+/// Instruction order and control-bit edits: `at[position]` is an original index, `pos`
+/// its inverse; `edits` holds the new control bits of edited instructions by original
+/// index (never an entry equal to the original bits).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Order {
     at: Vec<u32>,
     pos: Vec<u32>,
+    edits: BTreeMap<u32, Control>,
 }
 
 /// Why an order is not legal.
@@ -39,6 +46,16 @@ pub enum Violation {
     },
     #[error("instruction {0} is too close to the edge of its block")]
     BlockEdge(usize),
+    #[error("pinned instruction {0} has edited control bits")]
+    PinnedEdited(usize),
+    #[error("instruction {index} stalls {stall} cycles, below the {floor} ptxas ever gives it")]
+    StallFloor { index: usize, stall: u8, floor: u8 },
+    #[error("instruction {index} sets reuse flags {flags:#06b} its successor cannot use")]
+    Reuse { index: usize, flags: u8 },
+    #[error("instruction {0} yields and keeps operand-reuse flags")]
+    YieldWithReuse(usize),
+    #[error("instruction {0}'s edit changes bits other than stall, yield and reuse")]
+    EditedField(usize),
 }
 
 impl Order {
@@ -48,6 +65,7 @@ impl Order {
         Order {
             pos: at.clone(),
             at,
+            edits: BTreeMap::new(),
         }
     }
 
@@ -59,7 +77,11 @@ impl Order {
                 *slot = p as u32;
             }
         }
-        Order { at, pos }
+        Order {
+            at,
+            pos,
+            edits: BTreeMap::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -97,19 +119,52 @@ impl Order {
             .filter(|&i| self.pos[i] as usize != i)
             .collect()
     }
+
+    /// The edited control bits of original instruction `index`, if edited.
+    pub fn edit(&self, index: usize) -> Option<Control> {
+        self.edits.get(&(index as u32)).copied()
+    }
+
+    /// Edited instructions (original indices) with their new control bits.
+    pub fn edits(&self) -> impl Iterator<Item = (usize, Control)> + '_ {
+        self.edits.iter().map(|(&i, &c)| (i as usize, c))
+    }
+
+    /// Gives original instruction `index` the control bits `control` (`original` being
+    /// its bits in the kernel, so that an edit back to them leaves no entry).
+    pub fn set_control(&mut self, index: usize, control: Control, original: Control) {
+        if control == original {
+            self.edits.remove(&(index as u32));
+        } else {
+            self.edits.insert(index as u32, control);
+        }
+    }
+
+    /// Neither moved nor edited.
+    pub fn is_original(&self) -> bool {
+        self.edits.is_empty() && self.moved().is_empty()
+    }
 }
 
 impl Kernel {
-    fn stall(&self, index: usize) -> u32 {
-        u32::from(self.instructions[index].control.stall)
+    /// The control bits of original instruction `index` in `order` (edited or original;
+    /// reuse flags as edited, before `effective_control` drops the invalid ones).
+    pub fn control(&self, order: &Order, index: usize) -> Control {
+        order
+            .edit(index)
+            .unwrap_or(self.instructions[index].control)
+    }
+
+    pub(crate) fn stall(&self, order: &Order, index: usize) -> u32 {
+        u32::from(self.control(order, index).stall)
     }
 
     /// Stall cycles between the issue of the instructions at positions `from` and `to`,
     /// counting at most up to `enough`.
-    fn cycles(&self, order: &Order, from: usize, to: usize, enough: u32) -> u32 {
+    pub(crate) fn cycles(&self, order: &Order, from: usize, to: usize, enough: u32) -> u32 {
         let mut sum = 0;
         for p in from..to {
-            sum += self.stall(order.at(p));
+            sum += self.stall(order, order.at(p));
             if sum >= enough {
                 break;
             }
@@ -118,7 +173,7 @@ impl Kernel {
     }
 
     /// Whether the distance constraints touching original instruction `i` hold.
-    fn distances_hold(&self, order: &Order, i: usize) -> Result<(), Violation> {
+    pub(crate) fn distances_hold(&self, order: &Order, i: usize) -> Result<(), Violation> {
         for &k in &self.distances_of[i] {
             let d = self.distances[k];
             let (p, c) = (order.position(d.producer), order.position(d.consumer));
@@ -140,7 +195,11 @@ impl Kernel {
     }
 
     /// Whether the block-edge distances of the instructions in `indices` hold.
-    fn block_edges_hold(&self, order: &Order, indices: &[usize]) -> Result<(), Violation> {
+    pub(crate) fn block_edges_hold(
+        &self,
+        order: &Order,
+        indices: &[usize],
+    ) -> Result<(), Violation> {
         for e in &self.from_block_start {
             if indices.contains(&e.instruction) {
                 let block = &self.blocks[self.block_of[e.instruction]];
@@ -165,14 +224,26 @@ impl Kernel {
     /// The position a move takes the instruction at `action.row` to, if the move
     /// stays in bounds.
     fn partner(&self, action: Action) -> Option<usize> {
-        match action.direction {
-            Direction::Up => action.row.checked_sub(1),
-            Direction::Down => (action.row + 1 < self.len()).then_some(action.row + 1),
+        match action.kind {
+            Kind::Up => action.row.checked_sub(1),
+            Kind::Down => (action.row + 1 < self.len()).then_some(action.row + 1),
+            _ => None,
         }
     }
 
     /// Whether `action` is legal in `order`.
     pub fn legal(&self, order: &Order, action: Action) -> bool {
+        if action.row >= self.len() {
+            return false;
+        }
+        if action.kind.is_swap() {
+            self.swap_legal(order, action)
+        } else {
+            self.control_legal(order, action, None)
+        }
+    }
+
+    fn swap_legal(&self, order: &Order, action: Action) -> bool {
         let Some(other) = self.partner(action) else {
             return false;
         };
@@ -195,15 +266,49 @@ impl Kernel {
 
     /// Every legal action in `order`, as a mask over action indices.
     pub fn legal_mask(&self, order: &Order) -> Vec<bool> {
-        (0..2 * self.len())
-            .map(|i| self.legal(order, Action::from_index(i)))
+        let slack = self.stall_slack(order);
+        (0..KINDS * self.len())
+            .map(|i| {
+                let action = Action::from_index(i);
+                if action.kind.is_swap() {
+                    self.swap_legal(order, action)
+                } else {
+                    self.control_legal(order, action, Some(&slack))
+                }
+            })
             .collect()
     }
 
-    /// Up to `steps` uniformly random legal moves from the original order, seeded: the
-    /// moves made (stops early where no move is legal). Tests of the legality rules
+    /// Whether any action of `kinds` is legal somewhere in `order`, as a mask over
+    /// action indices with every other kind false (cheaper than `legal_mask` when only
+    /// swaps are wanted).
+    pub fn legal_mask_of(&self, order: &Order, kinds: &[Kind]) -> Vec<bool> {
+        let slack = kinds
+            .contains(&Kind::StallDown)
+            .then(|| self.stall_slack(order));
+        (0..KINDS * self.len())
+            .map(|i| {
+                let action = Action::from_index(i);
+                if !kinds.contains(&action.kind) {
+                    false
+                } else if action.kind.is_swap() {
+                    self.swap_legal(order, action)
+                } else {
+                    self.control_legal(order, action, slack.as_deref())
+                }
+            })
+            .collect()
+    }
+
+    /// Up to `steps` uniformly random legal actions from the original order, seeded:
+    /// the actions taken (stops early where none is legal). Tests of the legality rules
     /// replay them on the CPU and on the GPU.
     pub fn random_walk(&self, steps: usize, seed: u64) -> Vec<Action> {
+        self.random_walk_of(steps, seed, &Kind::ALL)
+    }
+
+    /// `random_walk` restricted to actions of `kinds`.
+    pub fn random_walk_of(&self, steps: usize, seed: u64, kinds: &[Kind]) -> Vec<Action> {
         use rand_chacha::ChaCha8Rng;
         use rand_chacha::rand_core::{Rng, SeedableRng};
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -211,7 +316,7 @@ impl Kernel {
         let mut walk = Vec::new();
         for _ in 0..steps {
             let legal: Vec<usize> = self
-                .legal_mask(&order)
+                .legal_mask_of(&order, kinds)
                 .iter()
                 .enumerate()
                 .filter_map(|(i, &l)| l.then_some(i))
@@ -238,8 +343,12 @@ impl Kernel {
     /// Applies `action`, which must be legal.
     pub fn apply(&self, order: &mut Order, action: Action) {
         debug_assert!(self.legal(order, action));
-        let other = self.partner(action).expect("legal actions stay in bounds");
-        order.swap(action.row.min(other));
+        if action.kind.is_swap() {
+            let other = self.partner(action).expect("legal actions stay in bounds");
+            order.swap(action.row.min(other));
+        } else {
+            self.apply_control(order, action);
+        }
     }
 
     /// Re-checks a whole order against every constraint.
@@ -278,25 +387,17 @@ impl Kernel {
             .chain(&self.to_block_end)
             .map(|e| e.instruction)
             .collect();
-        self.block_edges_hold(order, &all)
+        self.block_edges_hold(order, &all)?;
+        self.verify_controls(order)
     }
 
-    /// The kernel's words in `order`, with stale reuse flags cleared.
+    /// The kernel's words in `order`: permuted, control edits applied, and only valid
+    /// reuse flags kept.
     pub fn words(&self, order: &Order) -> Vec<(u64, u64)> {
-        let n = self.len();
-        (0..n)
+        (0..self.len())
             .map(|p| {
-                let i = order.at(p);
-                let ins = &self.instructions[i];
-                let next_now = (p + 1 < n).then(|| order.at(p + 1));
-                let next_before = (i + 1 < n).then_some(i + 1);
-                let mut high = ins.high;
-                if next_now != next_before {
-                    let mut c = Control::decode(high);
-                    c.reuse = 0;
-                    high = c.encode(high);
-                }
-                (ins.low, high)
+                let ins = &self.instructions[order.at(p)];
+                (ins.low, self.effective_control(order, p).encode(ins.high))
             })
             .collect()
     }
@@ -305,47 +406,12 @@ impl Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::cubin::KernelText;
-    use crate::decode::disasm::Line;
-
-    /// Control bits: stall, write barrier, wait mask.
-    fn ctl(stall: u8, write_barrier: Option<u8>, wait_mask: u8) -> Control {
-        Control {
-            stall,
-            yield_bit: true,
-            write_barrier,
-            read_barrier: None,
-            wait_mask,
-            reuse: 0,
-        }
-    }
-
-    fn kernel(code: &[(&str, Control)]) -> Kernel {
-        let lines: Vec<Line> = code
-            .iter()
-            .enumerate()
-            .map(|(i, (text, c))| Line {
-                offset: i * 16,
-                text: text.to_string(),
-                low: i as u64,
-                high: c.encode(0),
-                labels: vec![],
-            })
-            .collect();
-        let text = KernelText {
-            name: "k".into(),
-            file_offset: 0,
-            words: lines.iter().map(|l| (l.low, l.high)).collect(),
-            info_offsets: Default::default(),
-            relocated: Default::default(),
-        };
-        Kernel::analyze(&text, &lines).unwrap()
-    }
+    use crate::legality::testkit::{ctl, kernel};
 
     fn up(row: usize) -> Action {
         Action {
             row,
-            direction: Direction::Up,
+            kind: Kind::Up,
         }
     }
 
@@ -378,7 +444,7 @@ mod tests {
         assert!(legal);
         assert_eq!(verdict, Ok(()));
         // The pinned EXIT and the block edge stop everything else.
-        let mask = k.legal_mask(&Order::identity(3));
+        let mask = k.legal_mask_of(&Order::identity(3), &[Kind::Up, Kind::Down]);
         assert_eq!(mask.iter().filter(|&&m| m).count(), 1);
     }
 
@@ -453,7 +519,7 @@ mod tests {
             &order,
             Action {
                 row: 0,
-                direction: Direction::Down
+                kind: Kind::Down
             }
         ));
         order.swap(0);
@@ -530,7 +596,9 @@ mod tests {
         assert_eq!(words[1].0, 2, "the load moved up");
         assert_eq!(reuse_of(words[0]), 0, "the instruction before the pair");
         assert_eq!(reuse_of(words[1]), 0, "the moved pair");
-        assert_eq!(reuse_of(words[2]), 0, "the moved pair");
+        // The second FFMA's new successor reads R21 and R22 in the same slots: its
+        // flags are still valid there.
+        assert_eq!(reuse_of(words[2]), 0b0011, "valid for the new successor");
         assert_eq!(reuse_of(words[3]), 0b0011, "untouched");
     }
 }
