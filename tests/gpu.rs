@@ -340,26 +340,21 @@ fn baselines_run_and_agree_with_our_kernels() {
 
 #[test]
 #[ignore = "needs a GPU (run by scripts/device-check)"]
-fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
+fn sass_random_legal_edits_of_the_resnet_kernels_are_bit_exact() {
     use gpu::protocol::{KernelImage, MeasureRequest, Outcome};
     use gpu::{Pool, TimingConfig, WorkerCommand};
     use sass_stage::decode::cubin::Cubin;
     use sass_stage::legality::analysis::Kernel;
     use sass_stage::legality::moves::Action;
-    // The best kernels of the committed ResNet tuning run.
+    // The best kernels of the committed ResNet tuning runs: float32 CUDA-core kernels
+    // (batch 1) and fp16 NHWC tensor-core kernels (batch 8).
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let gz = root.join("benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz");
+    let logs = [
+        "benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz",
+        "benchmarks/results/h100-2026-11-23/resnet-fp16-b8/tune-log.jsonl.gz",
+    ];
     let dir = std::env::temp_dir().join(format!("tilesched-sass-walks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let text = Command::new("gzip")
-        .arg("-dc")
-        .arg(&gz)
-        .output()
-        .unwrap()
-        .stdout;
-    let log = records::record::parse_log(&String::from_utf8_lossy(&text));
-    let summaries = records::summarize(&log.records, &[]);
-    assert_eq!(summaries.len(), 13);
     let command = WorkerCommand {
         program: bin(),
         args: vec!["worker".into()],
@@ -372,81 +367,100 @@ fn sass_random_legal_orders_of_the_resnet_kernels_are_bit_exact() {
         max_repeats: 1,
     };
     let (mut checked, mut moved) = (0, 0);
+    let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
     let mut walk_seed = 0;
-    for s in &summaries {
-        let (best, compiled) = records::best_kernel(&log.records, &s.task, &gz).unwrap();
-        let k = best.kernel;
-        let cubin = Cubin::parse(compiled.cubin).unwrap();
-        let kt = cubin.kernel(&k.name).unwrap();
-        let lines = sass_stage::decode::disasm::disassemble(cubin.bytes(), &k.name).unwrap();
-        let kernel = Kernel::analyze(&kt, &lines).unwrap();
-        let reference = dir.join(format!("{}-stage1.cubin", s.task));
-        std::fs::write(&reference, cubin.bytes()).unwrap();
-        let image = |path: PathBuf| KernelImage {
-            cubin: path,
-            name: k.name.clone(),
-            launch: k.launch,
-        };
-        // Checks the order after the first `n` moves of `walk`.
-        let mut check = |walk: &[Action], n: usize, seed: u64| -> Outcome {
-            let order = kernel.replay(&walk[..n]);
-            assert_eq!(kernel.verify(&order), Ok(()));
-            let path = dir.join(format!("{}-{seed}-{n}.cubin", s.task));
-            std::fs::write(&path, cubin.with_text(&kt, &kernel.words(&order))).unwrap();
-            let request = MeasureRequest {
-                id: 0,
-                problem: gpu::Problem::for_task(&best.record.shape, seed),
-                reference: image(reference.clone()),
-                candidate: image(path),
-                timing: once,
-                injected: None,
+    for relative in logs {
+        let gz = root.join(relative);
+        let text = Command::new("gzip")
+            .arg("-dc")
+            .arg(&gz)
+            .output()
+            .unwrap()
+            .stdout;
+        let log = records::record::parse_log(&String::from_utf8_lossy(&text));
+        let summaries = records::summarize(&log.records, &[]);
+        assert_eq!(summaries.len(), 13, "{relative}");
+        for s in &summaries {
+            let (best, compiled) = records::best_kernel(&log.records, &s.task, &gz).unwrap();
+            let k = best.kernel;
+            let cubin = Cubin::parse(compiled.cubin).unwrap();
+            let kt = cubin.kernel(&k.name).unwrap();
+            let lines = sass_stage::decode::disasm::disassemble(cubin.bytes(), &k.name).unwrap();
+            let kernel = Kernel::analyze(&kt, &lines).unwrap();
+            let reference = dir.join(format!("{}-stage1.cubin", s.task));
+            std::fs::write(&reference, cubin.bytes()).unwrap();
+            let image = |path: PathBuf| KernelImage {
+                cubin: path,
+                name: k.name.clone(),
+                launch: k.launch,
             };
-            let results = pool
-                .measure_all(
-                    &[request],
-                    std::time::Duration::from_secs(10),
-                    &|_, _, _| {},
-                )
-                .unwrap();
-            results[0].0.clone()
-        };
-        for seed in 0..10u64 {
-            let walk = kernel.random_walk(64, walk_seed);
-            walk_seed += 1;
-            let order = kernel.replay(&walk);
-            moved += order.moved().len();
-            checked += 1;
-            if let outcome @ Outcome::Error { .. } = check(&walk, walk.len(), seed) {
-                // Find the first move after which the kernel fails, for the report.
-                let (mut good, mut bad) = (0, walk.len());
-                while bad - good > 1 {
-                    let mid = (good + bad) / 2;
-                    if matches!(check(&walk, mid, seed), Outcome::Ok(_)) {
-                        good = mid;
-                    } else {
-                        bad = mid;
-                    }
+            // Checks the kernel after the first `n` actions of `walk`.
+            let mut check = |walk: &[Action], n: usize, seed: u64| -> Outcome {
+                let order = kernel.replay(&walk[..n]);
+                assert_eq!(kernel.verify(&order), Ok(()));
+                let path = dir.join(format!("{}-{seed}-{n}.cubin", s.task));
+                std::fs::write(&path, cubin.with_text(&kt, &kernel.words(&order))).unwrap();
+                let request = MeasureRequest {
+                    id: 0,
+                    problem: gpu::Problem::for_task(&best.record.shape, seed),
+                    reference: image(reference.clone()),
+                    candidate: image(path),
+                    timing: once,
+                    injected: None,
+                };
+                let results = pool
+                    .measure_all(
+                        &[request],
+                        std::time::Duration::from_secs(10),
+                        &|_, _, _| {},
+                    )
+                    .unwrap();
+                results[0].0.clone()
+            };
+            for seed in 0..10u64 {
+                let walk = kernel.random_walk(64, walk_seed);
+                walk_seed += 1;
+                for a in &walk {
+                    *kinds.entry(a.kind.name()).or_default() += 1;
                 }
-                let order = kernel.replay(&walk[..bad - 1]);
-                let a = walk[bad - 1];
-                let lo = a.row.saturating_sub(6);
-                let context: Vec<String> = (lo..(a.row + 7).min(kernel.len()))
-                    .map(|p| {
-                        let i = order.at(p);
-                        let ins = &kernel.instructions[i];
-                        format!("{p:>5} {i:>5} {:?} {}", ins.control, ins.text)
-                    })
-                    .collect();
-                panic!(
-                    "{}: walk {seed} differs or faults ({outcome:?}); first bad move #{bad}: {a:?}\n{}",
-                    s.task,
-                    context.join("\n")
-                );
+                let order = kernel.replay(&walk);
+                moved += order.moved().len();
+                checked += 1;
+                if let outcome @ Outcome::Error { .. } = check(&walk, walk.len(), seed) {
+                    // Find the first action after which the kernel fails, for the report.
+                    let (mut good, mut bad) = (0, walk.len());
+                    while bad - good > 1 {
+                        let mid = (good + bad) / 2;
+                        if matches!(check(&walk, mid, seed), Outcome::Ok(_)) {
+                            good = mid;
+                        } else {
+                            bad = mid;
+                        }
+                    }
+                    let order = kernel.replay(&walk[..bad - 1]);
+                    let a = walk[bad - 1];
+                    let lo = a.row.saturating_sub(6);
+                    let context: Vec<String> = (lo..(a.row + 7).min(kernel.len()))
+                        .map(|p| {
+                            let i = order.at(p);
+                            let ins = &kernel.instructions[i];
+                            format!("{p:>5} {i:>5} {:?} {}", kernel.control(&order, i), ins.text)
+                        })
+                        .collect();
+                    panic!(
+                        "{}: walk {seed} differs or faults ({outcome:?}); first bad action #{bad}: {a:?}\n{}",
+                        s.task,
+                        context.join("\n")
+                    );
+                }
             }
         }
     }
-    println!("{checked} reordered kernels checked bit for bit, {moved} instructions moved in all");
+    println!(
+        "{checked} edited kernels checked bit for bit, {moved} instructions moved in all; actions by kind: {kinds:?}"
+    );
     assert!(moved > 0);
+    assert_eq!(kinds.len(), sass_stage::legality::moves::KINDS, "{kinds:?}");
 }
 
 #[test]

@@ -5,19 +5,35 @@
 use sass_stage::decode::cubin::Cubin;
 use sass_stage::decode::disasm::disassemble;
 use sass_stage::legality::analysis::Kernel;
+use sass_stage::legality::moves::Kind;
 use sass_stage::legality::order::Order;
 
-/// (cubin, kernel name) of sampled states of a few ResNet layers.
+/// (cubin, kernel name) of sampled states of a few ResNet layers: float32 CUDA-core
+/// kernels, then fp16 NHWC tensor-core kernels (HMMA, LDSM, LDGSTS).
 fn kernels() -> Vec<(Vec<u8>, String)> {
+    use schedule::{DType, Layout};
     let gpu = schedule::GpuSpec::h100();
     let mut out = Vec::new();
-    for (shape, seed) in [
-        ("1,64,56,56,64,3,3,1,1", 1),
-        ("1,256,14,14,256,3,3,1,1", 2),
-        ("1,512,7,7,2048,1,1,1,0", 3),
+    for (shape, seed, dtype) in [
+        ("1,64,56,56,64,3,3,1,1", 1, DType::F32),
+        ("1,256,14,14,256,3,3,1,1", 2, DType::F32),
+        ("1,512,7,7,2048,1,1,1,0", 3, DType::F32),
+        ("8,64,56,56,64,3,3,1,1", 4, DType::Fp16),
+        ("8,256,14,14,256,3,3,1,1", 5, DType::Fp16),
     ] {
         let op = schedule::parse_shape("conv2d", shape).unwrap();
-        let task = schedule::Task::new(op, schedule::Epilogue::default()).unwrap();
+        let task = schedule::Task::new(op, schedule::Epilogue::default())
+            .unwrap()
+            .with_types(
+                dtype,
+                dtype,
+                if dtype == DType::F32 {
+                    Layout::Nchw
+                } else {
+                    Layout::Nhwc
+                },
+            )
+            .unwrap();
         for state in schedule::Sampler::new(&task, &gpu, seed).sample_distinct(2) {
             let k = schedule::generate(&task, &state, &gpu).unwrap();
             let compiled = gpu::compile(&k.source, &k.name, "sm_90").unwrap();
@@ -33,9 +49,14 @@ fn analyze(cubin: &Cubin, name: &str) -> Kernel {
     Kernel::analyze(&text, &lines).unwrap()
 }
 
-/// The order after a seeded random walk of up to `steps` legal moves.
+/// The order after a seeded random walk of up to `steps` legal actions of every kind.
 fn walk(kernel: &Kernel, steps: usize, seed: u64) -> Order {
     kernel.replay(&kernel.random_walk(steps, seed))
+}
+
+/// The order after a seeded random walk of up to `steps` legal swaps only.
+fn swaps(kernel: &Kernel, steps: usize, seed: u64) -> Order {
+    kernel.replay(&kernel.random_walk_of(steps, seed, &[Kind::Up, Kind::Down]))
 }
 
 fn without_reuse(text: &str) -> String {
@@ -45,9 +66,11 @@ fn without_reuse(text: &str) -> String {
 #[test]
 fn real_kernels_analyse_and_random_legal_walks_verify() {
     let mut movable_somewhere = false;
+    let mut tensor_core = 0;
     for (bytes, name) in kernels() {
         let cubin = Cubin::parse(bytes).unwrap();
         let kernel = analyze(&cubin, &name);
+        tensor_core += usize::from(kernel.instructions.iter().any(|i| i.base == "HMMA"));
         assert_eq!(
             kernel.verify(&Order::identity(kernel.len())),
             Ok(()),
@@ -65,6 +88,7 @@ fn real_kernels_analyse_and_random_legal_walks_verify() {
         }
     }
     assert!(movable_somewhere, "no legal move in any kernel");
+    assert_eq!(tensor_core, 4, "the fp16 kernels run on tensor cores");
 }
 
 #[test]
@@ -73,7 +97,7 @@ fn a_reordered_cubin_disassembles_to_the_moved_lines_and_keeps_pinned_offsets() 
         let cubin = Cubin::parse(bytes).unwrap();
         let text = cubin.kernel(&name).unwrap();
         let kernel = analyze(&cubin, &name);
-        let order = walk(&kernel, 40, 7);
+        let order = swaps(&kernel, 40, 7);
         assert!(!order.moved().is_empty(), "{name}: the walk moved nothing");
         let rewritten = cubin.with_text(&text, &kernel.words(&order));
         assert_eq!(rewritten.len(), cubin.bytes().len());
@@ -106,6 +130,36 @@ fn a_reordered_cubin_disassembles_to_the_moved_lines_and_keeps_pinned_offsets() 
         let reanalysed = Kernel::analyze(&again.kernel(&name).unwrap(), &lines).unwrap();
         assert_eq!(reanalysed.verify(&Order::identity(lines.len())), Ok(()));
     }
+}
+
+#[test]
+fn control_edits_disassemble_to_the_same_instructions_with_the_edited_bits() {
+    let mut edited_somewhere = false;
+    for (bytes, name) in kernels() {
+        let cubin = Cubin::parse(bytes).unwrap();
+        let text = cubin.kernel(&name).unwrap();
+        let kernel = analyze(&cubin, &name);
+        for seed in 0..2 {
+            let order = walk(&kernel, 200, seed);
+            edited_somewhere |= order.edits().next().is_some();
+            let again = Cubin::parse(cubin.with_text(&text, &kernel.words(&order))).unwrap();
+            let lines = disassemble(again.bytes(), &name)
+                .unwrap_or_else(|e| panic!("{name} seed {seed}: {e}"));
+            for (p, line) in lines.iter().enumerate() {
+                let original = &kernel.instructions[order.at(p)];
+                assert_eq!(
+                    without_reuse(&line.text),
+                    without_reuse(&original.text),
+                    "{name} @{p}"
+                );
+                let decoded = sass_stage::decode::control::Control::decode(line.high);
+                assert_eq!(decoded, kernel.effective_control(&order, p), "{name} @{p}");
+            }
+            let reanalysed = Kernel::analyze(&again.kernel(&name).unwrap(), &lines).unwrap();
+            assert_eq!(reanalysed.verify(&Order::identity(lines.len())), Ok(()));
+        }
+    }
+    assert!(edited_somewhere, "no walk edited any control bits");
 }
 
 #[test]

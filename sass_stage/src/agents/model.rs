@@ -219,11 +219,12 @@ impl EditModel {
                 self.weights = None;
                 return;
             }
-            for r in 0..d {
+            let pivot_row = a[col].clone();
+            for (r, row) in a.iter_mut().enumerate() {
                 if r != col {
-                    let f = a[r][col] / a[col][col];
-                    for c in col..=d {
-                        a[r][c] -= f * a[col][c];
+                    let f = row[col] / pivot_row[col];
+                    for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                        *x -= f * p;
                     }
                 }
             }

@@ -29,6 +29,16 @@ use crate::legality::moves::{Action, Kind};
 use crate::legality::order::{Order, Violation};
 use std::collections::{HashMap, HashSet};
 
+/// Whether sm_90 has an encoding for these stall, yield and reuse bits. nvdisasm
+/// (CUDA 13.0) decodes the three as one table per instruction class, and probing every
+/// value on every instruction class of our kernels (f32 and fp16 tensor-core) shows the
+/// same hole in all of them: with the raw yield bit set, stall 0 and stalls 12–15 have
+/// no encoding, and neither does any reuse flag with stall 0. ptxas never emits these.
+pub fn encodable(c: &Control) -> bool {
+    let stall_ok = !c.yield_bit || (1..=11).contains(&c.stall);
+    stall_ok && (c.reuse == 0 || c.stall != 0)
+}
+
 /// What the original kernel shows about its control bits.
 #[derive(Debug, Clone, Default)]
 pub struct ControlRules {
@@ -201,38 +211,34 @@ impl Kernel {
     ) -> bool {
         let p = action.row;
         let i = order.at(p);
-        if self.pinned[i].is_some() {
+        if !self.control_editable(i) {
             return false;
         }
         let c = self.control(order, i);
-        match action.kind {
+        let kind_allows = match action.kind {
             Kind::Up | Kind::Down => false,
             Kind::Yield => true,
             Kind::ReuseSet => self.settable_reuse(order, p) != 0,
             Kind::ReuseClear => self.effective_control(order, p).reuse != 0 || c.reuse != 0,
             Kind::StallUp => c.stall < MAX_STALL,
             Kind::StallDown => {
-                if c.stall == 0 || c.stall <= self.stall_floor(order, p) {
-                    return false;
-                }
-                match slack {
-                    Some(s) => s[p] >= 1,
-                    None => self.stall_slack(order)[p] >= 1,
-                }
+                c.stall > 0
+                    && c.stall > self.stall_floor(order, p)
+                    && match slack {
+                        Some(s) => s[p] >= 1,
+                        None => self.stall_slack(order)[p] >= 1,
+                    }
             }
-        }
+        };
+        kind_allows && encodable(&self.edited_control(order, action))
     }
 
-    /// Applies control edit `action` (legal by `control_legal`). Edits hold the raw
-    /// bits: an original reuse flag dropped while its successor is elsewhere stays, and
-    /// is written again if the successor comes back.
-    pub(crate) fn apply_control(&self, order: &mut Order, action: Action) {
+    /// The control bits instruction at `action.row` has after control edit `action`.
+    fn edited_control(&self, order: &Order, action: Action) -> Control {
         let p = action.row;
-        let i = order.at(p);
-        let original = self.instructions[i].control;
-        let mut c = self.control(order, i);
+        let mut c = self.control(order, order.at(p));
         match action.kind {
-            Kind::Up | Kind::Down => return,
+            Kind::Up | Kind::Down => {}
             Kind::Yield => {
                 c.yield_bit = !c.yield_bit;
                 if self.rules.yields(&c) {
@@ -241,18 +247,40 @@ impl Kernel {
             }
             Kind::ReuseSet => c.reuse |= self.settable_reuse(order, p),
             Kind::ReuseClear => c.reuse = 0,
-            Kind::StallUp => c.stall += 1,
-            Kind::StallDown => c.stall -= 1,
+            Kind::StallUp => c.stall = (c.stall + 1).min(MAX_STALL),
+            Kind::StallDown => c.stall = c.stall.saturating_sub(1),
         }
+        c
+    }
+
+    /// Applies control edit `action` (legal by `control_legal`). Edits hold the raw
+    /// bits: an original reuse flag dropped while its successor is elsewhere stays, and
+    /// is written again if the successor comes back.
+    pub(crate) fn apply_control(&self, order: &mut Order, action: Action) {
+        let p = action.row;
+        let i = order.at(p);
+        if action.kind.is_swap() {
+            return;
+        }
+        let original = self.instructions[i].control;
+        let c = self.edited_control(order, action);
         order.set_control(i, c, original);
+    }
+
+    /// Whether instruction `i`'s control bits may be edited at all: not where it is
+    /// pinned, and never on a `NOP` (padding and alignment that does no work; its
+    /// encoding also admits fewer stall/yield combinations: nvdisasm refuses a
+    /// yielding `NOP` with stall 0).
+    fn control_editable(&self, i: usize) -> bool {
+        self.pinned[i].is_none() && self.instructions[i].base != "NOP"
     }
 
     /// Re-checks every control edit of `order`.
     pub(crate) fn verify_controls(&self, order: &Order) -> Result<(), Violation> {
         for (i, c) in order.edits() {
             let original = self.instructions[i].control;
-            if self.pinned[i].is_some() {
-                return Err(Violation::PinnedEdited(i));
+            if !self.control_editable(i) {
+                return Err(Violation::NotEditable(i));
             }
             let mut same = c;
             same.stall = original.stall;
@@ -272,6 +300,9 @@ impl Kernel {
             }
             if self.rules.yields(&c) && c.reuse != 0 {
                 return Err(Violation::YieldWithReuse(i));
+            }
+            if !encodable(&c) {
+                return Err(Violation::Unencodable(i));
             }
             let added = c.reuse & !original.reuse;
             let invalid = (0..REUSE_SLOTS)
@@ -389,7 +420,8 @@ mod tests {
         assert_eq!(k.verify(&order), Ok(()));
         // FFMA → FFMA never went below 3 in this kernel: the floor.
         assert!(!k.legal(&Order::identity(k.len()), act(3, Kind::StallDown)));
-        // Stall up is always legal below 15; pinned instructions are never edited.
+        // Stall up is legal up to the encodable limit; pinned instructions are never
+        // edited.
         assert!(k.legal(&order, act(3, Kind::StallUp)));
         assert!(!k.legal(&order, act(9, Kind::StallUp)));
         assert!(!k.legal(&order, act(9, Kind::Yield)));
@@ -455,7 +487,33 @@ mod tests {
             edited(3, &|c| c.wait_mask = 1),
             Err(Violation::EditedField(3))
         );
-        assert_eq!(edited(5, &|c| c.stall = 6), Err(Violation::PinnedEdited(5)));
+        assert_eq!(edited(5, &|c| c.stall = 6), Err(Violation::NotEditable(5)));
+        // Encodings sm_90 lacks: a non-yielding (raw bit set) stall of 12, even where
+        // the distance allows it; and StallUp stops at 11 there.
+        assert_eq!(edited(3, &|c| c.stall = 12), Err(Violation::Unencodable(3)));
+        let mut at_eleven = Order::identity(k.len());
+        let o = k.instructions[3].control;
+        let mut c = o;
+        c.stall = 11;
+        at_eleven.set_control(3, c, o);
+        assert_eq!(k.verify(&at_eleven), Ok(()));
+        assert!(!k.legal(&at_eleven, act(3, Kind::StallUp)));
+        // NOPs: never edited (nvdisasm refuses a yielding NOP with stall 0).
+        let nop = kernel_of(&[
+            ("FFMA R24, R25, R26, R24", 3, 0),
+            ("EXIT", 5, 0),
+            ("NOP", 0, 0),
+        ]);
+        let identity = Order::identity(nop.len());
+        for kind in Kind::ALL.into_iter().filter(|k| !k.is_swap()) {
+            assert!(!nop.legal(&identity, Action { row: 2, kind }), "{kind:?}");
+        }
+        let mut order = identity.clone();
+        let o = nop.instructions[2].control;
+        let mut c = o;
+        c.yield_bit = !c.yield_bit;
+        order.set_control(2, c, o);
+        assert_eq!(nop.verify(&order), Err(Violation::NotEditable(2)));
     }
 
     #[test]

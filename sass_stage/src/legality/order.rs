@@ -46,8 +46,10 @@ pub enum Violation {
     },
     #[error("instruction {0} is too close to the edge of its block")]
     BlockEdge(usize),
-    #[error("pinned instruction {0} has edited control bits")]
-    PinnedEdited(usize),
+    #[error("instruction {0} (pinned or a NOP) has edited control bits")]
+    NotEditable(usize),
+    #[error("instruction {0} has control bits sm_90 cannot encode")]
+    Unencodable(usize),
     #[error("instruction {index} stalls {stall} cycles, below the {floor} ptxas ever gives it")]
     StallFloor { index: usize, stall: u8, floor: u8 },
     #[error("instruction {index} sets reuse flags {flags:#06b} its successor cannot use")]
