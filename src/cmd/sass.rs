@@ -305,3 +305,72 @@ pub fn run_stage(prepared: &[Prepared], args: &StageArgs, cache: Option<&Path>) 
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu::Timing;
+    use gpu::protocol::{ErrorKind, Outcome};
+    use records::record::RECORD_VERSION;
+    use schedule::{GpuSpec, Sampler, Task, parse_shape};
+
+    /// A record of a matmul `shape` sampled with `seed`, timed at `us` (failed when
+    /// `None`), with source hash `hash`.
+    fn record(shape: &str, seed: u64, us: Option<f64>, hash: &str) -> Record {
+        let task = Task::new(parse_shape("matmul", shape).unwrap(), Default::default()).unwrap();
+        let state = Sampler::new(&task, &GpuSpec::h100(), seed)
+            .sample()
+            .unwrap();
+        let result = match us {
+            Some(us) => Outcome::Ok(Timing {
+                median_us: us,
+                samples_us: vec![us as f32],
+            }),
+            None => Outcome::Error {
+                kind: ErrorKind::WrongAnswer,
+                message: "differs".into(),
+            },
+        };
+        Record {
+            version: RECORD_VERSION,
+            task: task.key(),
+            shape: task,
+            state,
+            result,
+            compile: None,
+            device: gpu::worker::Simulated::device(),
+            nvrtc: "13.0".into(),
+            tool_version: "0.1.0".into(),
+            timestamp: "2026-11-24T10:00:00Z".into(),
+            injected: None,
+            source_hash: Some(hash.into()),
+        }
+    }
+
+    #[test]
+    fn top_k_takes_the_fastest_distinct_correct_kernels_of_the_task() {
+        let records = vec![
+            record("64,64,64", 1, Some(9.0), "c"),
+            record("64,64,64", 2, Some(5.0), "a"),
+            record("64,64,64", 3, Some(5.5), "a"), // the same kernel again
+            record("64,64,64", 4, None, "x"),      // failed
+            record("64,64,64", 5, Some(7.0), "b"),
+            record("128,64,64", 6, Some(1.0), "y"), // another task
+            record("64,64,64", 7, Some(0.0), "z"),  // no valid time
+        ];
+        let best = &records[1];
+        let top = |k| -> Vec<f64> {
+            top_records(&records, best, k)
+                .iter()
+                .map(|r| r.median_us().unwrap())
+                .collect()
+        };
+        assert_eq!(top(1), [5.0]);
+        assert_eq!(top(3), [5.0, 7.0, 9.0]);
+        assert_eq!(
+            top(16),
+            [5.0, 7.0, 9.0],
+            "only three distinct correct kernels"
+        );
+    }
+}

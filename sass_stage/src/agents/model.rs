@@ -372,4 +372,56 @@ mod tests {
         assert!(at("stall_up") > 0.0 && at("yield_math") > 0.0);
         assert!(at("reuse_lost") > 0.0, "the yielding FFMA lost its flags");
     }
+
+    /// Greedy climbs on a synthetic kernel and objective (`testkit::Formula`: yielding
+    /// FFMAs pay, added stalls cost): with the rows of an earlier unguided run, the
+    /// guided climb reaches the same time in at most half the measurements.
+    #[test]
+    fn an_earlier_runs_rows_halve_the_measurements_to_the_same_gain() {
+        use crate::agents::greedy::climb;
+        use crate::agents::objective::{Objective, Tracker};
+        use crate::legality::testkit::Formula;
+        let mut code = vec![("LDS R4, [R2]", 2, 0)];
+        for r in 0..24 {
+            code.push(("FFMA R20, R21, R22, R20", 4, 0));
+            code.push(if r % 3 == 0 {
+                ("IMAD R30, R31, R32, R30", 2, 0)
+            } else {
+                ("FADD R40, R41, R42", 3, 0)
+            });
+        }
+        code.push(("EXIT", 5, 0));
+        let k = kernel_of(&code);
+        let run = |model: &mut EditModel, guided: bool| -> (f64, usize, usize) {
+            let mut formula = Formula::new(60);
+            let mut tracker = Tracker::start(&mut formula, &k).unwrap();
+            let start = tracker.baseline_us;
+            let mut guide = Guide::new(model, guided, start);
+            climb(&k, &mut tracker, start, &mut guide, 3).unwrap();
+            let best = tracker.best_us;
+            let to_best = tracker
+                .curve
+                .iter()
+                .position(|&t| t <= best * 1.005)
+                .unwrap();
+            (best, to_best, tracker.used())
+        };
+        let mut model = EditModel::default();
+        let (unguided_us, unguided_to_best, _) = run(&mut model, false);
+        assert!(unguided_us < 100.0 * 0.9, "{unguided_us}");
+        assert!(model.trained(), "the unguided run taught the model");
+        assert!(
+            unguided_to_best >= 4,
+            "{unguided_to_best}: too easy to show anything"
+        );
+        let (guided_us, guided_to_best, _) = run(&mut model, true);
+        assert!(
+            guided_us <= unguided_us * 1.005,
+            "{guided_us} vs {unguided_us}"
+        );
+        assert!(
+            2 * guided_to_best <= unguided_to_best,
+            "guided {guided_to_best} vs unguided {unguided_to_best} measurements"
+        );
+    }
 }

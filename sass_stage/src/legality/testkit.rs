@@ -52,3 +52,54 @@ pub fn kernel_of(code: &[(&str, u8, u8)]) -> Kernel {
         .collect();
     kernel(&code)
 }
+
+/// A synthetic objective for the agents' tests: the time falls 1% per yielding FFMA
+/// and rises 0.5% per stall cycle added over the original; nothing else matters.
+/// Distinct orders count against the budget, as measurements do.
+pub struct Formula {
+    pub budget: usize,
+    seen: std::collections::HashSet<String>,
+}
+
+impl Formula {
+    pub fn new(budget: usize) -> Formula {
+        Formula {
+            budget,
+            seen: Default::default(),
+        }
+    }
+
+    pub fn time(kernel: &Kernel, order: &crate::legality::order::Order) -> f64 {
+        let (mut yields, mut added) = (0.0, 0.0);
+        for i in 0..kernel.len() {
+            let (o, c) = (kernel.instructions[i].control, kernel.control(order, i));
+            if kernel.instructions[i].base == "FFMA" && kernel.rules.yields(&c) {
+                yields += 1.0;
+            }
+            added += f64::from(c.stall) - f64::from(o.stall);
+        }
+        100.0 * (1.0 - 0.01 * yields + 0.005 * added)
+    }
+}
+
+impl crate::agents::objective::Objective for Formula {
+    fn evaluate(
+        &mut self,
+        kernel: &Kernel,
+        order: &crate::legality::order::Order,
+    ) -> Result<crate::agents::objective::Evaluation, crate::SassError> {
+        self.seen
+            .insert(crate::agents::objective::text_hash(kernel, order));
+        Ok(crate::agents::objective::Evaluation::Time(Formula::time(
+            kernel, order,
+        )))
+    }
+
+    fn used(&self) -> usize {
+        self.seen.len()
+    }
+
+    fn budget(&self) -> usize {
+        self.budget
+    }
+}
