@@ -175,6 +175,16 @@ impl Report {
             "\nGeometric-mean speedup over stage 1: **{:.3}x**.",
             self.geomean_speedup
         );
+        let _ = writeln!(
+            s,
+            "\nWhere each final kernel's hot loop spends its issue cycles (sum of stall \
+             counts per iteration, by instruction class; integer address arithmetic is \
+             stage 1's to remove, no reordering can):\n"
+        );
+        for k in &self.kernels {
+            let _ = writeln!(s, "- {}: {}", k.task, k.result.hot_loop.line());
+        }
+        let _ = writeln!(s);
         let wins = |a: AgentKind| {
             self.kernels
                 .iter()
@@ -219,6 +229,7 @@ impl Report {
 mod tests {
     use super::*;
     use crate::legality::order::Order;
+    use crate::legality::profile::{ClassShare, IssueProfile};
     use crate::stage::{AgentResult, Moved};
 
     fn agent(agent: AgentKind, final_us: Option<f64>, rejected: Option<&str>) -> AgentResult {
@@ -277,6 +288,23 @@ mod tests {
                             .collect()
                     })
                     .unwrap_or_default(),
+                hot_loop: IssueProfile {
+                    block: 3,
+                    instructions: 83,
+                    cycles: 259,
+                    classes: [
+                        ("mma/fma", 16, 93),
+                        ("memory", 16, 49),
+                        ("integer", 51, 117),
+                    ]
+                    .into_iter()
+                    .map(|(class, instructions, cycles)| ClassShare {
+                        class,
+                        instructions,
+                        cycles,
+                    })
+                    .collect(),
+                },
                 order: Order::identity(4),
             },
         }

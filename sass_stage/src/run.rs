@@ -352,6 +352,16 @@ fn choose(
         .collect();
     let winner = if best == 0 { 0 } else { entries[best].0 };
     let mut result = results.swap_remove(winner);
+    // What the other ranks spent counts too: measurements, checks and failures are
+    // reported per task, over all its stage-1 kernels.
+    for other in &results {
+        result.validations += other.validations;
+        for (mine, theirs) in result.agents.iter_mut().zip(&other.agents) {
+            mine.measurements += theirs.measurements;
+            mine.skipped_by_model += theirs.skipped_by_model;
+            mine.failures.extend(theirs.failures.iter().cloned());
+        }
+    }
     if best == 0 {
         // The stage-1 best as it was: nothing of stage 2 is kept.
         result.order = Order::identity(group[0].kernel.len());

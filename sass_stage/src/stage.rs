@@ -11,6 +11,7 @@ use crate::agents::objective::{Evaluation, Objective, Tracker};
 use crate::agents::ppo::{PpoConfig, train};
 use crate::legality::analysis::Kernel;
 use crate::legality::order::Order;
+use crate::legality::profile::IssueProfile;
 use crate::measure::{GpuObjective, Target};
 use gpu::Pool;
 use serde::Serialize;
@@ -133,6 +134,8 @@ pub struct KernelResult {
     pub ranks: Vec<RankTimes>,
     /// What the winner changed, by kind.
     pub actions: BTreeMap<String, usize>,
+    /// Where the stage-1 kernel's hot loop spends its issue cycles.
+    pub hot_loop: IssueProfile,
     #[serde(skip)]
     pub order: Order,
 }
@@ -282,6 +285,7 @@ pub fn optimize(
         stage1_rank: 0,
         ranks: Vec::new(),
         actions: kernel.edit_counts(&order),
+        hot_loop: kernel.issue_profile(kernel.hot_block()),
         order,
     })
 }

@@ -26,6 +26,7 @@ use crate::decode::disasm::Line;
 use crate::decode::instr::{Instruction, REG_IDS};
 use crate::legality::control::ControlRules;
 use crate::legality::latency::{self, Key};
+use crate::legality::profile::class_of;
 use petgraph::graphmap::DiGraphMap;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -201,7 +202,8 @@ impl Kernel {
             "kernel {}: {} instructions in {} basic blocks, {} movable memory instructions\n\
              pinned: {} by opcode, {} by .nv.info offsets, {} under relocations\n\
              order edges: {}\n\
-             distance constraints: {} pairs, {} block-edge\n",
+             distance constraints: {} pairs, {} block-edge\n\
+             {}\n",
             self.name,
             self.len(),
             self.blocks.len(),
@@ -212,6 +214,7 @@ impl Kernel {
             deps.join(", "),
             self.distances.len(),
             self.from_block_start.len() + self.to_block_end.len(),
+            self.issue_profile(self.hot_block()).line(),
         )
     }
 
@@ -219,13 +222,22 @@ impl Kernel {
         self.instructions.is_empty()
     }
 
-    /// The block where the time goes: the largest block that can run again after
-    /// itself (a loop body), else the largest block.
+    /// The block where the time goes: of the blocks that can run again after
+    /// themselves (loop bodies), the one with the most MMA/FMA instructions, then the
+    /// largest; without loops, the largest block. (Largest alone picked address and
+    /// prefetch blocks of the tensor-core kernels, and the one-instruction `BRA` to
+    /// itself that ends every kernel.)
     pub fn hot_block(&self) -> usize {
         let size = |b: usize| self.blocks[b].len();
+        let math = |b: usize| {
+            self.blocks[b]
+                .clone()
+                .filter(|&i| class_of(&self.instructions[i].base) == "mma/fma")
+                .count()
+        };
         (0..self.blocks.len())
-            .filter(|&b| self.reach[b][b])
-            .max_by_key(|&b| (size(b), std::cmp::Reverse(b)))
+            .filter(|&b| self.reach[b][b] && size(b) > 1)
+            .max_by_key(|&b| (math(b), size(b), std::cmp::Reverse(b)))
             .or_else(|| (0..self.blocks.len()).max_by_key(|&b| (size(b), std::cmp::Reverse(b))))
             .unwrap_or(0)
     }
