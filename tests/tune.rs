@@ -422,3 +422,73 @@ fn dgd_walks_after_its_random_start_and_never_remeasures() {
     // One round of 64 random states, then windows of 3.
     assert!(out.contains("search overhead: 7 rounds"), "{out}");
 }
+
+/// The PIDs of the processes whose parent is `parent` (from /proc), with their state
+/// letter.
+fn children(parent: u32) -> Vec<(u32, char)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            out.push((pid, fields[0].chars().next().unwrap_or('?')));
+        }
+    }
+    out
+}
+
+/// Whether process `pid` still runs (a zombie does not: it waits only to be reaped).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with(|c| c != 'Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_tuner_killed_while_its_worker_hangs_leaves_no_worker_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("orphan.jsonl");
+    let mut tune = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["tune", "matmul", "--shape", "64,64,32", "--trials", "4"])
+        .args(["--simulate", "--search", "random", "--timeout", "600"])
+        .args(["--inject-fault", "timeout@0", "--log"])
+        .arg(&log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The worker starts with the tuner; the first candidate then hangs it.
+    let started = std::time::Instant::now();
+    let worker = loop {
+        if let Some(&(pid, _)) = children(tune.id()).first() {
+            break pid;
+        }
+        assert!(started.elapsed().as_secs() < 30, "no worker started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(running(worker), "the worker hangs, it has not exited");
+    tune.kill().unwrap(); // SIGKILL: no handler of the tuner runs
+    tune.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while running(worker) {
+        assert!(
+            killed.elapsed().as_secs_f64() < 5.0,
+            "worker {worker} still runs 5 s after its tuner was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

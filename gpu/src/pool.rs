@@ -8,6 +8,7 @@ use crate::device::DeviceInfo;
 use crate::protocol::{ErrorKind, MeasureRequest, Outcome, Request, Response};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,10 +58,14 @@ struct Worker {
 
 impl Worker {
     fn start(command: &WorkerCommand, ordinal: u32) -> Result<Worker, PoolError> {
+        // Its own process group: a Ctrl-C at the terminal reaches the tuner, which
+        // decides; the worker's watchdog ends it once the tuner is gone however it went.
         let mut child = Command::new(&command.program)
             .args(&command.args)
             .arg("--device")
             .arg(ordinal.to_string())
+            .env(crate::worker::PARENT_ENV, std::process::id().to_string())
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -12,6 +12,11 @@
 //! right before every run, the check's and each timed one's, so the memset is timed as
 //! part of the operation. A simulated backend speaks the same protocol without a GPU,
 //! for tests of the tuner's side.
+//!
+//! A worker never outlives its tuner: a watchdog thread checks every 100 ms that the
+//! process that started it (named in `PARENT_ENV`) is still its parent, and ends the
+//! worker at once when it is not — even while a hung kernel holds the main thread, so
+//! that a tuner killed with `kill -9` leaves no GPU work running.
 
 use crate::buffers::{BufferSets, ReferenceError};
 use crate::check::Problem;
@@ -26,6 +31,41 @@ pub const EXIT_FATAL: i32 = 3;
 /// Exit status of a worker that found no GPU.
 pub const EXIT_UNAVAILABLE: i32 = 4;
 
+/// Environment variable through which the tuner names itself (its PID) to its workers.
+pub const PARENT_ENV: &str = "TILESCHED_TUNER_PID";
+/// Exit status of a worker whose tuner is gone.
+pub const EXIT_ORPHANED: i32 = 5;
+/// How often the watchdog looks for the tuner.
+const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Starts the watchdog: the process ends (without exit handlers, which could wait on a
+/// hung kernel; the driver frees the context with the process) as soon as its parent
+/// is no longer the tuner that started it. Without `PARENT_ENV` the parent at start is
+/// taken.
+fn watch_parent() {
+    let parent = std::os::unix::process::parent_id();
+    let tuner = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(parent);
+    std::thread::spawn(move || {
+        loop {
+            if std::os::unix::process::parent_id() != tuner {
+                // Not `eprintln!`: with the tuner gone the pipe is closed, and a failed
+                // write must not end this thread instead of the process.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "worker: the tuner (PID {tuner}) is gone; stopping"
+                );
+                // SAFETY: `_exit` only ends the process; it takes no pointers and runs
+                // no handlers, so no state of this process can be observed afterwards.
+                unsafe { libc::_exit(EXIT_ORPHANED) };
+            }
+            std::thread::sleep(WATCH_PERIOD);
+        }
+    });
+}
+
 /// Measures requests; returns the outcome and whether the context is lost.
 pub trait Backend {
     fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool);
@@ -33,6 +73,7 @@ pub trait Backend {
 
 /// Runs the worker on stdin/stdout; returns the process exit status.
 pub fn run(device: u32, simulate: bool) -> i32 {
+    watch_parent();
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     if simulate {
