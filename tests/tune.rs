@@ -492,3 +492,117 @@ fn a_tuner_killed_while_its_worker_hangs_leaves_no_worker_behind() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// `tune` with the simulated worker, its starts scripted by `starts` (see
+/// `gpu::worker::SIMULATED_STARTS_ENV`; empty: every start succeeds).
+fn tune_scripted(dir: &Path, starts: &str, args: &[&str]) -> Output {
+    let script = dir.join("starts");
+    std::fs::write(&script, starts).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["tune", "matmul", "--shape", "64,64,32", "--simulate"])
+        .args(["--search", "random", "--measure-batch", "6"])
+        .args(args)
+        .env(gpu::worker::SIMULATED_STARTS_ENV, &script)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn failed_worker_restarts_are_retried_then_the_run_stops_resumable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("restarts.jsonl");
+    let log_s = log.to_str().unwrap();
+    // The crash of candidate 1 needs three starts: two refused contexts, then one.
+    let o = tune_scripted(
+        tmp.path(),
+        "offo",
+        &[
+            "--trials",
+            "6",
+            "--inject-fault",
+            "launch@1",
+            "--log",
+            log_s,
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let kinds: Vec<Option<String>> = records(&log)
+        .iter()
+        .map(|r| error_kind(r).map(str::to_string))
+        .collect();
+    assert_eq!(kinds.len(), 6);
+    assert_eq!(kinds[1].as_deref(), Some("launch"));
+
+    // Four refusals in a row: the run stops after recording what it measured.
+    let log = tmp.path().join("stops.jsonl");
+    let log_s = log.to_str().unwrap();
+    let o = tune_scripted(
+        tmp.path(),
+        "offff",
+        &[
+            "--trials",
+            "12",
+            "--inject-fault",
+            "launch@1",
+            "--log",
+            log_s,
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(!err.contains("panicked"), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("could not be restarted (4 tries)") && last.contains("--resume"),
+        "{err}"
+    );
+    let kept = records(&log);
+    assert_eq!(kept.len(), 2, "candidates 0 (measured) and 1 (the crash)");
+    assert_eq!(error_kind(&kept[0]), None);
+    assert_eq!(error_kind(&kept[1]), Some("launch"));
+    // And it resumes to the end.
+    let o = tune_scripted(
+        tmp.path(),
+        "",
+        &["--trials", "12", "--resume", "--log", log_s],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(records(&log).len(), 12);
+}
+
+#[test]
+fn a_worker_killed_from_outside_is_the_environments_fault_and_resume_measures_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("env.jsonl");
+    let log_s = log.to_str().unwrap();
+    let o = tune_scripted(
+        tmp.path(),
+        "",
+        &[
+            "--trials",
+            "6",
+            "--inject-fault",
+            "environment@2",
+            "--log",
+            log_s,
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let first = records(&log);
+    assert_eq!(first.len(), 6);
+    assert_eq!(error_kind(&first[2]), Some("environment"), "{}", first[2]);
+    let msg = first[2]["result"]["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("signal: 9"), "{msg}");
+    // Resuming at the same trial count measures exactly that candidate again.
+    let o = tune_scripted(
+        tmp.path(),
+        "",
+        &["--trials", "6", "--resume", "--log", log_s],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let after = records(&log);
+    assert_eq!(after.len(), 7);
+    assert_eq!(after[6]["state"], first[2]["state"]);
+    assert_eq!(error_kind(&after[6]), None, "{}", after[6]);
+}

@@ -8,7 +8,7 @@ use crate::device::DeviceInfo;
 use crate::protocol::{ErrorKind, MeasureRequest, Outcome, Request, Response};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +21,10 @@ use thiserror::Error;
 const STDERR_LINES: usize = 20;
 /// How long a worker may take to create its context and say it is ready.
 const STARTUP: Duration = Duration::from_secs(60);
+/// Attempts to start a worker before the pool gives up on its device.
+const START_TRIES: u32 = 4;
+/// Pause after the first failed start (doubled after each further one).
+const FIRST_PAUSE: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Error)]
 pub enum PoolError {
@@ -36,6 +40,14 @@ pub enum PoolError {
     Protocol { device: u32, message: String },
     #[error("the devices differ ({0}): measure on devices of one kind")]
     Mixed(String),
+    #[error(
+        "the measurement worker for device {device} could not be restarted ({tries} tries): {last}"
+    )]
+    Restart {
+        device: u32,
+        tries: u32,
+        last: String,
+    },
 }
 
 /// How to start a worker: the program and its arguments; `--device N` is appended.
@@ -144,18 +156,40 @@ impl Worker {
             .unwrap_or_else(|e| e.to_string())
     }
 
+    /// Starts a worker again, retrying a failed start `START_TRIES` times with a
+    /// doubling pause (a driver busy tearing down the last context, a transient
+    /// refusal).
+    fn start_retrying(command: &WorkerCommand, ordinal: u32) -> Result<Worker, PoolError> {
+        let mut pause = FIRST_PAUSE;
+        let mut attempt = 1;
+        loop {
+            match Worker::start(command, ordinal) {
+                Ok(w) => return Ok(w),
+                Err(e) if attempt >= START_TRIES => {
+                    return Err(PoolError::Restart {
+                        device: ordinal,
+                        tries: attempt,
+                        last: e.to_string(),
+                    });
+                }
+                Err(_) => {
+                    std::thread::sleep(pause);
+                    pause *= 2;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
     fn restart(&mut self) -> Result<(), PoolError> {
         self.stop();
-        *self = Worker::start(&self.command, self.ordinal)?;
+        *self = Worker::start_retrying(&self.command, self.ordinal)?;
         Ok(())
     }
 
     /// Measures one request; `Err` only when the worker cannot be restarted.
-    fn measure(
-        &mut self,
-        request: &MeasureRequest,
-        timeout: Duration,
-    ) -> Result<Outcome, PoolError> {
+    fn measure(&mut self, request: &MeasureRequest, timeout: Duration) -> Result<Outcome, Lost> {
+        let lost = |outcome: Option<Outcome>| move |error: PoolError| Lost { outcome, error };
         let line = serde_json::to_string(&Request::Measure(request.clone()))
             .expect("requests always serialize");
         if writeln!(self.stdin, "{line}")
@@ -163,49 +197,69 @@ impl Worker {
             .is_err()
         {
             // The worker is gone (it should have been restarted already): once more.
-            self.restart()?;
+            self.restart().map_err(lost(None))?;
             writeln!(self.stdin, "{line}")
                 .and_then(|()| self.stdin.flush())
                 .map_err(|e| PoolError::Protocol {
                     device: self.ordinal,
                     message: format!("cannot send a request: {e}"),
-                })?;
+                })
+                .map_err(lost(None))?;
         }
         match self.lines.recv_timeout(timeout) {
             Ok(answer) => match serde_json::from_str::<Response>(&answer) {
                 Ok(Response::Result { id, outcome, fatal }) if id == request.id => {
                     if fatal {
-                        self.restart()?;
+                        self.restart().map_err(lost(Some(outcome.clone())))?;
                     }
                     Ok(outcome)
                 }
                 _ => {
-                    self.restart()?;
-                    Err(PoolError::Protocol {
+                    let error = PoolError::Protocol {
                         device: self.ordinal,
                         message: format!("unexpected answer {answer:?}"),
+                    };
+                    let _ = self.restart();
+                    Err(Lost {
+                        outcome: None,
+                        error,
                     })
                 }
             },
             Err(RecvTimeoutError::Timeout) => {
-                self.restart()?;
-                Ok(Outcome::error(
+                let outcome = Outcome::error(
                     ErrorKind::Timeout,
                     format!(
                         "no answer within {:.1} s: worker killed and restarted",
                         timeout.as_secs_f64()
                     ),
-                ))
+                );
+                self.restart().map_err(lost(Some(outcome.clone())))?;
+                Ok(outcome)
             }
             Err(RecvTimeoutError::Disconnected) => {
-                let status = self.stop();
+                let _ = self.child.kill();
+                let status = self.child.wait();
                 std::thread::sleep(Duration::from_millis(50)); // let stderr drain
+                let shown = status
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|e| e.to_string());
                 let message = format!(
-                    "the worker died while measuring ({status}){}",
+                    "the worker died while measuring ({shown}){}",
                     tail_text(&self.stderr)
                 );
-                self.restart()?;
-                Ok(Outcome::error(ErrorKind::Launch, message))
+                // Killed by a signal that only comes from outside (a kernel's fault
+                // makes the worker answer, or exit with a status): not the candidate's.
+                let kind = match status.ok().and_then(|s| s.signal()) {
+                    Some(libc::SIGKILL | libc::SIGTERM | libc::SIGINT | libc::SIGHUP) => {
+                        ErrorKind::Environment
+                    }
+                    _ => ErrorKind::Launch,
+                };
+                let outcome = Outcome::error(kind, message);
+                self.restart().map_err(lost(Some(outcome.clone())))?;
+                Ok(outcome)
             }
         }
     }
@@ -252,13 +306,36 @@ impl Pool {
     }
 
     /// Measures every request (each device takes the next one left); `done` is called
-    /// as each finishes, with its index, the device's position and the outcome.
+    /// as each finishes, with its index, the device's position and the outcome. Fails
+    /// as a whole when a worker cannot be restarted (`measure_batch` keeps what was
+    /// measured).
     pub fn measure_all(
         &mut self,
         requests: &[MeasureRequest],
         timeout: Duration,
         done: &(dyn Fn(usize, usize, &Outcome) + Sync),
     ) -> Result<Vec<(Outcome, usize)>, PoolError> {
+        let batch = self.measure_batch(requests, timeout, done);
+        if let Some(e) = batch.error {
+            return Err(e);
+        }
+        Ok(batch
+            .outcomes
+            .into_iter()
+            .map(|r| r.expect("every request was measured"))
+            .collect())
+    }
+
+    /// Measures every request like `measure_all`, but when a worker cannot be
+    /// restarted, keeps every outcome already in: the request it was on gets an
+    /// `environment` outcome (unless its own outcome was known), requests never handed
+    /// out stay `None`, and the error says why the batch stopped.
+    pub fn measure_batch(
+        &mut self,
+        requests: &[MeasureRequest],
+        timeout: Duration,
+        done: &(dyn Fn(usize, usize, &Outcome) + Sync),
+    ) -> Batch {
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<Option<(Outcome, usize)>>> = Mutex::new(vec![None; requests.len()]);
         let errors: Mutex<Vec<PoolError>> = Mutex::new(Vec::new());
@@ -271,31 +348,44 @@ impl Pool {
                         if i >= requests.len() {
                             break;
                         }
-                        match worker.measure(&requests[i], timeout) {
-                            Ok(outcome) => {
-                                done(i, w, &outcome);
-                                let mut r = results.lock().unwrap_or_else(|p| p.into_inner());
-                                r[i] = Some((outcome, w));
+                        let (outcome, lost) = match worker.measure(&requests[i], timeout) {
+                            Ok(outcome) => (outcome, None),
+                            Err(Lost { outcome, error }) => {
+                                let outcome = outcome.unwrap_or_else(|| {
+                                    Outcome::error(ErrorKind::Environment, error.to_string())
+                                });
+                                (outcome, Some(error))
                             }
-                            Err(e) => {
-                                errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
-                                // Stop handing out work: the batch fails as a whole.
-                                next.store(requests.len(), Ordering::Relaxed);
-                                break;
-                            }
+                        };
+                        done(i, w, &outcome);
+                        results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some((outcome, w));
+                        if let Some(e) = lost {
+                            errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+                            // Stop handing out work: the run stops after this batch.
+                            next.store(requests.len(), Ordering::Relaxed);
+                            break;
                         }
                     }
                 });
             }
         });
-        if let Some(e) = errors.into_inner().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Err(e);
+        Batch {
+            outcomes: results.into_inner().unwrap_or_else(|p| p.into_inner()),
+            error: errors.into_inner().unwrap_or_else(|p| p.into_inner()).pop(),
         }
-        Ok(results
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner())
-            .into_iter()
-            .map(|r| r.expect("every request was measured"))
-            .collect())
     }
+}
+
+/// What `measure_batch` measured: an outcome and the device's position per request
+/// (`None`: never handed out), and why it stopped early, if it did.
+pub struct Batch {
+    pub outcomes: Vec<Option<(Outcome, usize)>>,
+    pub error: Option<PoolError>,
+}
+
+/// A worker that could not be restarted, with the outcome of the request it was
+/// measuring when that outcome was known (a hang, a crash) before the restart failed.
+struct Lost {
+    outcome: Option<Outcome>,
+    error: PoolError,
 }

@@ -30,9 +30,14 @@ pub enum ErrorKind {
     Timeout,
     /// The output differs from the reference kernel's.
     WrongAnswer,
+    /// Not the candidate's fault: its worker was killed from outside or could not be
+    /// restarted, the reference run failed, a cubin could not be written or read.
+    /// `tune --resume` measures such candidates again.
+    Environment,
 }
 
 impl ErrorKind {
+    /// The kinds a candidate itself can cause (and fault injection can act out).
     pub const ALL: [ErrorKind; 4] = [
         ErrorKind::Compile,
         ErrorKind::Launch,
@@ -46,11 +51,15 @@ impl ErrorKind {
             ErrorKind::Launch => "launch",
             ErrorKind::Timeout => "timeout",
             ErrorKind::WrongAnswer => "wrong_answer",
+            ErrorKind::Environment => "environment",
         }
     }
 
     pub fn parse(name: &str) -> Option<ErrorKind> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
+        Self::ALL
+            .into_iter()
+            .chain([ErrorKind::Environment])
+            .find(|k| k.name() == name)
     }
 }
 

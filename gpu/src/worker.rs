@@ -77,8 +77,11 @@ pub fn run(device: u32, simulate: bool) -> i32 {
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     if simulate {
-        let backend = Simulated;
-        return serve(Ok((backend, Simulated::device())), stdin, stdout);
+        let backend = match Simulated::start() {
+            Ok(()) => Ok((Simulated, Simulated::device())),
+            Err(message) => Err(message),
+        };
+        return serve(backend, stdin, stdout);
     }
     serve(CudaBackend::new(device), stdin, stdout)
 }
@@ -216,9 +219,14 @@ impl Backend for CudaBackend {
             .current
             .as_ref()
             .is_some_and(|b| b.problem == request.problem && b.reference == request.reference);
+        if request.injected == Some(ErrorKind::Environment) {
+            killed_from_outside();
+        }
+        // The reference is the tool's, not the candidate's: its failure is the
+        // environment's (a resumed run measures the candidate again).
         if !reusable && let Err((e, fatal)) = self.prepare(&request.problem, &request.reference) {
             let message = format!("reference kernel failed: {e}");
-            return (Outcome::error(ErrorKind::Launch, message), fatal);
+            return (Outcome::error(ErrorKind::Environment, message), fatal);
         }
         let buffers = self.current.as_ref().expect("prepared above");
         let candidate = &request.candidate;
@@ -226,7 +234,7 @@ impl Backend for CudaBackend {
             Ok(image) => image,
             Err(e) => {
                 let message = format!("cannot read {}: {e}", candidate.cubin.display());
-                return (Outcome::error(ErrorKind::Launch, message), false);
+                return (Outcome::error(ErrorKind::Environment, message), false);
             }
         };
         let ctx = &self.ctx;
@@ -264,13 +272,40 @@ impl Backend for CudaBackend {
     }
 }
 
+/// Acts out an injected `environment` fault: the worker is killed from outside.
+fn killed_from_outside() -> ! {
+    // SAFETY: `kill` takes no pointers; SIGKILL to this process ends it here.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    unreachable!("SIGKILL ends the process")
+}
+
 /// A stand-in for tests of the tuner on machines without a GPU: answers like a worker,
 /// with times derived from the cubin's bytes, and acts out injected faults (a crash for
 /// `launch`, a hang for `timeout`, a wrong answer). Never used for real measurements;
 /// its device name says so.
 pub struct Simulated;
 
+/// Environment variable naming a file that scripts the simulated worker's starts, one
+/// letter per start: `o` starts, `f` fails as a driver refusing a context would (tests
+/// of the tuner's restart retries).
+pub const SIMULATED_STARTS_ENV: &str = "TILESCHED_SIMULATED_STARTS";
+
 impl Simulated {
+    /// Consumes the next scripted start, if any: `Err` for a scripted failure.
+    fn start() -> Result<(), String> {
+        let Some(path) = std::env::var_os(SIMULATED_STARTS_ENV) else {
+            return Ok(());
+        };
+        let script = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut letters = script.trim().chars();
+        let next = letters.next();
+        let _ = std::fs::write(&path, letters.as_str());
+        match next {
+            Some('f') => Err("simulated: the driver refused a context".to_string()),
+            _ => Ok(()),
+        }
+    }
+
     pub fn device() -> DeviceInfo {
         DeviceInfo {
             ordinal: 0,
@@ -294,9 +329,10 @@ impl Backend for Simulated {
         let image = match std::fs::read(&request.candidate.cubin) {
             Ok(image) if image.starts_with(b"\x7fELF") => image,
             Ok(_) => return (Outcome::error(ErrorKind::Launch, "not a cubin"), false),
-            Err(e) => return (Outcome::error(ErrorKind::Launch, e.to_string()), false),
+            Err(e) => return (Outcome::error(ErrorKind::Environment, e.to_string()), false),
         };
         match request.injected {
+            Some(ErrorKind::Environment) => killed_from_outside(),
             Some(ErrorKind::Launch) => {
                 eprintln!("simulated worker: crashing as a faulting kernel would");
                 std::process::exit(101);

@@ -30,6 +30,10 @@ use thiserror::Error;
 pub enum TuneError {
     #[error(transparent)]
     Pool(#[from] PoolError),
+    #[error(
+        "stopped: {error}; the log holds all {recorded} measurements so far (`--resume` continues)"
+    )]
+    Stopped { error: PoolError, recorded: usize },
     #[error(transparent)]
     Log(#[from] LogError),
     #[error(transparent)]
@@ -165,6 +169,9 @@ struct TaskRun {
     sampler: Sampler,
     best_us: Option<f64>,
     exhausted: bool,
+    /// States of the log whose measurement failed for the environment's sake, to be
+    /// measured again first.
+    retry: Vec<State>,
 }
 
 impl TaskRun {
@@ -260,7 +267,15 @@ impl Planner {
                 Strategy::Random => cfg.batch.min(run.trials - run.planned),
                 _ => cfg.batch.min(cfg.trials - self.planned),
             };
+            // Candidates whose measurement the environment spoiled in an earlier run
+            // go first.
+            let retried: Vec<State> = run.retry.drain(..n.min(run.retry.len())).collect();
+            for s in &retried {
+                run.measured.insert(s.id());
+            }
+            let n = n - retried.len();
             let states = match cfg.strategy {
+                _ if n == 0 => Vec::new(),
                 Strategy::Random => run.draw(n),
                 Strategy::Dgd => {
                     let space = TaskSpace {
@@ -312,6 +327,7 @@ impl Planner {
                     states
                 }
             };
+            let states: Vec<State> = retried.into_iter().chain(states).collect();
             let key = run.task.key();
             if run.exhausted {
                 stats.exhausted.push(key.clone());
@@ -380,7 +396,18 @@ pub fn tune(
         .zip(fair_shares(cfg.trials, tasks.len()))
         .map(|(task, trials)| {
             let key = task.key();
-            let mine: Vec<&Record> = prior.iter().filter(|r| r.task == key).collect();
+            let spoiled = |r: &Record| r.error_kind() == Some(ErrorKind::Environment);
+            let mine: Vec<&Record> = prior
+                .iter()
+                .filter(|r| r.task == key && !spoiled(r))
+                .collect();
+            let mut retry: Vec<State> = Vec::new();
+            for r in prior.iter().filter(|r| r.task == key && spoiled(r)) {
+                let measured_since = mine.iter().any(|m| m.state.id() == r.state.id());
+                if !measured_since && !retry.iter().any(|s| s.id() == r.state.id()) {
+                    retry.push(r.state.clone());
+                }
+            }
             let mut run = TaskRun {
                 task: *task,
                 contraction: task.contraction(),
@@ -398,6 +425,7 @@ pub fn tune(
                     .filter_map(|r| r.median_us())
                     .min_by(f64::total_cmp),
                 exhausted: false,
+                retry,
             };
             for r in &mine {
                 if let Some(us) = r.median_us() {
@@ -419,7 +447,11 @@ pub fn tune(
     let mut known = Dataset::new(features::FEATURE_COUNT);
     for run in &runs {
         let key = run.task.key();
-        let mine: Vec<Record> = prior.iter().filter(|r| r.task == key).cloned().collect();
+        let mine: Vec<Record> = prior
+            .iter()
+            .filter(|r| r.task == key && r.error_kind() != Some(ErrorKind::Environment))
+            .cloned()
+            .collect();
         known.extend(&dataset(run, &mine));
     }
     if !known.is_empty() && cfg.strategy != Strategy::Random {
@@ -441,7 +473,9 @@ pub fn tune(
     for (i, run) in runs.iter().enumerate() {
         if run.done > 0 {
             let key = run.task.key();
-            let mine = prior.iter().filter(|r| r.task == key);
+            let mine = prior
+                .iter()
+                .filter(|r| r.task == key && r.error_kind() != Some(ErrorKind::Environment));
             scheduler.replay(i, mine.map(Record::median_us));
         }
     }
@@ -514,7 +548,7 @@ pub fn tune(
             let measuring = scope.spawn(|| {
                 let t = Instant::now();
                 let measured =
-                    pool.measure_all(&requests, cfg.timeout, &|_, _, _| progress.measured());
+                    pool.measure_batch(&requests, cfg.timeout, &|_, _, _| progress.measured());
                 (measured, t.elapsed())
             });
             let overlapped = (|| -> Result<_, TuneError> {
@@ -536,25 +570,34 @@ pub fn tune(
                 .expect("the measuring thread does not panic");
             (measured, overlapped)
         });
-        let (train, next_built) = overlapped?;
-        pending = next_built;
-        let (measured, measure_time) = measured;
-        let measured = measured?;
+        let (batch_measured, measure_time) = measured;
+        let stopped = batch_measured.error;
         stats.measure_time += measure_time;
-        stats.measured += requests.len();
-        let mut measured = measured.into_iter();
+        stats.measured += batch_measured.outcomes.iter().flatten().count();
+        let mut measured = batch_measured.outcomes.into_iter();
         let devices = pool.devices();
+        // A candidate never handed out (the batch stopped early) is not recorded: a
+        // resumed run plans it afresh.
         let records: Vec<Record> = candidates
             .into_iter()
             .zip(outcomes)
-            .map(|(c, outcome)| {
-                let (result, worker) = outcome
-                    .or_else(|| measured.next())
-                    .expect("one outcome per candidate");
-                record(&batch.task, c, result, devices[worker], &nvrtc)
+            .filter_map(|(c, outcome)| {
+                let (result, worker) = match outcome {
+                    Some(o) => o,
+                    None => measured.next().flatten()?,
+                };
+                Some(record(&batch.task, c, result, devices[worker], &nvrtc))
             })
             .collect();
         log.append(&records)?;
+        if let Some(error) = stopped {
+            return Err(TuneError::Stopped {
+                error,
+                recorded: done + records.len(),
+            });
+        }
+        let (train, next_built) = overlapped?;
+        pending = next_built;
         let run = &mut runs[batch.run];
         for r in &records {
             if let Some(us) = r.median_us() {
