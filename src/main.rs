@@ -2,6 +2,7 @@
 //! else lives in the library crates.
 
 mod cmd;
+mod lock;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

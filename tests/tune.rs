@@ -606,3 +606,48 @@ fn a_worker_killed_from_outside_is_the_environments_fault_and_resume_measures_ag
     assert_eq!(after[6]["state"], first[2]["state"]);
     assert_eq!(error_kind(&after[6]), None, "{}", after[6]);
 }
+
+#[test]
+fn a_second_writer_of_a_log_is_refused_naming_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("locked.jsonl");
+    let log_s = log.to_str().unwrap();
+    // The first run hangs on its first candidate, holding the log.
+    let mut first = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["tune", "matmul", "--shape", "64,64,32", "--trials", "4"])
+        .args(["--simulate", "--search", "random", "--timeout", "600"])
+        .args(["--inject-fault", "timeout@0", "--log", log_s])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while children(first.id()).is_empty() {
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "the first run never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = tilesched(&[
+        "tune",
+        "matmul",
+        "--shape",
+        "64,64,32",
+        "--trials",
+        "4",
+        "--simulate",
+        "--search",
+        "random",
+        "--resume",
+        "--log",
+        log_s,
+    ]);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    let pid = format!("PID {}", first.id());
+    assert!(err.contains("in use by") && err.contains(&pid), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

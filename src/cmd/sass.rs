@@ -296,6 +296,15 @@ pub fn run_stage(prepared: &[Prepared], args: &StageArgs, cache: Option<&Path>) 
     let mut printer = Printer {
         explain: args.explain,
     };
+    // One writer per deploy cache, for the whole stage.
+    let _lock = match cache {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create deploy cache {}", dir.display()))?;
+            Some(crate::lock::exclusive(dir, "deploy cache")?)
+        }
+        None => None,
+    };
     let report = sass_stage::run::run(prepared, &options, &worker, cache, &mut printer)?;
     println!(
         "geometric-mean stage-2 speedup {:.3}x over {} kernels; wrote {}",

@@ -241,6 +241,12 @@ pub fn run_search(
         Some(spec) => search::inject::parse(spec)?,
         None => Default::default(),
     };
+    // One writer per log: locked before it is read, held until the run ends.
+    let held = if log_path.exists() {
+        Some(crate::lock::exclusive(log_path, "tuning log")?)
+    } else {
+        None
+    };
     let prior = if log_path.exists() {
         let log = read_log(log_path)?;
         if !args.resume && !log.records.is_empty() {
@@ -261,6 +267,10 @@ pub fn run_search(
     // here is removed again if no worker starts.
     let created = !log_path.exists();
     let mut writer = LogWriter::open(log_path)?;
+    let _lock = match held {
+        Some(lock) => lock,
+        None => crate::lock::exclusive(log_path, "tuning log")?,
+    };
     let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
     let mut worker_args = vec!["worker".to_string()];
     if args.simulate {
