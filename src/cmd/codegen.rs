@@ -146,13 +146,12 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(records) = &compiled {
         // When nothing compiles (no NVRTC, an architecture NVRTC does not know), say so
         // once and fail, rather than N times in the manifest.
-        if let Some(CompileRecord::Failed { error, .. }) = records.first() {
-            if records
+        if let Some(CompileRecord::Failed { error, .. }) = records.first()
+            && records
                 .iter()
                 .all(|r| matches!(r, CompileRecord::Failed { .. }))
-            {
-                bail!("no kernel compiled: {}", error.lines().next().unwrap_or(""));
-            }
+        {
+            bail!("no kernel compiled: {}", error.lines().next().unwrap_or(""));
         }
     }
     let mut entries = Vec::new();
