@@ -651,3 +651,91 @@ fn a_second_writer_of_a_log_is_refused_naming_the_first() {
     assert!(err.contains("in use by") && err.contains(&pid), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn bad_flags_are_refused_up_front_in_one_line_and_nothing_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let log = dir.join("flags.jsonl");
+    let log_s = log.to_str().unwrap();
+    // A saved model whose training rows are of the wrong width.
+    let model = dir.join("model.json");
+    ok(&[
+        "tune",
+        "matmul",
+        "--shape",
+        "64,64,32",
+        "--simulate",
+        "--trials",
+        "4",
+        "--measure-batch",
+        "4",
+        "--population",
+        "16",
+        "--log",
+        dir.join("for-model.jsonl").to_str().unwrap(),
+        "--model-out",
+        model.to_str().unwrap(),
+    ]);
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&model).unwrap()).unwrap();
+    m["data"]["width"] = Value::from(3);
+    let bad_model = dir.join("bad-model.json");
+    std::fs::write(&bad_model, m.to_string()).unwrap();
+    let gz = dir.join("old.jsonl.gz");
+    std::fs::write(&gz, [0x1f, 0x8b, 8, 0]).unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--timeout", "inf"], "--timeout"),
+        (vec!["--timeout=-3"], "--timeout"),
+        (vec!["--time-budget=-1"], "--time-budget"),
+        (
+            vec!["--min-time-ms", "20000", "--timeout", "10"],
+            "--min-time-ms",
+        ),
+        (
+            vec!["--model-out", "/nonexistent/dir/m.json"],
+            "--model-out",
+        ),
+        (
+            vec!["--model-in", bad_model.to_str().unwrap()],
+            "bad-model.json",
+        ),
+    ];
+    for (flags, named) in cases {
+        let o = tilesched(
+            &[
+                &[
+                    "tune",
+                    "matmul",
+                    "--shape",
+                    "64,64,32",
+                    "--simulate",
+                    "--log",
+                    log_s,
+                ][..],
+                &flags,
+            ]
+            .concat(),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{flags:?}");
+        assert_eq!(err.trim().lines().count(), 1, "{flags:?}: {err}");
+        assert!(err.contains(named), "{flags:?}: {err}");
+        assert!(!log.exists(), "{flags:?} created the log");
+    }
+    let o = tilesched(&[
+        "tune",
+        "matmul",
+        "--shape",
+        "64,64,32",
+        "--simulate",
+        "--log",
+        gz.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("gzip"), "{err}");
+    assert_eq!(
+        std::fs::read(&gz).unwrap(),
+        [0x1f, 0x8b, 8, 0],
+        "the gzipped log is untouched"
+    );
+}

@@ -103,6 +103,21 @@ impl XgbModel {
                 difference,
             });
         }
+        // The training rows must fit the features (a hand-edited or truncated file
+        // would otherwise fail at the first update, deep in a tuning run).
+        let data = &file.data;
+        let n = data.tasks.len();
+        if data.width != feature_names.len()
+            || data.rows.len() != n * data.width
+            || data.us.len() != n
+        {
+            return Err(read(format!(
+                "its training data holds {} values for {n} rows of width {} (expected width {})",
+                data.rows.len(),
+                data.width,
+                feature_names.len()
+            )));
+        }
         let booster = file
             .booster
             .map(|json| Booster::load_buffer(json.as_bytes()).map_err(xgb_err))

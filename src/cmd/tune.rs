@@ -189,6 +189,63 @@ pub fn run(args: Args) -> Result<()> {
     run_search(&workloads, &log_path, &args.device, args.seed, &args.search)
 }
 
+/// Longest `--timeout` and `--time-budget` taken (a week), so that every duration
+/// built from them is representable.
+const MAX_SECS: f64 = 7.0 * 86400.0;
+
+/// Refuses, in one line naming the flag, what would otherwise fail after the log was
+/// created or the workers started.
+fn check_flags(args: &SearchArgs, log_path: &Path) -> Result<()> {
+    if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout <= MAX_SECS) {
+        bail!("--timeout must be a positive number of seconds up to {MAX_SECS}");
+    }
+    if !(args.min_time_ms.is_finite() && args.min_time_ms >= 0.0) {
+        bail!("--min-time-ms must be a number of milliseconds, not negative");
+    }
+    if args.min_time_ms / 1e3 >= args.timeout {
+        bail!(
+            "--min-time-ms {} does not fit in --timeout {} s: every candidate would time out",
+            args.min_time_ms,
+            args.timeout
+        );
+    }
+    if let Some(b) = args.time_budget
+        && !(b.is_finite() && b > 0.0 && b <= MAX_SECS)
+    {
+        bail!("--time-budget must be a positive number of seconds up to {MAX_SECS}");
+    }
+    if is_gzip(log_path) {
+        bail!(
+            "--log {} is gzip-compressed: tuning appends to a log; decompress it first",
+            log_path.display()
+        );
+    }
+    if let Some(out) = &args.model_out {
+        // Written at the end: find out now that it can be.
+        let dir = match out.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if out.is_dir() {
+            bail!("--model-out {} is a directory", out.display());
+        }
+        tempfile::NamedTempFile::new_in(dir).map_err(|e| {
+            anyhow::anyhow!("--model-out {}: cannot write there: {e}", out.display())
+        })?;
+    }
+    Ok(())
+}
+
+/// Whether `path` names a gzip file (by its suffix or its first two bytes).
+fn is_gzip(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 2];
+    path.extension().is_some_and(|e| e == "gz")
+        || std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok_and(|()| magic == [0x1f, 0x8b])
+}
+
 /// Stage 1 on `workloads`: checks every option, continues or starts the log at
 /// `log_path`, measures on `devices`, and prints the best kernel per task and the run's
 /// times. Bad input is refused before any worker starts.
@@ -230,13 +287,7 @@ pub fn run_search(
     if args.measure_batch == 0 {
         bail!("--measure-batch must be at least 1");
     }
-    if args.timeout.is_nan()
-        || args.timeout <= 0.0
-        || args.min_time_ms.is_nan()
-        || args.min_time_ms < 0.0
-    {
-        bail!("--timeout must be positive and --min-time-ms not negative");
-    }
+    check_flags(args, log_path)?;
     let inject = match &args.inject_fault {
         Some(spec) => search::inject::parse(spec)?,
         None => Default::default(),
