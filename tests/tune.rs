@@ -739,3 +739,39 @@ fn bad_flags_are_refused_up_front_in_one_line_and_nothing_is_created() {
         "the gzipped log is untouched"
     );
 }
+
+#[test]
+fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("slow.jsonl");
+    // Preparing the task (inputs, reference) takes 2.5 s; each candidate may take 1 s.
+    let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args([
+            "tune",
+            "matmul",
+            "--shape",
+            "64,64,32",
+            "--simulate",
+            "--trials",
+            "4",
+        ])
+        .args([
+            "--search",
+            "random",
+            "--timeout",
+            "1",
+            "--min-time-ms",
+            "1",
+            "--log",
+        ])
+        .arg(&log)
+        .env(gpu::worker::SIMULATED_PREPARE_ENV, "2500")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let kept = records(&log);
+    assert_eq!(kept.len(), 4);
+    for r in kept {
+        assert_eq!(error_kind(&r), None, "{r}");
+    }
+}

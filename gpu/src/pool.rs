@@ -4,8 +4,9 @@
 //! hung kernel, then killed) is restarted, and the candidate gets `launch` or `timeout`;
 //! the tuner itself never sees a CUDA error.
 
+use crate::check::Problem;
 use crate::device::DeviceInfo;
-use crate::protocol::{ErrorKind, MeasureRequest, Outcome, Request, Response};
+use crate::protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Request, Response};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -21,6 +22,10 @@ use thiserror::Error;
 const STDERR_LINES: usize = 20;
 /// How long a worker may take to create its context and say it is ready.
 const STARTUP: Duration = Duration::from_secs(60);
+/// Deadline for a worker to fill a task's inputs and run its reference (multi-GB
+/// tensors take seconds to generate and copy): separate from, and far longer than, the
+/// per-candidate `--timeout`.
+const PREPARE: Duration = Duration::from_secs(600);
 /// Attempts to start a worker before the pool gives up on its device.
 const START_TRIES: u32 = 4;
 /// Pause after the first failed start (doubled after each further one).
@@ -66,6 +71,8 @@ struct Worker {
     lines: Receiver<String>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     device: DeviceInfo,
+    /// The problem and reference this process holds buffers and a reference output for.
+    prepared: Option<(Problem, KernelImage)>,
 }
 
 impl Worker {
@@ -145,6 +152,7 @@ impl Worker {
             lines,
             stderr,
             device,
+            prepared: None,
         })
     }
 
@@ -187,8 +195,71 @@ impl Worker {
         Ok(())
     }
 
+    /// Readies the worker for `request`'s problem and reference under `PREPARE`'s
+    /// deadline (not the candidate's): `Some` outcome for the request when that failed.
+    fn prepare(&mut self, request: &MeasureRequest) -> Result<Option<Outcome>, Lost> {
+        let key = (request.problem.clone(), request.reference.clone());
+        if self.prepared.as_ref() == Some(&key) {
+            return Ok(None);
+        }
+        let lost = |outcome: Option<Outcome>| move |error: PoolError| Lost { outcome, error };
+        let line = serde_json::to_string(&Request::Prepare {
+            id: request.id,
+            problem: key.0.clone(),
+            reference: key.1.clone(),
+        })
+        .expect("requests always serialize");
+        if writeln!(self.stdin, "{line}")
+            .and_then(|()| self.stdin.flush())
+            .is_err()
+        {
+            self.restart().map_err(lost(None))?;
+            return self.prepare(request);
+        }
+        let environment = |message: String| Outcome::error(ErrorKind::Environment, message);
+        let failed = match self.lines.recv_timeout(PREPARE) {
+            Ok(answer) => match serde_json::from_str::<Response>(&answer) {
+                Ok(Response::Prepared { id, error, fatal }) if id == request.id => match error {
+                    None => {
+                        self.prepared = Some(key);
+                        return Ok(None);
+                    }
+                    Some(e) if fatal => {
+                        (environment(format!("reference kernel failed: {e}")), true)
+                    }
+                    Some(e) => (environment(format!("reference kernel failed: {e}")), false),
+                },
+                _ => (environment(format!("unexpected answer {answer:?}")), true),
+            },
+            Err(RecvTimeoutError::Timeout) => (
+                environment(format!(
+                    "the task's inputs and reference run took over {} s (the deadline for \
+                     preparing a task; --timeout applies to each candidate after it): \
+                     worker killed and restarted",
+                    PREPARE.as_secs()
+                )),
+                true,
+            ),
+            Err(RecvTimeoutError::Disconnected) => (
+                environment(format!(
+                    "the worker died preparing the task's inputs and reference{}",
+                    tail_text(&self.stderr)
+                )),
+                true,
+            ),
+        };
+        let (outcome, restart) = failed;
+        if restart {
+            self.restart().map_err(lost(Some(outcome.clone())))?;
+        }
+        Ok(Some(outcome))
+    }
+
     /// Measures one request; `Err` only when the worker cannot be restarted.
     fn measure(&mut self, request: &MeasureRequest, timeout: Duration) -> Result<Outcome, Lost> {
+        if let Some(failed) = self.prepare(request)? {
+            return Ok(failed);
+        }
         let lost = |outcome: Option<Outcome>| move |error: PoolError| Lost { outcome, error };
         let line = serde_json::to_string(&Request::Measure(request.clone()))
             .expect("requests always serialize");

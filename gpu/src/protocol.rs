@@ -124,6 +124,15 @@ pub struct MeasureRequest {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {
     Measure(MeasureRequest),
+    /// Allocate and fill `problem`'s buffers and run `reference` on them, so that the
+    /// measurements that follow (same problem and reference) start at once: for a
+    /// large task this takes far longer than one candidate may, and gets its own
+    /// deadline.
+    Prepare {
+        id: u64,
+        problem: Problem,
+        reference: KernelImage,
+    },
 }
 
 /// Worker to tuner.
@@ -134,6 +143,15 @@ pub enum Response {
     Ready { device: DeviceInfo },
     /// There is no usable GPU; the worker exits.
     Unavailable { message: String },
+    /// The answer to `Prepare` `id`: `error` when the inputs or the reference failed
+    /// (`fatal`: the context is lost and the worker exits).
+    Prepared {
+        id: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(default)]
+        fatal: bool,
+    },
     /// The answer to request `id`. `fatal`: the context is lost and the worker exits.
     Result {
         id: u64,

@@ -69,6 +69,16 @@ fn watch_parent() {
 /// Measures requests; returns the outcome and whether the context is lost.
 pub trait Backend {
     fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool);
+
+    /// Readies `problem` and `reference` for the measurements that follow; an error
+    /// comes with whether the context is lost.
+    fn prepare(
+        &mut self,
+        _problem: &Problem,
+        _reference: &KernelImage,
+    ) -> Result<(), (String, bool)> {
+        Ok(())
+    }
 }
 
 /// Runs the worker on stdin/stdout; returns the process exit status.
@@ -121,7 +131,26 @@ pub fn serve<B: Backend>(
                 return 2;
             }
         };
-        let Request::Measure(request) = request;
+        let request = match request {
+            Request::Measure(request) => request,
+            Request::Prepare {
+                id,
+                problem,
+                reference,
+            } => {
+                let (error, fatal) = match backend.prepare(&problem, &reference) {
+                    Ok(()) => (None, false),
+                    Err((e, fatal)) => (Some(e), fatal),
+                };
+                if !send(&mut output, &Response::Prepared { id, error, fatal }) {
+                    return 1;
+                }
+                if fatal {
+                    return EXIT_FATAL;
+                }
+                continue;
+            }
+        };
         let (outcome, fatal) = backend.measure(&request);
         let response = Response::Result {
             id: request.id,
@@ -178,7 +207,7 @@ impl CudaBackend {
     /// Allocates and fills the buffers of `problem` and runs the reference kernel. An
     /// error comes with whether the context is lost: a reference output that cannot be
     /// the expected one (`ReferenceError::NotFinite`, `Inexact`) leaves it intact.
-    fn prepare(
+    fn load_problem(
         &mut self,
         problem: &Problem,
         reference: &KernelImage,
@@ -214,6 +243,21 @@ impl CudaBackend {
 }
 
 impl Backend for CudaBackend {
+    fn prepare(
+        &mut self,
+        problem: &Problem,
+        reference: &KernelImage,
+    ) -> Result<(), (String, bool)> {
+        let ready = self
+            .current
+            .as_ref()
+            .is_some_and(|b| b.problem == *problem && b.reference == *reference);
+        if ready {
+            return Ok(());
+        }
+        self.load_problem(problem, reference)
+    }
+
     fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
         let reusable = self
             .current
@@ -224,7 +268,9 @@ impl Backend for CudaBackend {
         }
         // The reference is the tool's, not the candidate's: its failure is the
         // environment's (a resumed run measures the candidate again).
-        if !reusable && let Err((e, fatal)) = self.prepare(&request.problem, &request.reference) {
+        if !reusable
+            && let Err((e, fatal)) = self.load_problem(&request.problem, &request.reference)
+        {
             let message = format!("reference kernel failed: {e}");
             return (Outcome::error(ErrorKind::Environment, message), fatal);
         }
@@ -324,7 +370,25 @@ impl Simulated {
     }
 }
 
+/// Environment variable: milliseconds the simulated worker takes to prepare a task
+/// (as filling multi-GB inputs would; tests of the separate deadline).
+pub const SIMULATED_PREPARE_ENV: &str = "TILESCHED_SIMULATED_PREPARE_MS";
+
 impl Backend for Simulated {
+    fn prepare(
+        &mut self,
+        _problem: &Problem,
+        _reference: &KernelImage,
+    ) -> Result<(), (String, bool)> {
+        if let Some(ms) = std::env::var(SIMULATED_PREPARE_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        Ok(())
+    }
+
     fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
         let image = match std::fs::read(&request.candidate.cubin) {
             Ok(image) if image.starts_with(b"\x7fELF") => image,
