@@ -492,3 +492,128 @@ fn pipeline_runs_both_stages_in_one_process_with_tunes_options() {
     assert!(out.join("sass.md").is_file());
     assert!(cache.join("index.json").is_file());
 }
+
+/// The PIDs of running (not zombie) processes whose parent is `parent`.
+fn running_children(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) && fields[0] != "Z" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// PIDs holding a compute context on a GPU, by nvidia-smi.
+fn gpu_processes() -> Vec<u32> {
+    let o = Command::new("nvidia-smi")
+        .args(["--query-compute-apps=pid", "--format=csv,noheader"])
+        .output()
+        .expect("nvidia-smi runs");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a GPU (run by scripts/device-check)"]
+fn a_tuner_killed_while_its_kernel_hangs_leaves_no_gpu_work() {
+    let log = out_dir().join("gpu-test-orphan.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let mut tune = Command::new(bin())
+        .args(["tune", "matmul", "--shape", "256,256,256", "--trials", "8"])
+        .args([
+            "--search",
+            "random",
+            "--timeout",
+            "600",
+            "--inject-fault",
+            "timeout@0",
+        ])
+        .arg("--log")
+        .arg(&log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the worker holds the GPU with the hanging kernel.
+    let started = std::time::Instant::now();
+    let worker = loop {
+        if let Some(&w) = running_children(tune.id()).first()
+            && gpu_processes().contains(&w)
+        {
+            break w;
+        }
+        assert!(started.elapsed().as_secs() < 60, "no worker on the GPU");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(alive(worker) && gpu_processes().contains(&worker));
+    tune.kill().unwrap();
+    tune.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while alive(worker) || gpu_processes().contains(&worker) {
+        assert!(
+            killed.elapsed().as_secs_f64() < 5.0,
+            "worker {worker} still runs or holds the GPU 5 s after its tuner was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    println!(
+        "worker {worker} gone and off the GPU {:.2} s after kill -9 of its tuner",
+        killed.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU (run by scripts/device-check)"]
+fn a_multi_gigabyte_task_prepares_outside_the_candidates_timeout() {
+    // A is 30000 x 30000 floats (3.6 GB): filling it and running the reference take
+    // longer than the 2 s each candidate may.
+    let started = std::time::Instant::now();
+    let records = tune(
+        "large",
+        &[
+            "matmul",
+            "--shape",
+            "30000,8,30000",
+            "--trials",
+            "4",
+            "--search",
+            "random",
+            "--timeout",
+            "2",
+            "--min-time-ms",
+            "2",
+        ],
+    );
+    assert_eq!(records.len(), 4);
+    for r in &records {
+        assert_eq!(kind(r), None, "{}", r["result"]);
+    }
+    println!(
+        "4 candidates of a 3.6 GB task measured in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
