@@ -589,9 +589,9 @@ fn a_tuner_killed_while_its_kernel_hangs_leaves_no_gpu_work() {
 #[test]
 #[ignore = "needs a GPU (run by scripts/device-check)"]
 fn a_multi_gigabyte_task_prepares_outside_the_candidates_timeout() {
-    // A is 30000 x 30000 floats (3.6 GB): filling it and running the reference took
-    // about 20 s on an H100 host, longer than the 5 s each candidate may (a slow
-    // random candidate runs ~150 ms, so two timed runs and the check fit in 5 s).
+    // A is 30000 x 30000 floats (3.6 GB): filling it and running the reference count
+    // against no candidate's 5 s (on an H100 host the 4 candidates took 14.3 s in all;
+    // two timed runs and the check of a slow random candidate fit in 5 s).
     let started = std::time::Instant::now();
     let records = tune(
         "large",
