@@ -3,6 +3,7 @@
 
 mod cmd;
 mod lock;
+mod scratch;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

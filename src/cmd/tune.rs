@@ -354,10 +354,7 @@ pub fn run_search(
             d.cuda_driver
         );
     }
-    let workdir = tempfile::Builder::new()
-        .prefix("tilesched-")
-        .tempdir()
-        .context("cannot create a temporary directory for cubins")?;
+    let workdir = crate::scratch::create()?;
     let cfg = TuneConfig {
         trials,
         batch: args.measure_batch,
