@@ -108,31 +108,51 @@ impl Problem {
 
     /// The input values, seeded: with an f32 output, integers uniform in `-r..=r`
     /// (`value_range`); with a half output, factors of ±1 at the density `density`
-    /// and 0 elsewhere, and a bias uniform in -1..=1.
+    /// and 0 elsewhere, and a bias uniform in -1..=1. One ChaCha8 stream in element
+    /// order, generated in parallel chunks that each jump to their place in it (a
+    /// multi-GB task's inputs take a fraction of a second, not a minute).
     pub fn input_values(&self) -> Vec<Vec<f32>> {
+        self.input_values_in_chunks(1 << 20)
+    }
+
+    fn input_values_in_chunks(&self, chunk: usize) -> Vec<Vec<f32>> {
+        use rayon::prelude::*;
         let r = self.value_range();
         let density = self.density();
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let stream = ChaCha8Rng::seed_from_u64(self.seed);
+        let mut drawn = 0u128; // 64-bit draws before the current input
         self.inputs
             .iter()
             .enumerate()
             .map(|(i, &len)| {
-                (0..len)
-                    .map(|_| match density {
-                        // The two factors (the bias, input 2, is dense).
-                        Some(d) if i < 2 => {
-                            let u = rng.next_u64();
-                            // The top 53 bits as a uniform fraction; the lowest as the sign.
-                            let unit = (u >> 11) as f64 / (1u64 << 53) as f64;
-                            match (unit < d, u & 1) {
-                                (false, _) => 0.0,
-                                (true, 0) => 1.0,
-                                (true, _) => -1.0,
-                            }
+                let mut values = vec![0.0f32; len];
+                values
+                    .par_chunks_mut(chunk)
+                    .enumerate()
+                    .for_each(|(c, out)| {
+                        let mut rng = stream.clone();
+                        // Each draw takes two 32-bit words of the stream.
+                        rng.set_word_pos(2 * (drawn + (c * chunk) as u128));
+                        for v in out {
+                            *v = match density {
+                                // The two factors (the bias, input 2, is dense).
+                                Some(d) if i < 2 => {
+                                    let u = rng.next_u64();
+                                    // The top 53 bits as a uniform fraction; the lowest
+                                    // as the sign.
+                                    let unit = (u >> 11) as f64 / (1u64 << 53) as f64;
+                                    match (unit < d, u & 1) {
+                                        (false, _) => 0.0,
+                                        (true, 0) => 1.0,
+                                        (true, _) => -1.0,
+                                    }
+                                }
+                                _ => (rng.next_u64() % (2 * r as u64 + 1)) as f32 - r as f32,
+                            };
                         }
-                        _ => (rng.next_u64() % (2 * r as u64 + 1)) as f32 - r as f32,
-                    })
-                    .collect()
+                    });
+                drawn += len as u128;
+                values
             })
             .collect()
     }
@@ -237,6 +257,29 @@ mod tests {
         assert_eq!(p.inputs, vec![64 * 56 * 56, 128 * 64 * 9, 128]);
         assert_eq!(p.output, 128 * 28 * 28);
         assert_eq!(p.reduction, 64 * 9);
+    }
+
+    #[test]
+    fn chunked_inputs_are_the_one_sequential_stream() {
+        let task = Task::new(
+            schedule::parse_shape("matmul", "33,17,29").unwrap(),
+            Default::default(),
+        )
+        .unwrap();
+        let p = Problem::for_task(&task, 7);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let r = p.value_range() as u64;
+        let sequential: Vec<Vec<f32>> = p
+            .inputs
+            .iter()
+            .map(|&len| {
+                (0..len)
+                    .map(|_| (rng.next_u64() % (2 * r + 1)) as f32 - r as f32)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(p.input_values_in_chunks(5), sequential);
+        assert_eq!(p.input_values_in_chunks(1 << 20), sequential);
     }
 
     #[test]
