@@ -12,9 +12,11 @@
 //! - **when a regenerated kernel may not be the measured one**: a record that carries
 //!   the source hash is proven the same or not; an older one without it is doubted when
 //!   another version of the tool wrote it.
+//!
+//! A record whose kernel cannot be regenerated never costs the task its kernel: the next
+//! fastest correct record is taken instead (`best_regenerated`).
 
 use crate::record::{Record, source_hash};
-use crate::report::summarize;
 use gpu::{CompileError, CompiledKernel, DeviceInfo, UnknownArch};
 use schedule::{GeneratedKernel, InvalidState, generate};
 use std::fmt;
@@ -25,7 +27,7 @@ use thiserror::Error;
 pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Why a task's kernel cannot be had from a log.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum KernelError {
     #[error("task {task} has no records in {log}")]
     NoRecords { task: String, log: String },
@@ -54,35 +56,75 @@ pub enum KernelError {
     },
 }
 
+/// The correct records of `task`, fastest first (ties in log order).
+fn ranked<'a>(records: &'a [Record], task: &str) -> Vec<&'a Record> {
+    let mut ranked: Vec<(&Record, f64)> = records
+        .iter()
+        .filter(|r| r.task == task)
+        .filter_map(|r| r.median_us().map(|us| (r, us)))
+        .collect();
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
+    ranked.into_iter().map(|(r, _)| r).collect()
+}
+
+/// Why `task` has no correct record in `records`.
+fn no_kernel(records: &[Record], task: &str, log: &Path) -> KernelError {
+    let log = log.display().to_string();
+    let task = task.to_string();
+    match records.iter().filter(|r| r.task == task).count() {
+        0 => KernelError::NoRecords { task, log },
+        trials => KernelError::NoCorrectKernel { task, log, trials },
+    }
+}
+
 /// The fastest correct record of `task` among `records` (read from `log`, named in the
-/// errors).
+/// errors); the same record `summarize` reports as the task's best.
 pub fn best_record<'a>(
     records: &'a [Record],
     task: &str,
     log: &Path,
 ) -> Result<&'a Record, KernelError> {
-    let summary = summarize(records, &[])
-        .into_iter()
-        .find(|s| s.task == task)
-        .ok_or_else(|| KernelError::NoRecords {
-            task: task.to_string(),
-            log: log.display().to_string(),
-        })?;
-    summary.best.ok_or_else(|| KernelError::NoCorrectKernel {
-        task: task.to_string(),
-        log: log.display().to_string(),
-        trials: summary.trials,
-    })
+    ranked(records, task)
+        .first()
+        .copied()
+        .ok_or_else(|| no_kernel(records, task, log))
 }
 
-/// The best kernel of `task` in `records`, regenerated and compiled for the architecture
-/// it was measured on: the whole path in one call.
+/// The fastest correct record of `task` whose kernel regenerates. Faster records that
+/// do not (a device without a hardware table, a state this build refuses) are passed
+/// over, kept with their reasons in `BestKernel::passed_over` for the caller to warn
+/// about; when none regenerates, the fastest one's reason is the error.
+pub fn best_regenerated<'a>(
+    records: &'a [Record],
+    task: &str,
+    log: &Path,
+) -> Result<BestKernel<'a>, KernelError> {
+    let mut passed_over = Vec::new();
+    for record in ranked(records, task) {
+        match BestKernel::regenerate(record) {
+            Ok(kernel) => {
+                return Ok(BestKernel {
+                    passed_over,
+                    ..kernel
+                });
+            }
+            Err(e) => passed_over.push(e),
+        }
+    }
+    Err(passed_over
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| no_kernel(records, task, log)))
+}
+
+/// The best kernel of `task` in `records` (`best_regenerated`), compiled for the
+/// architecture it was measured on: the whole path in one call.
 pub fn best_kernel<'a>(
     records: &'a [Record],
     task: &str,
     log: &Path,
 ) -> Result<(BestKernel<'a>, CompiledKernel), KernelError> {
-    let kernel = BestKernel::regenerate(best_record(records, task, log)?)?;
+    let kernel = best_regenerated(records, task, log)?;
     let compiled = kernel.compile()?;
     Ok((kernel, compiled))
 }
@@ -120,6 +162,9 @@ pub struct BestKernel<'a> {
     pub arch: String,
     /// Set when the regenerated kernel may not be the measured one (see `Staleness`).
     pub stale: Option<Staleness>,
+    /// Faster correct records of the task whose kernels could not be regenerated, and
+    /// why (`best_regenerated`; empty from `regenerate`).
+    pub passed_over: Vec<KernelError>,
 }
 
 impl<'a> BestKernel<'a> {
@@ -146,6 +191,7 @@ impl<'a> BestKernel<'a> {
             arch: recorded_arch(record),
             kernel,
             stale,
+            passed_over: Vec::new(),
         })
     }
 
@@ -282,6 +328,35 @@ mod tests {
             k.runs_on(&device).unwrap_err().to_string(),
             "matmul_m64_n64_k64: the kernel was tuned for sm_90; this GPU, NVIDIA A100, is sm_80"
         );
+    }
+
+    #[test]
+    fn a_record_that_does_not_regenerate_is_passed_over_for_the_next_fastest() {
+        let mut foreign = record("64,64,64", 3, ok(5.0));
+        foreign.device.compute_capability = (8, 6);
+        let mut records = log();
+        records.push(foreign.clone());
+        let path = Path::new("l.jsonl");
+        // The fastest record is the foreign one; its kernel cannot be regenerated.
+        assert_eq!(
+            best_record(&records, "matmul_m64_n64_k64", path)
+                .unwrap()
+                .median_us(),
+            Some(5.0)
+        );
+        let k = best_regenerated(&records, "matmul_m64_n64_k64", path).unwrap();
+        assert_eq!(k.record.median_us(), Some(12.5));
+        assert_eq!(k.passed_over.len(), 1);
+        assert!(matches!(k.passed_over[0], KernelError::UnknownArch { .. }));
+        // None regenerates: the fastest one's reason.
+        let only = [foreign];
+        let e = best_regenerated(&only, "matmul_m64_n64_k64", path).unwrap_err();
+        assert!(e.to_string().contains("no hardware table"), "{e}");
+        // No correct record, no record: as `best_record` says.
+        let e = best_regenerated(&records, "matmul_m128_n64_k32", path).unwrap_err();
+        assert!(matches!(e, KernelError::NoCorrectKernel { trials: 1, .. }));
+        let e = best_regenerated(&records, "nope", path).unwrap_err();
+        assert!(matches!(e, KernelError::NoRecords { .. }));
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! Tuning records: the record of one measured candidate, the JSON-lines log (appended a
-//! batch at a time, read back skipping damaged lines), per-task summaries and the tables
-//! `tune` and `best` print, and the one path from a log to a task's best kernel
-//! (`kernel`). Below `search` and beside `gpu`: everything that reads logs — the CLI,
-//! the benchmarks, the second stage — depends on this crate, not on the search and its
-//! cost model.
+//! batch at a time, read back, gzipped or not, skipping damaged lines and records that
+//! do not validate), per-task summaries and the tables `tune` and `best` print, and the
+//! one path from a log to a task's best kernel (`kernel`). Below `search` and beside
+//! `gpu`: everything that reads logs — the CLI, the benchmarks, the second stage —
+//! depends on this crate, not on the search and its cost model.
 
 pub mod kernel;
 pub mod record;
 pub mod report;
+pub mod validate;
 
-pub use kernel::{BestKernel, KernelError, Staleness, best_kernel, best_record};
-pub use record::{CompileInfo, Log, LogError, LogWriter, Record, now, read_log, source_hash};
+pub use kernel::{BestKernel, KernelError, Staleness, best_kernel, best_record, best_regenerated};
+pub use record::{
+    CompileInfo, Log, LogError, LogWriter, Record, is_compressed, now, read_log, source_hash,
+};
 pub use report::{TaskSummary, best_table, summarize, tune_table};
+pub use validate::{InvalidRecord, check_record};

@@ -1,5 +1,6 @@
 //! `tilesched best --log FILE [--task KEY] [--json]`: the fastest correct record of each
-//! task in a tuning log, as a table or as the full records in JSON.
+//! task in a tuning log, as a table or as the full records in JSON. Only records that
+//! validate count (`records::read_log` skips the others with a warning).
 
 use anyhow::{Result, bail};
 use records::{best_table, read_log, summarize};

@@ -3,10 +3,12 @@
 //! as CUDA source, PTX or a cubin for the architecture it was measured on, with its
 //! launch configuration in `PATH.json` (and, for source, in a comment too). A split-K
 //! kernel adds into its output: the launch configuration says so (`zero_output`), and
-//! the caller must zero the output before every launch.
+//! the caller must zero the output before every launch. When the fastest record's
+//! kernel cannot be regenerated, the next fastest correct one is exported (with a
+//! warning naming why), so one bad record never costs a task its kernel.
 
 use anyhow::{Context, Result};
-use records::{BestKernel, best_record, read_log};
+use records::{best_regenerated, read_log};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -64,7 +66,10 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(w) = log.warning(&args.log) {
         eprintln!("{w}");
     }
-    let best = BestKernel::regenerate(best_record(&log.records, &args.task, &args.log)?)?;
+    let best = best_regenerated(&log.records, &args.task, &args.log)?;
+    for error in &best.passed_over {
+        eprintln!("warning: passed over a faster record: {error}");
+    }
     if let Some(stale) = &best.stale {
         eprintln!("warning: {stale}");
     }

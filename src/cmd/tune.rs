@@ -214,7 +214,9 @@ fn check_flags(args: &SearchArgs, log_path: &Path) -> Result<()> {
     {
         bail!("--time-budget must be a positive number of seconds up to {MAX_SECS}");
     }
-    if is_gzip(log_path) {
+    // Before anything opens it: a pipe would block, /dev/zero never end.
+    records::record::check_regular(log_path)?;
+    if records::is_compressed(log_path) {
         bail!(
             "--log {} is gzip-compressed: tuning appends to a log; decompress it first",
             log_path.display()
@@ -234,16 +236,6 @@ fn check_flags(args: &SearchArgs, log_path: &Path) -> Result<()> {
         })?;
     }
     Ok(())
-}
-
-/// Whether `path` names a gzip file (by its suffix or its first two bytes).
-fn is_gzip(path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 2];
-    path.extension().is_some_and(|e| e == "gz")
-        || std::fs::File::open(path)
-            .and_then(|mut f| f.read_exact(&mut magic))
-            .is_ok_and(|()| magic == [0x1f, 0x8b])
 }
 
 /// Stage 1 on `workloads`: checks every option, continues or starts the log at
