@@ -23,6 +23,8 @@ pub enum NetworkError {
     Unknown(String),
     #[error("batch size must be at least 1")]
     ZeroBatch,
+    #[error("batch size {0} makes a dimension larger than 32 bits hold")]
+    BatchTooLarge(u32),
     #[error(transparent)]
     Task(#[from] TaskError),
 }
@@ -168,11 +170,19 @@ pub fn network(name: &str, batch: u32) -> Result<Vec<Workload>, NetworkError> {
             .map(|&([b, m, n, k], count)| {
                 // Batch scales the tokens of a plain matmul and the heads' batch of a
                 // batch matmul (B = batch * 12 heads).
+                let scaled = |x: u32| {
+                    x.checked_mul(batch)
+                        .ok_or(NetworkError::BatchTooLarge(batch))
+                };
                 let op = if b == 0 {
-                    Operator::Matmul { m: m * batch, n, k }
+                    Operator::Matmul {
+                        m: scaled(m)?,
+                        n,
+                        k,
+                    }
                 } else {
                     Operator::BatchMatmul {
-                        b: b * batch,
+                        b: scaled(b)?,
                         m,
                         n,
                         k,
@@ -212,6 +222,15 @@ mod tests {
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), tasks.len());
+    }
+
+    #[test]
+    fn a_batch_overflowing_32_bits_is_refused_not_wrapped() {
+        // 128 tokens x 2^25 = 2^32: once wrapped to m = 0.
+        assert_eq!(
+            network("bert-base", 1 << 25).err(),
+            Some(NetworkError::BatchTooLarge(1 << 25))
+        );
     }
 
     #[test]
