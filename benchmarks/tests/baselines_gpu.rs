@@ -112,6 +112,9 @@ fn conv_task(dtype: DType, layout: Layout) -> (Task, Conv2d) {
         pad_w: 1,
         dilation_h: 1,
         dilation_w: 1,
+        pad_bottom: None,
+        pad_right: None,
+        groups: 1,
     };
     let task = Task {
         op: Operator::Conv2d(shape),
@@ -411,6 +414,9 @@ fn cudnn_float_math_types_and_tf32() {
             pad_w: r / 2,
             dilation_h: 1,
             dilation_w: 1,
+            pad_bottom: None,
+            pad_right: None,
+            groups: 1,
         };
         let (p, q) = shape.output_size().unwrap();
         let x = vec![1.0f32 + 2f32.powi(-11); (c * hw * hw) as usize];

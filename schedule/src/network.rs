@@ -139,6 +139,9 @@ fn conv(row: ConvRow, batch: u32) -> Result<Task, TaskError> {
             pad_w: pad,
             dilation_h: 1,
             dilation_w: 1,
+            pad_bottom: None,
+            pad_right: None,
+            groups: 1,
         }),
         Epilogue::default(),
     )

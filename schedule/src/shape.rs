@@ -2,7 +2,8 @@
 //!
 //! conv2d: positional `N,C,H,W,K,R,S,stride,pad`, or key=value (`n=1,c=64,...`) which
 //! also takes `stride_h`/`stride_w`/`pad_h`/`pad_w`/`dilation[_h|_w]` for asymmetric
-//! layers; matmul: `M,N,K` or `m=..,n=..,k=..`; batch matmul: `B,M,N,K` or key=value.
+//! layers, `pad_bottom`/`pad_right` where the end pads differ from the top/left ones, and
+//! `groups` (depthwise: `groups` = `c`); matmul: `M,N,K` or `m=..,n=..,k=..`; batch matmul: `B,M,N,K` or key=value.
 
 use crate::task::{Conv2d, Operator};
 use std::collections::BTreeMap;
@@ -127,7 +128,7 @@ fn parse_values(
     Ok(values)
 }
 
-const CONV_KEYS: &str = "n, c, h, w, k, r, s, stride, stride_h, stride_w, pad, pad_h, pad_w, dilation, dilation_h, dilation_w";
+const CONV_KEYS: &str = "n, c, h, w, k, r, s, stride, stride_h, stride_w, pad, pad_h, pad_w, pad_bottom, pad_right, dilation, dilation_h, dilation_w, groups";
 
 fn parse_conv2d(spec: &str) -> Result<Operator, ShapeError> {
     let positional = ["n", "c", "h", "w", "k", "r", "s", "stride", "pad"];
@@ -164,6 +165,9 @@ fn parse_conv2d(spec: &str) -> Result<Operator, ShapeError> {
         pad_w: either("pad_w", "pad", 0),
         dilation_h: either("dilation_h", "dilation", 1),
         dilation_w: either("dilation_w", "dilation", 1),
+        pad_bottom: v.get("pad_bottom").copied(),
+        pad_right: v.get("pad_right").copied(),
+        groups: v.get("groups").copied().unwrap_or(1),
     }))
 }
 

@@ -20,11 +20,12 @@ pub enum TaskError {
     #[error("{0} must be at least 1")]
     Zero(&'static str),
     #[error(
-        "the convolution output is empty: the kernel spans {span} (size {kernel}, dilation {dilation}) but the padded input is only {padded} ({input} + 2*{pad})"
+        "the convolution output is empty: the kernel spans {span} (size {kernel}, dilation {dilation}) but the padded input is only {padded} ({input} + {pad} + {end})"
     )]
     EmptyOutput {
         input: u32,
         pad: u32,
+        end: u32,
         dilation: u32,
         kernel: u32,
         span: i64,
@@ -38,6 +39,8 @@ pub enum TaskError {
     LayoutNotConv { layout: Layout, op: &'static str },
     #[error("the output type must be f32 or the input type {dtype}, not {out}")]
     OutputType { dtype: DType, out: DType },
+    #[error("groups {groups} must divide both the input channels {c} and the output channels {k}")]
+    Groups { groups: u32, c: u32, k: u32 },
 }
 
 /// Element type of a task's inputs. Products accumulate in f32 whatever the type; `Tf32`
@@ -147,6 +150,15 @@ impl fmt::Display for Layout {
 }
 
 /// A 2-D convolution in NCHW layout with OIHW weights (cross-correlation, as cuDNN computes).
+///
+/// `pad_h`/`pad_w` pad the top and left; the bottom and right pads are the same unless
+/// `pad_bottom`/`pad_right` say otherwise (ONNX's asymmetric `pads`, `auto_pad=SAME_*`).
+/// They only decide the output size, since reads past the input are zeros anyway, so a
+/// task keeps them only where they change it (see [`Conv2d::canonical`]).
+///
+/// `groups` splits the channels into independent convolutions: output channel `k` reads
+/// input channels `g·C/G .. (g+1)·C/G` of its group `g = k / (K/G)`, and the weights are
+/// `K × C/G × R × S`. Depthwise convolution is `groups = C`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Conv2d {
     pub n: u32,
@@ -162,31 +174,128 @@ pub struct Conv2d {
     pub pad_w: u32,
     pub dilation_h: u32,
     pub dilation_w: u32,
+    /// Bottom padding when it differs from `pad_h` in effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad_bottom: Option<u32>,
+    /// Right padding when it differs from `pad_w` in effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad_right: Option<u32>,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub groups: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 impl Conv2d {
+    /// A plain convolution: symmetric padding, no dilation, one group.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        n: u32,
+        c: u32,
+        h: u32,
+        w: u32,
+        k: u32,
+        r: u32,
+        s: u32,
+        stride: u32,
+        pad: u32,
+    ) -> Self {
+        Conv2d {
+            n,
+            c,
+            h,
+            w,
+            k,
+            r,
+            s,
+            stride_h: stride,
+            stride_w: stride,
+            pad_h: pad,
+            pad_w: pad,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_bottom: None,
+            pad_right: None,
+            groups: 1,
+        }
+    }
+
+    /// Bottom and right padding.
+    pub fn pad_end(&self) -> (u32, u32) {
+        (
+            self.pad_bottom.unwrap_or(self.pad_h),
+            self.pad_right.unwrap_or(self.pad_w),
+        )
+    }
+
+    /// Input and output channels of one group.
+    pub fn group_channels(&self) -> (u32, u32) {
+        let g = self.groups.max(1);
+        (self.c / g, self.k / g)
+    }
+
     /// Output height and width, or an error when the output would be empty.
     pub fn output_size(&self) -> Result<(u32, u32), TaskError> {
-        let dim = |input: u32, pad: u32, dilation: u32, kernel: u32, stride: u32| {
+        let (bottom, right) = self.pad_end();
+        let dim = |input: u32, pad: u32, end: u32, dilation: u32, kernel: u32, stride: u32| {
             let span = i64::from(dilation) * (i64::from(kernel) - 1) + 1;
-            let padded = i64::from(input) + 2 * i64::from(pad);
+            let padded = i64::from(input) + i64::from(pad) + i64::from(end);
             if padded < span {
                 Err(TaskError::EmptyOutput {
                     input,
                     pad,
+                    end,
                     dilation,
                     kernel,
                     span,
                     padded,
                 })
             } else {
-                Ok(((padded - span) / i64::from(stride) + 1) as u32)
+                Ok(((padded - span) / i64::from(stride).max(1) + 1) as u32)
             }
         };
         Ok((
-            dim(self.h, self.pad_h, self.dilation_h, self.r, self.stride_h)?,
-            dim(self.w, self.pad_w, self.dilation_w, self.s, self.stride_w)?,
+            dim(
+                self.h,
+                self.pad_h,
+                bottom,
+                self.dilation_h,
+                self.r,
+                self.stride_h,
+            )?,
+            dim(
+                self.w,
+                self.pad_w,
+                right,
+                self.dilation_w,
+                self.s,
+                self.stride_w,
+            )?,
         ))
+    }
+
+    /// The same convolution with end pads kept only where they change the output size:
+    /// two convolutions that compute the same thing get the same key.
+    pub fn canonical(self) -> Conv2d {
+        let symmetric = Conv2d {
+            pad_bottom: None,
+            pad_right: None,
+            ..self
+        };
+        let (Ok((p, q)), Ok((sp, sq))) = (self.output_size(), symmetric.output_size()) else {
+            return self;
+        };
+        Conv2d {
+            pad_bottom: self.pad_bottom.filter(|&b| b != self.pad_h && p != sp),
+            pad_right: self.pad_right.filter(|&r| r != self.pad_w && q != sq),
+            ..self
+        }
     }
 }
 
@@ -518,6 +627,10 @@ fn check_size(tensor: &'static str, elements: u64) -> Result<(), TaskError> {
 impl Task {
     /// An f32 task (NCHW for conv2d).
     pub fn new(op: Operator, epilogue: Epilogue) -> Result<Task, TaskError> {
+        let op = match op {
+            Operator::Conv2d(c) => Operator::Conv2d(c.canonical()),
+            other => other,
+        };
         let task = Task {
             op,
             epilogue,
@@ -578,7 +691,15 @@ impl Task {
                     ("stride_w", c.stride_w),
                     ("dilation_h", c.dilation_h),
                     ("dilation_w", c.dilation_w),
+                    ("groups", c.groups),
                 ])?;
+                if c.c % c.groups != 0 || c.k % c.groups != 0 {
+                    return Err(TaskError::Groups {
+                        groups: c.groups,
+                        c: c.c,
+                        k: c.k,
+                    });
+                }
                 let (p, q) = c.output_size()?;
                 let n = u64::from(c.n);
                 check_size(
@@ -587,7 +708,10 @@ impl Task {
                 )?;
                 check_size(
                     "weight",
-                    u64::from(c.k) * u64::from(c.c) * u64::from(c.r) * u64::from(c.s),
+                    u64::from(c.k)
+                        * u64::from(c.group_channels().0)
+                        * u64::from(c.r)
+                        * u64::from(c.s),
                 )?;
                 check_size("output", n * u64::from(c.k) * u64::from(p) * u64::from(q))
             }
@@ -608,7 +732,8 @@ impl Task {
     }
 
     /// A stable, human-readable identifier, e.g. `conv2d_n1_c512_h7_w7_k512_r3_s3_st1_p1`.
-    /// Asymmetric strides/paddings read `st2x1`, dilation adds `_d2`, the epilogue
+    /// Asymmetric strides/paddings read `st2x1`, bottom/right pads that differ `_pe1`,
+    /// dilation adds `_d2`, groups `_g32`, the epilogue
     /// `_bias` / `_relu`, then a type other than f32 `_fp16` (`_tf32`, `_bf16`), an
     /// output in the input type `_out_fp16`, the NHWC layout `_nhwc`.
     pub fn key(&self) -> String {
@@ -633,8 +758,15 @@ impl Task {
                     pair(c.stride_h, c.stride_w),
                     pair(c.pad_h, c.pad_w)
                 );
+                if c.pad_bottom.is_some() || c.pad_right.is_some() {
+                    let (bottom, right) = c.pad_end();
+                    key += &format!("_pe{}", pair(bottom, right));
+                }
                 if (c.dilation_h, c.dilation_w) != (1, 1) {
                     key += &format!("_d{}", pair(c.dilation_h, c.dilation_w));
+                }
+                if c.groups != 1 {
+                    key += &format!("_g{}", c.groups);
                 }
                 key
             }
@@ -668,6 +800,9 @@ impl Task {
                     && c.pad_h == c.pad_w
                     && c.dilation_h == 1
                     && c.dilation_w == 1
+                    && c.pad_bottom.is_none()
+                    && c.pad_right.is_none()
+                    && c.groups == 1
                 {
                     format!(
                         "{},{},{},{},{},{},{},{},{}",
@@ -689,7 +824,18 @@ impl Task {
                         c.pad_w,
                         c.dilation_h,
                         c.dilation_w
-                    )
+                    ) + &c
+                        .pad_bottom
+                        .map(|b| format!(",pad_bottom={b}"))
+                        .unwrap_or_default()
+                        + &c.pad_right
+                            .map(|r| format!(",pad_right={r}"))
+                            .unwrap_or_default()
+                        + &if c.groups != 1 {
+                            format!(",groups={}", c.groups)
+                        } else {
+                            String::new()
+                        }
                 }
             }
             Operator::Matmul { m, n, k } => format!("{m},{n},{k}"),
@@ -716,75 +862,78 @@ impl Task {
         use AxisRef::{Reduction as R, Spatial as S};
         let ep = self.epilogue;
         match self.op {
-            Operator::Conv2d(c) if self.layout == Layout::Nhwc => {
-                let (p, q) = c.output_size().expect("tasks are checked when built");
-                // The channel axis innermost in the reduction and in both inputs.
-                let b = Builder::new(
-                    &[("n", c.n), ("p", p), ("q", q), ("k", c.k)],
-                    &[("r", c.r), ("s", c.s), ("c", c.c)],
-                );
-                let window =
-                    |out: usize, kern: usize, stride: u32, dil: u32, pad: u32| AffineIndex {
-                        terms: vec![(S(out), i64::from(stride)), (R(kern), i64::from(dil))],
-                        offset: -i64::from(pad),
-                    };
-                let data = b.access(
-                    "data",
-                    vec![
-                        (c.n, AffineIndex::axis(S(0))),
-                        (c.h, window(1, 0, c.stride_h, c.dilation_h, c.pad_h)),
-                        (c.w, window(2, 1, c.stride_w, c.dilation_w, c.pad_w)),
-                        (c.c, AffineIndex::axis(R(2))),
-                    ],
-                );
-                let weight = b.access(
-                    "weight",
-                    vec![
-                        (c.k, AffineIndex::axis(S(3))),
-                        (c.r, AffineIndex::axis(R(0))),
-                        (c.s, AffineIndex::axis(R(1))),
-                        (c.c, AffineIndex::axis(R(2))),
-                    ],
-                );
-                let bias = ep
-                    .bias
-                    .then(|| b.access("bias", vec![(c.k, AffineIndex::axis(S(3)))]));
-                b.finish([data, weight], bias, ep.relu)
-            }
             Operator::Conv2d(c) => {
                 let (p, q) = c.output_size().expect("tasks are checked when built");
-                let b = Builder::new(
-                    &[("n", c.n), ("k", c.k), ("p", p), ("q", q)],
-                    &[("c", c.c), ("r", c.r), ("s", c.s)],
-                );
+                let (cg, kg) = c.group_channels();
+                let groups = c.groups;
                 // h = p*stride_h + r*dilation_h - pad_h (and likewise for w).
                 let window =
                     |out: usize, kern: usize, stride: u32, dil: u32, pad: u32| AffineIndex {
                         terms: vec![(S(out), i64::from(stride)), (R(kern), i64::from(dil))],
                         offset: -i64::from(pad),
                     };
-                let data = b.access(
-                    "data",
-                    vec![
-                        (c.n, AffineIndex::axis(S(0))),
-                        (c.c, AffineIndex::axis(R(0))),
-                        (c.h, window(2, 1, c.stride_h, c.dilation_h, c.pad_h)),
-                        (c.w, window(3, 2, c.stride_w, c.dilation_w, c.pad_w)),
-                    ],
-                );
-                let weight = b.access(
-                    "weight",
-                    vec![
-                        (c.k, AffineIndex::axis(S(1))),
-                        (c.c, AffineIndex::axis(R(0))),
-                        (c.r, AffineIndex::axis(R(1))),
-                        (c.s, AffineIndex::axis(R(2))),
-                    ],
-                );
-                let bias = ep
-                    .bias
-                    .then(|| b.access("bias", vec![(c.k, AffineIndex::axis(S(1)))]));
-                b.finish([data, weight], bias, ep.relu)
+                // Channel `g·C/G + c` of the data, output channel `g·K/G + k`; with one
+                // group the g axis has extent 1 and is dropped, leaving the plain conv.
+                let channel = |g: usize, within: AxisRef, per_group: u32| AffineIndex {
+                    terms: vec![(S(g), i64::from(per_group)), (within, 1)],
+                    offset: 0,
+                };
+                if self.layout == Layout::Nhwc {
+                    // The channel axis innermost in the reduction and in both inputs.
+                    let b = Builder::new(
+                        &[("n", c.n), ("p", p), ("q", q), ("g", groups), ("k", kg)],
+                        &[("r", c.r), ("s", c.s), ("c", cg)],
+                    );
+                    let data = b.access(
+                        "data",
+                        vec![
+                            (c.n, AffineIndex::axis(S(0))),
+                            (c.h, window(1, 0, c.stride_h, c.dilation_h, c.pad_h)),
+                            (c.w, window(2, 1, c.stride_w, c.dilation_w, c.pad_w)),
+                            (c.c, channel(3, R(2), cg)),
+                        ],
+                    );
+                    let weight = b.access(
+                        "weight",
+                        vec![
+                            (c.k, channel(3, S(4), kg)),
+                            (c.r, AffineIndex::axis(R(0))),
+                            (c.s, AffineIndex::axis(R(1))),
+                            (cg, AffineIndex::axis(R(2))),
+                        ],
+                    );
+                    let bias = ep
+                        .bias
+                        .then(|| b.access("bias", vec![(c.k, channel(3, S(4), kg))]));
+                    b.finish([data, weight], bias, ep.relu)
+                } else {
+                    let b = Builder::new(
+                        &[("n", c.n), ("g", groups), ("k", kg), ("p", p), ("q", q)],
+                        &[("c", cg), ("r", c.r), ("s", c.s)],
+                    );
+                    let data = b.access(
+                        "data",
+                        vec![
+                            (c.n, AffineIndex::axis(S(0))),
+                            (c.c, channel(1, R(0), cg)),
+                            (c.h, window(3, 1, c.stride_h, c.dilation_h, c.pad_h)),
+                            (c.w, window(4, 2, c.stride_w, c.dilation_w, c.pad_w)),
+                        ],
+                    );
+                    let weight = b.access(
+                        "weight",
+                        vec![
+                            (c.k, channel(1, S(2), kg)),
+                            (cg, AffineIndex::axis(R(0))),
+                            (c.r, AffineIndex::axis(R(1))),
+                            (c.s, AffineIndex::axis(R(2))),
+                        ],
+                    );
+                    let bias = ep
+                        .bias
+                        .then(|| b.access("bias", vec![(c.k, channel(1, S(2), kg))]));
+                    b.finish([data, weight], bias, ep.relu)
+                }
             }
             Operator::Matmul { m, n, k } => {
                 let b = Builder::new(&[("m", m), ("n", n)], &[("k", k)]);
@@ -855,6 +1004,9 @@ mod tests {
                 pad_w: p,
                 dilation_h: 1,
                 dilation_w: 1,
+                pad_bottom: None,
+                pad_right: None,
+                groups: 1,
             }),
             Epilogue::default(),
         )
@@ -904,6 +1056,9 @@ mod tests {
             pad_w: 0,
             dilation_h: 1,
             dilation_w: 1,
+            pad_bottom: None,
+            pad_right: None,
+            groups: 1,
         });
         assert!(matches!(
             Task::new(op, Epilogue::default()),
@@ -958,6 +1113,57 @@ mod tests {
             .unwrap();
         assert_eq!(mm.layout, Layout::Nchw);
         assert_eq!(mm.key(), "matmul_m8_n8_k8_fp16");
+    }
+
+    #[test]
+    fn groups_and_end_pads_in_keys_and_specs() {
+        let depthwise = |spec: &str| {
+            Task::new(
+                crate::parse_shape("conv2d", spec).unwrap(),
+                Epilogue::default(),
+            )
+        };
+        let dw = depthwise("c=32,h=112,w=112,k=32,r=3,s=3,pad=1,groups=32").unwrap();
+        assert_eq!(dw.key(), "conv2d_n1_c32_h112_w112_k32_r3_s3_st1_p1_g32");
+        assert_eq!(
+            Task::new(
+                crate::parse_shape("conv2d", &dw.shape_spec()).unwrap(),
+                Epilogue::default()
+            )
+            .unwrap(),
+            dw
+        );
+        let c = dw.contraction();
+        let names: Vec<_> = c.spatial.iter().map(|a| a.name).collect();
+        assert_eq!(names, ["g", "p", "q"]);
+        assert_eq!(c.reduction.len(), 2);
+        assert_eq!(c.inputs[1].shape, vec![32, 3, 3]);
+        // SAME_UPPER at stride 2 on an even input pads only the bottom and right.
+        let same =
+            depthwise("c=8,h=8,w=8,k=8,r=3,s=3,stride=2,pad=0,pad_bottom=1,pad_right=1").unwrap();
+        assert_eq!(same.key(), "conv2d_n1_c8_h8_w8_k8_r3_s3_st2_p0_pe1");
+        let Operator::Conv2d(conv) = same.op else {
+            unreachable!()
+        };
+        assert_eq!(conv.output_size().unwrap(), (4, 4));
+        // An end pad that changes nothing is dropped: one key for one computation.
+        let plain = depthwise("c=8,h=8,w=8,k=8,r=3,s=3,stride=2,pad=1").unwrap();
+        let padded = depthwise("c=8,h=8,w=8,k=8,r=3,s=3,stride=2,pad=1,pad_bottom=0").unwrap();
+        assert_eq!(plain, padded);
+        assert_eq!(
+            depthwise("c=6,h=8,w=8,k=8,r=3,s=3,groups=4"),
+            Err(TaskError::Groups {
+                groups: 4,
+                c: 6,
+                k: 8
+            })
+        );
+        // Old logs (no groups, no end pads) read as before.
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(
+            !json.contains("groups") && !json.contains("pad_bottom"),
+            "{json}"
+        );
     }
 
     #[test]

@@ -127,6 +127,9 @@ fn conv(
         pad_w: pad.1,
         dilation_h: dilation.0,
         dilation_w: dilation.1,
+        pad_bottom: None,
+        pad_right: None,
+        groups: 1,
     });
     Task::new(op, epilogue).unwrap()
 }
@@ -183,6 +186,112 @@ fn conv2d_7x7_stem_like() {
         20,
         5,
     );
+}
+
+/// The direct definition of a grouped convolution with end pads, NCHW or NHWC, written
+/// from the operator's meaning rather than from its contraction: it checks the
+/// contraction itself, which `interp::reference` merely evaluates.
+fn naive_conv(task: &Task, data: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let Operator::Conv2d(c) = task.op else {
+        unreachable!()
+    };
+    let nhwc = task.layout == schedule::task::Layout::Nhwc;
+    let (p, q) = c.output_size().unwrap();
+    let (cg, kg) = c.group_channels();
+    let (n_, c_, h_, w_, k_) = (c.n as i64, c.c as i64, c.h as i64, c.w as i64, c.k as i64);
+    let (r_, s_, cg_, p_, q_) = (c.r as i64, c.s as i64, cg as i64, p as i64, q as i64);
+    let mut out = vec![0f32; (n_ * k_ * p_ * q_) as usize];
+    for n in 0..n_ {
+        for k in 0..k_ {
+            let g = k / kg as i64;
+            for y in 0..p_ {
+                for x in 0..q_ {
+                    let mut acc = 0f32;
+                    for ci in 0..cg_ {
+                        let ch = g * cg_ + ci;
+                        for r in 0..r_ {
+                            for s in 0..s_ {
+                                let h = y * c.stride_h as i64 + r * c.dilation_h as i64
+                                    - c.pad_h as i64;
+                                let w = x * c.stride_w as i64 + s * c.dilation_w as i64
+                                    - c.pad_w as i64;
+                                if h < 0 || h >= h_ || w < 0 || w >= w_ {
+                                    continue;
+                                }
+                                let (di, wi) = if nhwc {
+                                    (
+                                        ((n * h_ + h) * w_ + w) * c_ + ch,
+                                        ((k * r_ + r) * s_ + s) * cg_ + ci,
+                                    )
+                                } else {
+                                    (
+                                        ((n * c_ + ch) * h_ + h) * w_ + w,
+                                        ((k * cg_ + ci) * r_ + r) * s_ + s,
+                                    )
+                                };
+                                acc += data[di as usize] * weight[wi as usize];
+                            }
+                        }
+                    }
+                    if let Some(b) = bias {
+                        acc += b[k as usize];
+                    }
+                    if task.epilogue.relu {
+                        acc = acc.max(0.0);
+                    }
+                    let o = if nhwc {
+                        ((n * p_ + y) * q_ + x) * k_ + k
+                    } else {
+                        ((n * k_ + k) * p_ + y) * q_ + x
+                    };
+                    out[o as usize] = acc;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Grouped, depthwise (with and without a channel multiplier) and end-padded shapes:
+/// their contraction equals the direct definition, in both layouts, and sampled states
+/// of each interpret exactly.
+#[test]
+fn grouped_depthwise_and_end_padded_convolutions() {
+    let shapes = [
+        "n=2,c=8,h=7,w=6,k=12,r=3,s=3,pad=1,groups=4",
+        "c=16,h=9,w=9,k=16,r=3,s=3,stride=2,pad=1,groups=16",
+        "c=4,h=6,w=7,k=8,r=3,s=3,pad=1,groups=4",
+        "c=6,h=8,w=8,k=6,r=3,s=3,stride=2,pad=0,pad_bottom=1,pad_right=1,groups=3",
+        "c=5,h=6,w=6,k=4,r=2,s=3,pad_h=0,pad_w=1,pad_bottom=1,pad_right=0",
+    ];
+    for (i, spec) in shapes.iter().enumerate() {
+        for (layout, epilogue) in [
+            (schedule::task::Layout::Nchw, NONE),
+            (schedule::task::Layout::Nhwc, BOTH),
+        ] {
+            let op = schedule::parse_shape("conv2d", spec).unwrap();
+            let task = Task::new(op, epilogue)
+                .unwrap()
+                .with_types(
+                    schedule::task::DType::F32,
+                    schedule::task::DType::F32,
+                    layout,
+                )
+                .unwrap();
+            let c = task.contraction();
+            let (a, b, bias) = data(&task, i as u64);
+            let inputs = Inputs {
+                inputs: [&a, &b],
+                bias: bias.as_deref(),
+            };
+            assert_eq!(
+                interp::reference(&c, &inputs),
+                naive_conv(&task, &a, &b, bias.as_deref()),
+                "{task}"
+            );
+            check_task(&task, 12, 50 + i as u64);
+        }
+    }
 }
 
 #[test]
@@ -879,7 +988,7 @@ proptest! {
     ) {
         let op = Operator::Conv2d(Conv2d {
             n, c, h, w, k, r, s, stride_h: sh, stride_w: sw, pad_h: ph, pad_w: pw,
-            dilation_h: dh, dilation_w: dw,
+            dilation_h: dh, dilation_w: dw, pad_bottom: None, pad_right: None, groups: 1,
         });
         // Shapes whose output would be empty are rejected when the task is built.
         if let Ok(task) = Task::new(op, Epilogue { bias, relu }) {

@@ -409,6 +409,9 @@ fn any_task() -> impl Strategy<Value = Task> {
                     pad_w: pad,
                     dilation_h: 1,
                     dilation_w: 1,
+                    pad_bottom: None,
+                    pad_right: None,
+                    groups: 1,
                 });
                 Task::new(op, Epilogue::default()).unwrap()
             }),
