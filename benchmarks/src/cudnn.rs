@@ -103,6 +103,7 @@ functions! {
         Descriptor, c_int, c_int, c_int, c_int, c_int, c_int, c_int, c_int
     ) -> Status;
     fn cudnnSetConvolutionMathType(Descriptor, c_int) -> Status;
+    fn cudnnSetConvolutionGroupCount(Descriptor, c_int) -> Status;
     fn cudnnGetConvolutionForwardAlgorithmMaxCount(Handle, *mut c_int) -> Status;
     fn cudnnFindConvolutionForwardAlgorithmEx(
         Handle, Descriptor, *const c_void, Descriptor, *const c_void, Descriptor, Descriptor,
@@ -284,6 +285,14 @@ impl CudnnConv {
         math: ConvMath,
     ) -> Result<CudnnConv, VendorError> {
         let api = api()?;
+        if shape.pad_bottom.is_some() || shape.pad_right.is_some() {
+            // cuDNN pads both sides alike and derives the output size from that.
+            return Err(VendorError::Unsupported {
+                lib: Library::Cudnn,
+                what: "a convolution whose bottom/right padding differs from its top/left"
+                    .to_string(),
+            });
+        }
         let (p, q) = shape.output_size().map_err(|e| VendorError::Call {
             call: "output size",
             status: e.to_string(),
@@ -357,7 +366,7 @@ impl CudnnConv {
                     data,
                     format,
                     int(s.k),
-                    int(s.c),
+                    int(s.group_channels().0),
                     int(s.r),
                     int(s.s),
                 ),
@@ -394,6 +403,12 @@ impl CudnnConv {
                 api,
                 "cudnnSetConvolutionMathType",
                 (api.cudnnSetConvolutionMathType)(this.conv, math.math as c_int),
+            )?;
+            // Grouped and depthwise convolutions: the filter holds C/G input channels.
+            check(
+                api,
+                "cudnnSetConvolutionGroupCount",
+                (api.cudnnSetConvolutionGroupCount)(this.conv, int(s.groups)),
             )?;
         }
         Ok(this)

@@ -43,6 +43,55 @@ fn tasks() -> Vec<Task> {
             .iter()
             .map(|(op, shape, ep)| Task::new(parse_shape(op, shape).unwrap(), *ep).unwrap()),
     );
+    // Grouped and depthwise convolutions, and half data in CUDA-core kernels (tasks
+    // without a GEMM view: depthwise, NCHW), widened on the fetch, narrowed on the store.
+    let both = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let typed = [
+        (
+            "c=96,h=56,w=56,k=96,r=3,s=3,stride=2,pad=1,groups=96",
+            DType::F32,
+            DType::F32,
+            Layout::Nchw,
+            Epilogue::default(),
+        ),
+        (
+            "c=64,h=28,w=28,k=128,r=3,s=3,pad=1,groups=8",
+            DType::F32,
+            DType::F32,
+            Layout::Nchw,
+            both,
+        ),
+        (
+            "c=144,h=56,w=56,k=144,r=3,s=3,pad=1,groups=144",
+            DType::Fp16,
+            DType::Fp16,
+            Layout::Nhwc,
+            both,
+        ),
+        (
+            "c=32,h=112,w=112,k=32,r=3,s=3,pad=1,groups=32",
+            DType::Bf16,
+            DType::F32,
+            Layout::Nchw,
+            Epilogue::default(),
+        ),
+        (
+            "1,64,28,28,96,1,1,1,0",
+            DType::Fp16,
+            DType::Fp16,
+            Layout::Nchw,
+            both,
+        ),
+    ];
+    tasks.extend(typed.iter().map(|(shape, dtype, out, layout, ep)| {
+        Task::new(parse_shape("conv2d", shape).unwrap(), *ep)
+            .unwrap()
+            .with_types(*dtype, *out, *layout)
+            .unwrap()
+    }));
     tasks
 }
 

@@ -31,6 +31,11 @@ __device__ __forceinline__ unsigned short ts_from_f32(float f) { unsigned short 
     }
 }
 
+/// Vector loads of 2 and 4 half elements (4 and 8 bytes, aligned like a `float2`/`float4`
+/// of f32 data is in elements), widened to f32 vectors.
+const HALF_VECTOR_LOADS: &str = "__device__ __forceinline__ float2 ts_load2(const unsigned short* p) { const unsigned v = *reinterpret_cast<const unsigned*>(p); return make_float2(ts_to_f32((unsigned short)(v & 0xffff)), ts_to_f32((unsigned short)(v >> 16))); }\n\
+__device__ __forceinline__ float4 ts_load4(const unsigned short* p) { const uint2 v = *reinterpret_cast<const uint2*>(p); return make_float4(ts_to_f32((unsigned short)(v.x & 0xffff)), ts_to_f32((unsigned short)(v.x >> 16)), ts_to_f32((unsigned short)(v.y & 0xffff)), ts_to_f32((unsigned short)(v.y >> 16))); }\n";
+
 /// The most fragments of each input a kernel's `LoadFragment`s use.
 fn fragment_counts(body: &[Stmt], counts: &mut [usize; 2]) {
     for s in body {
@@ -138,15 +143,25 @@ pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
     }
     let l = &kernel.launch;
     let p = &kernel.params;
+    // Half data: the tiles in shared memory and the arithmetic stay f32; elements are
+    // widened as they are fetched and the result narrowed as it is stored.
+    let _ = write!(out, "{}", conversions(p.dtype));
+    if p.out_dtype != p.dtype {
+        let _ = write!(out, "{}", conversions(p.out_dtype));
+    }
+    if p.dtype.bytes() == 2 {
+        out.push_str(HALF_VECTOR_LOADS);
+    }
+    let ty = p.dtype.c_type();
     let mut params: Vec<String> = p
         .inputs
         .iter()
-        .map(|name| format!("const float* __restrict__ {name}"))
+        .map(|name| format!("const {ty}* __restrict__ {name}"))
         .collect();
     if p.bias {
-        params.push("const float* __restrict__ bias".to_string());
+        params.push(format!("const {ty}* __restrict__ bias"));
     }
-    params.push("float* __restrict__ out".to_string());
+    params.push(format!("{}* __restrict__ out", p.out_dtype.c_type()));
     let _ = writeln!(
         out,
         "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
@@ -265,8 +280,19 @@ impl Printer<'_> {
     fn global_value(&self, input: usize, global: &Expr, valid: &[Cond], width: u32) -> String {
         let name = self.kernel.params.inputs[input];
         let w = width;
-        let (load, zero) = if w == 1 {
+        let half = self.kernel.params.dtype.bytes() == 2;
+        let (load, zero) = if w == 1 && half {
+            (
+                format!("ts_to_f32({name}[{}])", self.expr(global)),
+                "0.0f".to_string(),
+            )
+        } else if w == 1 {
             (format!("{name}[{}]", self.expr(global)), "0.0f".to_string())
+        } else if half {
+            (
+                format!("ts_load{w}({name} + {})", self.expr_in(global, ADD)),
+                format!("make_float{w}({})", vec!["0.0f"; w as usize].join(", ")),
+            )
         } else {
             (
                 format!(

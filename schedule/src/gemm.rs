@@ -79,7 +79,15 @@ impl GemmView {
         }
         let [a, b] = &c.inputs;
         let last = |access: &crate::task::Access| access.index.last().cloned();
-        if !last(a).is_some_and(|ix| ix.is_axis(inner)) {
+        // A grouped convolution's channel is `g·C/G + c`: the group is a batch axis,
+        // constant within a block, so runs along `c` stay contiguous (C/G long).
+        let inner_plus_batch = |ix: &crate::task::AffineIndex| {
+            ix.offset == 0 && ix.coeff(inner) == 1 && ix.terms.iter().all(|&(axis, coeff)| {
+                axis == inner
+                    || matches!(axis, AxisRef::Spatial(s) if batch_axes.contains(&s) && coeff > 0)
+            })
+        };
+        if !last(a).is_some_and(|ix| inner_plus_batch(&ix)) {
             return Err(GemmError::ContiguousA { tensor: a.tensor });
         }
         let b_last = last(b).expect("every access has a dimension");
@@ -104,9 +112,15 @@ impl GemmView {
             n_axes,
             batch_axes,
             b_k_major,
+            // Copies run along the innermost reduction axis (or B's N): no further
+            // than its extent, even where the tensor's dimension is longer (groups).
             contiguous: [
-                *a.shape.last().expect("every access has a dimension"),
-                *b.shape.last().expect("every access has a dimension"),
+                c.reduction[last_red].extent,
+                if b_k_major {
+                    c.reduction[last_red].extent
+                } else {
+                    *b.shape.last().expect("every access has a dimension")
+                },
             ],
         })
     }
@@ -136,6 +150,27 @@ mod tests {
         let stem = view("conv2d", "1,3,224,224,64,7,7,2,3", Layout::Nhwc).unwrap();
         assert_eq!((stem.m, stem.n, stem.k), (112 * 112, 64, 147));
         assert_eq!(stem.contiguous, [3, 3]);
+    }
+
+    #[test]
+    fn grouped_nhwc_conv_is_a_gemm_batched_over_groups_and_depthwise_is_not() {
+        let g = view(
+            "conv2d",
+            "c=64,h=28,w=28,k=128,r=3,s=3,pad=1,groups=4",
+            Layout::Nhwc,
+        )
+        .unwrap();
+        assert_eq!((g.m, g.n, g.k, g.batch), (28 * 28, 32, 9 * 16, 4));
+        assert_eq!(g.contiguous, [16, 16]);
+        assert!(g.b_k_major);
+        assert!(matches!(
+            view(
+                "conv2d",
+                "c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=64",
+                Layout::Nhwc
+            ),
+            Err(GemmError::ContiguousA { .. })
+        ));
     }
 
     #[test]

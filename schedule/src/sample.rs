@@ -230,9 +230,11 @@ impl Sampler {
         state
     }
 
-    /// Which sketch the next draw uses: the tensor-core one whenever it applies and
-    /// the CUDA-core one cannot (fp16, bf16), three draws in four for TF32 (whose f32
-    /// data the CUDA-core sketch also computes, in full f32), never for f32.
+    /// Which sketch the next draw uses: the tensor-core one whenever it applies to
+    /// half data (fp16, bf16: the CUDA-core sketch computes them too, widened to f32,
+    /// but at a fraction of the tensor cores' rate), three draws in four for TF32
+    /// (whose f32 data the CUDA-core sketch computes in full f32), never for f32. A
+    /// task without a GEMM view (NCHW, depthwise) always draws CUDA-core states.
     fn tensor_core_draw(&mut self) -> bool {
         match (&self.gemm, self.contraction.dtype.cuda_cores()) {
             (None, _) => false,

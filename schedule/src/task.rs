@@ -93,7 +93,9 @@ impl DType {
         self != DType::F32
     }
 
-    /// Whether the CUDA-core sketch applies: f32 data (TF32 math allows full f32 math).
+    /// Whether the CUDA-core sketch competes with the tensor-core one where both apply:
+    /// f32 data (TF32 math allows full f32 math). Half data gets CUDA-core kernels only
+    /// where tensor cores do not apply (no GEMM view: NCHW, depthwise).
     pub fn cuda_cores(self) -> bool {
         matches!(self, DType::F32 | DType::Tf32)
     }

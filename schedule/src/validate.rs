@@ -72,8 +72,6 @@ pub enum InvalidState {
     NoGemm(GemmError),
     #[error("tensor cores do not multiply {0} (fp16, bf16 and tf32 only)")]
     MmaType(DType),
-    #[error("the CUDA-core sketch computes f32 data, not {0}")]
-    CudaCoreType(DType),
     #[error(
         "a tensor-core state leaves the CUDA-core fields (spatial, reduction, unroll, vector widths, layouts, prefetch) at their defaults"
     )]
@@ -234,9 +232,6 @@ pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), Inv
         }
         return validate_mma(c, mma, state.split_k, gpu);
     }
-    if !c.dtype.cuda_cores() {
-        return Err(InvalidState::CudaCoreType(c.dtype));
-    }
     check_structure(c, state)?;
     let threads: u64 = state.spatial.iter().map(|s| u64::from(s.thread)).product();
     let min_threads = u64::from(gpu.warp_size).min(c.output_elements());
@@ -285,6 +280,13 @@ pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), Inv
     if state.split_k > 1 && c.relu {
         return Err(InvalidState::SplitKRelu {
             split_k: state.split_k,
+        });
+    }
+    // Partial sums are added in the output's type: only f32 has the atomic add.
+    if state.split_k > 1 && c.out_dtype != DType::F32 {
+        return Err(InvalidState::SplitKOutput {
+            split_k: state.split_k,
+            out: c.out_dtype,
         });
     }
     let blocks: u64 = state.blocks(c);

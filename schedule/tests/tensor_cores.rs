@@ -122,6 +122,54 @@ fn conv2d_nhwc_padded_strided_and_stem_like() {
     }
 }
 
+/// Grouped convolutions are GEMMs batched over the groups (each group's channels a
+/// contiguous run of C/G); depthwise ones have no GEMM view and draw CUDA-core states,
+/// half data widened on the fetch.
+#[test]
+fn grouped_conv2d_batches_over_groups_and_depthwise_falls_back() {
+    let both = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    for dtype in [DType::Fp16, DType::Bf16, DType::Tf32] {
+        let mut n = 0;
+        n += check(
+            &task(
+                "conv2d",
+                "c=32,h=6,w=5,k=48,r=3,s=3,pad=1,groups=2",
+                dtype,
+                both,
+            ),
+            3,
+            11,
+        );
+        n += check(
+            &task(
+                "conv2d",
+                "n=2,c=64,h=5,w=5,k=32,r=1,s=1,stride=2,groups=4",
+                dtype,
+                Epilogue::default(),
+            ),
+            3,
+            12,
+        );
+        assert!(n >= 6, "{dtype}: only {n} kernels checked");
+    }
+    let gpu = GpuSpec::h100();
+    let dw = task(
+        "conv2d",
+        "c=24,h=7,w=7,k=24,r=3,s=3,stride=2,pad=1,groups=24",
+        DType::Fp16,
+        both,
+    );
+    let states = Sampler::new(&dw, &gpu, 13).sample_distinct(8);
+    assert_eq!(states.len(), 8);
+    for s in &states {
+        assert!(s.mma.is_none(), "depthwise has no GEMM view");
+        run(&dw, &lower(&dw, s)).unwrap_or_else(|e| panic!("{dw} {}: {e}", s.to_json()));
+    }
+}
+
 #[test]
 fn matmuls_with_tails_and_batches() {
     for dtype in [DType::Fp16, DType::Bf16, DType::Tf32] {
