@@ -4,7 +4,8 @@
 //! lists `sizesResnet` and `sizesYolo` in the HPCRL/Ansor-AF-DS artifact, the YOLO ones
 //! being the distinct convolutions of darknet's YOLOv2 layers 0–19 at 544×544);
 //! `resnet50` and `resnet18` are torchvision's architectures at 224×224 (stride on the
-//! 3×3 convolution, "ResNet v1.5"); `bert-base` is one BERT-base encoder layer at
+//! 3×3 convolution, "ResNet v1.5"), `mobilenet_v2` torchvision's MobileNetV2 at 224×224;
+//! `bert-base` is one BERT-base encoder layer at
 //! sequence length 128 (hidden 768, 12 heads of 64, FFN 3072) times its 12 layers.
 
 use crate::task::{Conv2d, Epilogue, Operator, Task, TaskError};
@@ -30,7 +31,14 @@ pub enum NetworkError {
 }
 
 /// The networks `--network` accepts.
-pub const NETWORKS: &[&str] = &["resnet", "resnet50", "resnet18", "yolo", "bert-base"];
+pub const NETWORKS: &[&str] = &[
+    "resnet",
+    "resnet50",
+    "resnet18",
+    "mobilenet_v2",
+    "yolo",
+    "bert-base",
+];
 
 /// `N,C,H,W,K,R,S,stride,pad` of a square convolution with batch 1.
 type ConvRow = [u32; 9];
@@ -110,6 +118,45 @@ const RESNET18: &[(ConvRow, u32)] = &[
     ([1, 256, 14, 14, 512, 1, 1, 2, 0], 1),
 ];
 
+/// Every unique convolution of torchvision's MobileNetV2 at 224×224 with its groups and
+/// count (52 in all), in the order they first run: the stem, then per inverted
+/// residual block the 1×1 expansion (absent in the first block), the 3×3 depthwise
+/// convolution and the 1×1 projection, then the last 1×1 to 1280 channels. As an
+/// inference graph exports them (batch norm folded into the convolution), each adds a
+/// bias; ReLU6 is a clamp, which the epilogue does not fuse.
+const MOBILENET_V2: &[(ConvRow, u32, u32)] = &[
+    ([1, 3, 224, 224, 32, 3, 3, 2, 1], 1, 1),
+    ([1, 32, 112, 112, 32, 3, 3, 1, 1], 32, 1),
+    ([1, 32, 112, 112, 16, 1, 1, 1, 0], 1, 1),
+    ([1, 16, 112, 112, 96, 1, 1, 1, 0], 1, 1),
+    ([1, 96, 112, 112, 96, 3, 3, 2, 1], 96, 1),
+    ([1, 96, 56, 56, 24, 1, 1, 1, 0], 1, 1),
+    ([1, 24, 56, 56, 144, 1, 1, 1, 0], 1, 2),
+    ([1, 144, 56, 56, 144, 3, 3, 1, 1], 144, 1),
+    ([1, 144, 56, 56, 24, 1, 1, 1, 0], 1, 1),
+    ([1, 144, 56, 56, 144, 3, 3, 2, 1], 144, 1),
+    ([1, 144, 28, 28, 32, 1, 1, 1, 0], 1, 1),
+    ([1, 32, 28, 28, 192, 1, 1, 1, 0], 1, 3),
+    ([1, 192, 28, 28, 192, 3, 3, 1, 1], 192, 2),
+    ([1, 192, 28, 28, 32, 1, 1, 1, 0], 1, 2),
+    ([1, 192, 28, 28, 192, 3, 3, 2, 1], 192, 1),
+    ([1, 192, 14, 14, 64, 1, 1, 1, 0], 1, 1),
+    ([1, 64, 14, 14, 384, 1, 1, 1, 0], 1, 4),
+    ([1, 384, 14, 14, 384, 3, 3, 1, 1], 384, 4),
+    ([1, 384, 14, 14, 64, 1, 1, 1, 0], 1, 3),
+    ([1, 384, 14, 14, 96, 1, 1, 1, 0], 1, 1),
+    ([1, 96, 14, 14, 576, 1, 1, 1, 0], 1, 3),
+    ([1, 576, 14, 14, 576, 3, 3, 1, 1], 576, 2),
+    ([1, 576, 14, 14, 96, 1, 1, 1, 0], 1, 2),
+    ([1, 576, 14, 14, 576, 3, 3, 2, 1], 576, 1),
+    ([1, 576, 7, 7, 160, 1, 1, 1, 0], 1, 1),
+    ([1, 160, 7, 7, 960, 1, 1, 1, 0], 1, 3),
+    ([1, 960, 7, 7, 960, 3, 3, 1, 1], 960, 3),
+    ([1, 960, 7, 7, 160, 1, 1, 1, 0], 1, 2),
+    ([1, 960, 7, 7, 320, 1, 1, 1, 0], 1, 1),
+    ([1, 320, 7, 7, 1280, 1, 1, 1, 0], 1, 1),
+];
+
 /// BERT-base, sequence 128: (B, M, N, K) with B = 0 for a plain matmul, and the count
 /// over the 12 encoder layers. Q, K, V and the output projection are four 768x768
 /// projections per layer; attention scores Q·Kᵀ and probabilities·V are batch matmuls
@@ -123,27 +170,22 @@ const BERT_BASE: &[([u32; 4], u32)] = &[
 ];
 
 fn conv(row: ConvRow, batch: u32) -> Result<Task, TaskError> {
+    grouped_conv(row, 1, batch, Epilogue::default())
+}
+
+fn grouped_conv(
+    row: ConvRow,
+    groups: u32,
+    batch: u32,
+    epilogue: Epilogue,
+) -> Result<Task, TaskError> {
     let [_, c, h, w, k, r, s, stride, pad] = row;
     Task::new(
         Operator::Conv2d(Conv2d {
-            n: batch,
-            c,
-            h,
-            w,
-            k,
-            r,
-            s,
-            stride_h: stride,
-            stride_w: stride,
-            pad_h: pad,
-            pad_w: pad,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_bottom: None,
-            pad_right: None,
-            groups: 1,
+            groups,
+            ..Conv2d::new(batch, c, h, w, k, r, s, stride, pad)
         }),
-        Epilogue::default(),
+        epilogue,
     )
 }
 
@@ -168,6 +210,19 @@ pub fn network(name: &str, batch: u32) -> Result<Vec<Workload>, NetworkError> {
         "yolo" => once(YOLO_AFDS),
         "resnet50" => counted(RESNET50),
         "resnet18" => counted(RESNET18),
+        "mobilenet_v2" => MOBILENET_V2
+            .iter()
+            .map(|&(row, groups, count)| {
+                let bias = Epilogue {
+                    bias: true,
+                    relu: false,
+                };
+                Ok(Workload {
+                    task: grouped_conv(row, groups, batch, bias)?,
+                    count,
+                })
+            })
+            .collect(),
         "bert-base" => BERT_BASE
             .iter()
             .map(|&([b, m, n, k], count)| {
@@ -215,16 +270,40 @@ mod tests {
         assert_eq!(network("yolo", 1).unwrap().len(), 10);
         assert_eq!(total("resnet50"), 53);
         assert_eq!(total("resnet18"), 20);
+        assert_eq!(total("mobilenet_v2"), 52);
+        assert_eq!(network("mobilenet_v2", 1).unwrap().len(), 30);
         assert_eq!(total("bert-base"), 96);
     }
 
     #[test]
-    fn resnet50_unique_layers_are_unique() {
-        let tasks = network("resnet50", 1).unwrap();
-        let mut keys: Vec<_> = tasks.iter().map(|w| w.task.key()).collect();
-        keys.sort();
-        keys.dedup();
-        assert_eq!(keys.len(), tasks.len());
+    fn unique_layers_are_unique() {
+        for name in ["resnet50", "resnet18", "mobilenet_v2"] {
+            let tasks = network(name, 1).unwrap();
+            let mut keys: Vec<_> = tasks.iter().map(|w| w.task.key()).collect();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(keys.len(), tasks.len(), "{name}");
+        }
+    }
+
+    #[test]
+    fn mobilenet_v2_chains_its_shapes() {
+        // Each depthwise layer keeps its channels; 17 of them, 10 unique.
+        let w = network("mobilenet_v2", 1).unwrap();
+        let depthwise: Vec<_> = w
+            .iter()
+            .filter_map(|w| match w.task.op {
+                Operator::Conv2d(c) if c.groups > 1 => Some((c, w.count)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(depthwise.len(), 10);
+        assert_eq!(depthwise.iter().map(|(_, n)| n).sum::<u32>(), 17);
+        assert!(depthwise.iter().all(|(c, _)| c.groups == c.c && c.c == c.k));
+        assert_eq!(
+            w[1].task.key(),
+            "conv2d_n1_c32_h112_w112_k32_r3_s3_st1_p1_g32_bias"
+        );
     }
 
     #[test]

@@ -7,7 +7,10 @@ use schedule::state::{ReductionSplit, SharedLayout, SpatialSplit};
 use schedule::task::Conv2d;
 use schedule::tiling::Tiling;
 use schedule::validate::{InvalidState, validate};
-use schedule::{Epilogue, GpuSpec, Operator, Sampler, State, Task, generate, network, parse_shape};
+use schedule::{
+    DType, Epilogue, GpuSpec, Layout, Operator, Sampler, State, Task, generate, network,
+    parse_shape,
+};
 
 fn task(op: &str, shape: &str, epilogue: Epilogue) -> Task {
     Task::new(parse_shape(op, shape).unwrap(), epilogue).unwrap()
@@ -110,6 +113,34 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
     insta::assert_snapshot!("conv2d_strided_1x1_epilogue", k.source);
+}
+
+/// A depthwise convolution on fp16 NHWC data: CUDA-core arithmetic in f32, halves
+/// widened by a vector load on the fetch (channels contiguous) and narrowed on the store.
+#[test]
+fn snapshot_depthwise_fp16_nhwc() {
+    let t = task(
+        "conv2d",
+        "c=144,h=56,w=56,k=144,r=3,s=3,stride=2,pad=1,groups=144",
+        Epilogue {
+            bias: true,
+            relu: false,
+        },
+    )
+    .with_types(DType::Fp16, DType::Fp16, Layout::Nhwc)
+    .unwrap();
+    let state = State {
+        prefetch: false,
+        mma: None,
+        spatial: vec![sp(1, 4, 1, 1), sp(1, 4, 1, 1), sp(1, 8, 1, 2)],
+        reduction: vec![rd(1, 3), rd(3, 1)],
+        unroll_max_step: 512,
+        vector_width: [4, 1],
+        split_k: 1,
+        shared_layout: Default::default(),
+    };
+    let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
+    insta::assert_snapshot!("depthwise_fp16_nhwc", k.source);
 }
 
 /// A matmul with non-divisible extents (tails in M, N and K; 555 and 777 admit only

@@ -8,8 +8,8 @@ use schedule::{DType, Epilogue, Layout, OPERATORS, Task, Workload, network, pars
 #[derive(clap::Args, Debug)]
 #[group(required = true, multiple = false, id = "tasks")]
 pub struct TaskArgs {
-    /// Tune every task of this operator in a network (resnet, resnet50, resnet18, yolo,
-    /// bert-base).
+    /// Tune every task of this operator in a network (resnet, resnet50, resnet18,
+    /// mobilenet_v2, yolo, bert-base).
     #[arg(long)]
     pub network: Option<String>,
     /// A shape: N,C,H,W,K,R,S,stride,pad (or key=value) for conv2d, M,N,K for matmul,
