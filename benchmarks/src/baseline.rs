@@ -19,7 +19,7 @@ use crate::report::VendorLibrary;
 use crate::vendor::{self, Library, VendorError};
 use gpu::cuda::{Buffer, Context, Function};
 use gpu::timing::{self, TimingConfig};
-use schedule::{Operator, Task};
+use schedule::{Epilogue, Operator, Task};
 
 /// How candidates are timed: the session's context, its spin kernel and clock, and a
 /// (short) timing protocol per candidate.
@@ -79,8 +79,9 @@ const FIND_WORKSPACE_BYTES: usize = 1 << 30;
 /// Workspace a cuBLASLt algorithm may use (cuBLAS's own default on Hopper is 32 MiB).
 const LT_WORKSPACE_BYTES: usize = 64 << 20;
 
-/// The operands of launch `i` of a rotation: A (or x), B (or w), then the output.
-pub type Operands<'a> = dyn Fn(usize) -> [&'a Buffer; 3] + 'a;
+/// The operands of launch `i` of a rotation: A (or x), B (or w), the output, and the
+/// bias of a task that adds one.
+pub type Operands<'a> = dyn Fn(usize) -> ([&'a Buffer; 3], Option<&'a Buffer>) + 'a;
 
 /// The vendor routine chosen for a task, ready to run.
 pub enum Baseline {
@@ -111,14 +112,17 @@ pub struct Prepared {
 }
 
 impl Baseline {
-    /// Enqueues one run on `operands` (A or x, B or w, output).
-    pub fn run(&self, operands: [&Buffer; 3]) -> Result<(), VendorError> {
+    /// Enqueues one run on `operands` (A or x, B or w, output; and the bias).
+    pub fn run(
+        &self,
+        (operands, bias): ([&Buffer; 3], Option<&Buffer>),
+    ) -> Result<(), VendorError> {
         match self {
             Baseline::Cudnn {
                 conv,
                 algorithm,
                 workspace,
-            } => conv.run(algorithm, operands, workspace),
+            } => conv.run(algorithm, operands, bias, workspace),
             Baseline::Cublas {
                 cublas,
                 shape,
@@ -129,6 +133,21 @@ impl Baseline {
                 candidate,
                 workspace,
             } => lt.run(candidate, operands, workspace),
+        }
+    }
+
+    /// Enqueues what the benchmark times: the convolution or GEMM alone. A task's fused
+    /// epilogue is in our kernel's time but not here, so its speedup is a lower bound
+    /// whatever way a vendor user adds the bias (a separate `cudnnAddTensor`, or the
+    /// fused call restricted to one algorithm).
+    pub fn run_timed(&self, operands: [&Buffer; 3]) -> Result<(), VendorError> {
+        match self {
+            Baseline::Cudnn {
+                conv,
+                algorithm,
+                workspace,
+            } => conv.convolve(algorithm, operands, workspace),
+            _ => self.run((operands, None)),
         }
     }
 
@@ -191,7 +210,7 @@ fn prepare_cudnn(
     for handle in 1..=choices.handles.max(1) {
         let conv = CudnnConv::for_task(ctx, task)?;
         let find_workspace = ctx.alloc(FIND_WORKSPACE_BYTES / 4)?;
-        let found = conv.algorithms(operands(0), &find_workspace)?;
+        let found = conv.algorithms(operands(0).0, &find_workspace)?;
         drop(find_workspace);
         let found: Vec<Algorithm> = found.into_iter().take(choices.algorithms.max(1)).collect();
         let Some(need) = found.iter().map(|a| a.workspace_bytes).max() else {
@@ -205,7 +224,7 @@ fn prepare_cudnn(
         let mut fastest: Option<(f64, Algorithm)> = None;
         for algorithm in found {
             let label = format!("{} {}", algorithm.name(), algorithm.math.label());
-            match protocol.time(|i| conv.run(&algorithm, operands(i), &workspace)) {
+            match protocol.time(|i| conv.convolve(&algorithm, operands(i).0, &workspace)) {
                 Ok(us) => {
                     lines.push(format!(
                         "handle {handle}: {label} {us:.2} µs (cuDNN's find: {:.2} µs)",
@@ -247,10 +266,18 @@ fn prepare_cublas(
     choices: Choices,
 ) -> Result<Prepared, VendorError> {
     let ctx = protocol.ctx;
+    if task.epilogue != Epilogue::default() {
+        // cuBLAS's plain GEMM has no epilogue; timing it alone would flatter it and its
+        // output would not match.
+        return Err(VendorError::Unsupported {
+            lib: Library::Cublas,
+            what: "a matmul with a fused bias or ReLU".to_string(),
+        });
+    }
     let types = GemmTypes::for_types(task.dtype, task.out_dtype);
     let cublas = Cublas::new(ctx)?;
     let plain_name = cublas.describe(shape, &types);
-    let plain_us = protocol.time(|i| cublas.gemm(shape, &types, operands(i)))?;
+    let plain_us = protocol.time(|i| cublas.gemm(shape, &types, operands(i).0))?;
     let mut lines = vec![format!("{plain_name} {plain_us:.2} µs")];
     let mut lt_best: Option<(f64, LtMatmul, LtCandidate, Buffer)> = None;
     if choices.lt_algorithms > 0 {
@@ -261,7 +288,7 @@ fn prepare_cublas(
                 let mut fastest: Option<(f64, LtCandidate)> = None;
                 for candidate in found {
                     let name = lt.describe(&candidate);
-                    match protocol.time(|i| lt.run(&candidate, operands(i), &workspace)) {
+                    match protocol.time(|i| lt.run(&candidate, operands(i).0, &workspace)) {
                         Ok(us) => {
                             lines.push(format!("{name} {us:.2} µs"));
                             if fastest.is_none_or(|(f, _)| us < f) {

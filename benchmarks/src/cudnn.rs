@@ -18,7 +18,7 @@
 use crate::vendor::{self, Library, VendorError, Version};
 use gpu::cuda::{Buffer, Context};
 use schedule::task::Conv2d;
-use schedule::{DType, Layout, Operator, Task};
+use schedule::{DType, Epilogue, Layout, Operator, Task};
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::OnceLock;
@@ -113,7 +113,21 @@ functions! {
         Handle, *const c_void, Descriptor, *const c_void, Descriptor, *const c_void,
         Descriptor, c_int, *mut c_void, usize, *const c_void, Descriptor, *mut c_void
     ) -> Status;
+    fn cudnnAddTensor(
+        Handle, *const c_void, Descriptor, *const c_void, *const c_void, Descriptor, *mut c_void
+    ) -> Status;
+    fn cudnnCreateActivationDescriptor(*mut Descriptor) -> Status;
+    fn cudnnDestroyActivationDescriptor(Descriptor) -> Status;
+    fn cudnnSetActivationDescriptor(Descriptor, c_int, c_int, f64) -> Status;
+    fn cudnnActivationForward(
+        Handle, Descriptor, *const c_void, Descriptor, *const c_void, *const c_void,
+        Descriptor, *mut c_void
+    ) -> Status;
 }
+
+/// `CUDNN_ACTIVATION_RELU`, `CUDNN_NOT_PROPAGATE_NAN`.
+const ACTIVATION_RELU: c_int = 1;
+const NOT_PROPAGATE_NAN: c_int = 0;
 
 /// The functions of the loaded cuDNN, resolved once.
 fn api() -> Result<&'static Api, VendorError> {
@@ -249,6 +263,11 @@ pub struct CudnnConv {
     w: Descriptor,
     y: Descriptor,
     conv: Descriptor,
+    /// The task's fused epilogue, run after the convolution as a cuDNN user without
+    /// fusion would: `cudnnAddTensor` of a `1×K×1×1` bias (null: no bias), then an
+    /// in-place `cudnnActivationForward` ReLU (null: none).
+    bias: Descriptor,
+    relu: Descriptor,
     math: ConvMath,
     /// The convolution descriptor's current math type (set per algorithm).
     current_math: Cell<MathType>,
@@ -275,7 +294,61 @@ impl CudnnConv {
             });
         };
         let math = ConvMath::for_types(task.dtype, task.out_dtype, task.layout)?;
-        CudnnConv::with_math(ctx, shape, math)
+        let mut conv = CudnnConv::with_math(ctx, shape, math)?;
+        conv.set_epilogue(shape.k, task.epilogue)?;
+        Ok(conv)
+    }
+
+    /// Describes the bias tensor (in the data's type and format) and the ReLU.
+    fn set_epilogue(&mut self, k: u32, epilogue: Epilogue) -> Result<(), VendorError> {
+        let api = self.api;
+        // SAFETY: out-pointers to descriptors owned by `self` (destroyed in `Drop`);
+        // each set call gets the descriptor created just before it.
+        unsafe {
+            if epilogue.bias {
+                check(
+                    api,
+                    "cudnnCreateTensorDescriptor(bias)",
+                    (api.cudnnCreateTensorDescriptor)(&mut self.bias),
+                )?;
+                check(
+                    api,
+                    "cudnnSetTensor4dDescriptor(bias)",
+                    (api.cudnnSetTensor4dDescriptor)(
+                        self.bias,
+                        self.math.format,
+                        self.math.data_type,
+                        1,
+                        int(k),
+                        1,
+                        1,
+                    ),
+                )?;
+            }
+            if epilogue.relu {
+                check(
+                    api,
+                    "cudnnCreateActivationDescriptor",
+                    (api.cudnnCreateActivationDescriptor)(&mut self.relu),
+                )?;
+                check(
+                    api,
+                    "cudnnSetActivationDescriptor",
+                    (api.cudnnSetActivationDescriptor)(
+                        self.relu,
+                        ACTIVATION_RELU,
+                        NOT_PROPAGATE_NAN,
+                        0.0,
+                    ),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the convolution adds a bias (its run needs the bias buffer).
+    pub fn has_bias(&self) -> bool {
+        !self.bias.is_null()
     }
 
     /// Describes `shape` to cuDNN with `math`; work is enqueued on `ctx`'s stream.
@@ -309,6 +382,8 @@ impl CudnnConv {
             w: std::ptr::null_mut(),
             y: std::ptr::null_mut(),
             conv: std::ptr::null_mut(),
+            bias: std::ptr::null_mut(),
+            relu: std::ptr::null_mut(),
             math,
             current_math: Cell::new(math.math),
         };
@@ -484,8 +559,62 @@ impl CudnnConv {
             .collect())
     }
 
-    /// Enqueues `y = conv(x, w)` with `algorithm`.
+    /// Enqueues `y = conv(x, w)` with `algorithm`, then the epilogue the convolution
+    /// was described with (`bias` must be given when it adds one).
     pub fn run(
+        &self,
+        algorithm: &Algorithm,
+        buffers: [&Buffer; 3],
+        bias: Option<&Buffer>,
+        workspace: &Buffer,
+    ) -> Result<(), VendorError> {
+        self.convolve(algorithm, buffers, workspace)?;
+        self.epilogue(buffers[2], bias)
+    }
+
+    fn epilogue(&self, y: &Buffer, bias: Option<&Buffer>) -> Result<(), VendorError> {
+        let api = self.api;
+        let (one, zero) = (1.0f32, 0.0f32);
+        if self.has_bias() {
+            let bias = bias.ok_or_else(|| VendorError::Call {
+                call: "cudnnAddTensor",
+                status: "no bias buffer for a convolution with a bias".to_string(),
+            })?;
+            // SAFETY: live handle and descriptors; `bias` holds K elements and `y` the
+            // output, both of the described type (the caller allocates them per task).
+            check(api, "cudnnAddTensor", unsafe {
+                (api.cudnnAddTensor)(
+                    self.handle,
+                    (&one as *const f32).cast(),
+                    self.bias,
+                    bias.device_ptr() as *const c_void,
+                    (&one as *const f32).cast(),
+                    self.y,
+                    y.device_ptr() as *mut c_void,
+                )
+            })?;
+        }
+        if !self.relu.is_null() {
+            // SAFETY: in-place activation over `y` as described by `self.y`.
+            check(api, "cudnnActivationForward", unsafe {
+                (api.cudnnActivationForward)(
+                    self.handle,
+                    self.relu,
+                    (&one as *const f32).cast(),
+                    self.y,
+                    y.device_ptr() as *const c_void,
+                    (&zero as *const f32).cast(),
+                    self.y,
+                    y.device_ptr() as *mut c_void,
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues `y = conv(x, w)` with `algorithm`, without the epilogue (what the
+    /// benchmark times: see `Baseline::run_timed`).
+    pub fn convolve(
         &self,
         algorithm: &Algorithm,
         buffers: [&Buffer; 3],
@@ -553,6 +682,8 @@ impl Drop for CudnnConv {
         unsafe {
             (api.cudnnDestroyTensorDescriptor)(self.x);
             (api.cudnnDestroyTensorDescriptor)(self.y);
+            (api.cudnnDestroyTensorDescriptor)(self.bias);
+            (api.cudnnDestroyActivationDescriptor)(self.relu);
             (api.cudnnDestroyFilterDescriptor)(self.w);
             (api.cudnnDestroyConvolutionDescriptor)(self.conv);
             (api.cudnnDestroy)(self.handle);

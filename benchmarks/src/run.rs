@@ -190,9 +190,11 @@ impl Session {
                 ..self.options.round_timing()
             },
         };
+        // A set is the inputs, the bias when the task adds one, then the output.
         let operands = |i: usize| {
             let s = sets.set(i);
-            [&s[0], &s[1], &s[2]]
+            let bias = task.epilogue.bias.then(|| &s[2]);
+            ([&s[0], &s[1], sets.output(i)], bias)
         };
         let prepared = baseline::prepare(
             &protocol,
@@ -206,8 +208,10 @@ impl Session {
         let vendor = &prepared.baseline;
         let (vendor_max_abs_error, vendor_ok) = {
             let got = sets.output_of(ctx, |set| {
+                let out = set.last().expect("a set ends with its output");
+                let bias = task.epilogue.bias.then(|| &set[2]);
                 vendor
-                    .run([&set[0], &set[1], &set[2]])
+                    .run(([&set[0], &set[1], out], bias))
                     .map_err(BenchError::from)
             })?;
             let scale = expected
@@ -253,7 +257,7 @@ impl Session {
                     let mut failure = None;
                     let t =
                         timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &round, |i| {
-                            if let Err(e) = vendor.run(operands(i)) {
+                            if let Err(e) = vendor.run_timed(operands(i).0) {
                                 failure.get_or_insert(e);
                             }
                             Ok(())

@@ -84,14 +84,14 @@ fn run_baseline(
         handles: 1,
         lt_algorithms: 4,
     };
-    let prepared = baseline::prepare(&protocol, task, &|_| operands, choices)
+    let prepared = baseline::prepare(&protocol, task, &|_| (operands, None), choices)
         .unwrap_or_else(|e| panic!("{}: {e}", task.key()));
     println!("{}: {}", task.key(), prepared.baseline.describe());
     for line in &prepared.candidates {
         println!("  {line}");
     }
     ctx.poison(operands[2]).unwrap();
-    prepared.baseline.run(operands).unwrap();
+    prepared.baseline.run((operands, None)).unwrap();
     ctx.synchronize().unwrap();
     let got = host::download(ctx, operands[2], out_len, task.out_dtype).unwrap();
     (got, prepared.baseline.describe())
@@ -436,12 +436,12 @@ fn cudnn_float_math_types_and_tf32() {
                 let found = conv.algorithms([&xb, &wb, &yb], &find_ws).unwrap();
                 for a in found {
                     ctx.poison(&yb).unwrap();
-                    conv.run(&a, [&xb, &wb, &yb], &find_ws).unwrap();
+                    conv.run(&a, [&xb, &wb, &yb], None, &find_ws).unwrap();
                     let y = host::download(&ctx, &yb, out_len, DType::F32).unwrap();
                     let rounded = y.iter().zip(&exact).filter(|(g, e)| g != e).count();
                     let t =
                         gpu::timing::time_kernel(&ctx, &spin, device.sm_clock_mhz, &cfg, |_| {
-                            conv.run(&a, [&xb, &wb, &yb], &find_ws).unwrap();
+                            conv.run(&a, [&xb, &wb, &yb], None, &find_ws).unwrap();
                             Ok(())
                         })
                         .unwrap();
