@@ -32,7 +32,10 @@ pub mod validate;
 pub use gpu_spec::GpuSpec;
 pub use ir::{Kernel, LaunchConfig};
 pub use network::{NETWORKS, Workload, network};
-pub use onnx::{InputShape, OnnxError, OnnxModel, import as import_onnx, import_bytes as import_onnx_bytes, parse_input};
+pub use onnx::{
+    InputShape, OnnxError, OnnxModel, import as import_onnx, import_bytes as import_onnx_bytes,
+    parse_input,
+};
 pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};
 pub use state::State;

@@ -44,7 +44,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::str::FromStr;
 use thiserror::Error;
-use tract_onnx::pb::{self, tensor_proto::DataType, tensor_shape_proto::dimension, type_proto};
+use tract_onnx::pb::{
+    self, attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto::dimension,
+    type_proto,
+};
 use tract_onnx::prelude::{InferenceModelExt, OutletId};
 use tract_onnx::tract_hir::infer::InferenceModel;
 
@@ -440,6 +443,24 @@ fn prepare_for_tract(graph: &mut pb::GraphProto) -> Result<(), OnnxError> {
     graph.value_info.clear();
     for node in &graph.node {
         for attr in &node.attribute {
+            let bad = |what: &str| {
+                Err(OnnxError::Malformed(format!(
+                    "attribute '{}' of node '{}' {what}",
+                    attr.name,
+                    node_name(node)
+                )))
+            };
+            match AttributeType::from_i32(attr.r#type) {
+                None => {
+                    return bad(&format!(
+                        "has type {}, which ONNX does not define",
+                        attr.r#type
+                    ));
+                }
+                Some(AttributeType::Tensor) if attr.t.is_none() => return bad("holds no tensor"),
+                Some(AttributeType::Graph) if attr.g.is_none() => return bad("holds no graph"),
+                _ => {}
+            }
             for t in attr.t.iter().chain(&attr.tensors) {
                 if !valid_type(t.data_type) {
                     return Err(OnnxError::Malformed(format!(
@@ -523,7 +544,10 @@ impl Shapes {
                     .cloned()
                     .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_default();
-                Err(OnnxError::Tract(format!("it failed on the model: {}", one_line(&what))))
+                Err(OnnxError::Tract(format!(
+                    "it failed on the model: {}",
+                    one_line(&what)
+                )))
             }
         }
     }
@@ -547,6 +571,9 @@ impl Shapes {
         }
     }
 }
+
+/// Op types with their node counts.
+type OpCounts = Vec<(String, u32)>;
 
 /// A node's use of a tensor: a node index, or the graph's output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -649,7 +676,7 @@ impl<'a> Graph<'a> {
         }
     }
 
-    fn extract(&self) -> Result<(Vec<Workload>, Vec<(String, u32)>), OnnxError> {
+    fn extract(&self) -> Result<(Vec<Workload>, OpCounts), OnnxError> {
         let nodes = &self.graph.node;
         let mut in_task = vec![false; nodes.len()];
         let mut workloads: Vec<Workload> = Vec::new();
@@ -675,7 +702,7 @@ impl<'a> Graph<'a> {
                 }
             }
         }
-        let mut counts: Vec<(String, u32)> = Vec::new();
+        let mut counts: OpCounts = Vec::new();
         for (node, _) in nodes.iter().zip(&in_task).filter(|(_, t)| !**t) {
             let op = if standard(node) {
                 node.op_type.clone()
@@ -927,15 +954,23 @@ impl<'a> Graph<'a> {
             .first()
             .ok_or_else(|| self.node_error(node, "it has no output"))?;
         let kk = k as i64;
-        let (ep, fused) = self.epilogue(out, self.optional_input(node, 2).is_some(), |d| {
-            matches!(d, [kd, 1, 1] | [1, kd, 1, 1] if *kd == kk)
-        });
+        let (ep, fused) = self.epilogue(
+            out,
+            self.optional_input(node, 2).is_some(),
+            |d| matches!(d, [kd, 1, 1] | [1, kd, 1, 1] if *kd == kk),
+        );
         let task = self.task(node, Operator::Conv2d(conv), ep)?;
         Ok(Found::Task(task, fused))
     }
 
     /// A matmul's epilogue: a constant `[N]` or `[1,..,1,N]` of rank at most the output's.
-    fn matmul_epilogue(&self, out: &str, has_bias: bool, n: u64, rank: usize) -> (Epilogue, Vec<usize>) {
+    fn matmul_epilogue(
+        &self,
+        out: &str,
+        has_bias: bool,
+        n: u64,
+        rank: usize,
+    ) -> (Epilogue, Vec<usize>) {
         let n = n as i64;
         self.epilogue(out, has_bias, |d| {
             d.len() <= rank
@@ -959,10 +994,9 @@ impl<'a> Graph<'a> {
             unreachable!("split at rank - 2")
         };
         if ka != kb {
-            return Err(self.node_error(
-                node,
-                format!("A {ashape:?} and B {bshape:?} disagree on K"),
-            ));
+            return Err(
+                self.node_error(node, format!("A {ashape:?} and B {bshape:?} disagree on K"))
+            );
         }
         let product = |dims: &[u64]| dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
         let op = if b_batch.is_empty() {
@@ -1012,10 +1046,7 @@ impl<'a> Graph<'a> {
         let ashape = self.shape(node, a, "A")?;
         let bshape = self.shape(node, b, "B")?;
         let (&[a0, a1], &[b0, b1]) = (&ashape[..], &bshape[..]) else {
-            return Err(self.node_error(
-                node,
-                format!("A {ashape:?} and B {bshape:?} must be 2-D"),
-            ));
+            return Err(self.node_error(node, format!("A {ashape:?} and B {bshape:?} must be 2-D")));
         };
         let flag = |name: &str| attr(node, name).is_some_and(|a| a.i != 0);
         let (m, ka) = if flag("transA") { (a1, a0) } else { (a0, a1) };

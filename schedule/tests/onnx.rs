@@ -125,7 +125,13 @@ impl Model {
         self
     }
 
-    fn node(mut self, op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> Self {
+    fn node(
+        mut self,
+        op: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: Vec<AttributeProto>,
+    ) -> Self {
         self.graph.node.push(NodeProto {
             name: format!("{}_{}", op.to_lowercase(), self.graph.node.len()),
             op_type: op.into(),
@@ -255,11 +261,15 @@ fn auto_pad_same_upper_and_lower_put_the_odd_row_at_opposite_ends() {
     };
     assert_eq!(
         same("SAME_UPPER"),
-        once(&[conv("c=4,h=8,w=8,k=4,r=4,s=4,pad=1,pad_bottom=2,pad_right=2")])
+        once(&[conv(
+            "c=4,h=8,w=8,k=4,r=4,s=4,pad=1,pad_bottom=2,pad_right=2"
+        )])
     );
     assert_eq!(
         same("SAME_LOWER"),
-        once(&[conv("c=4,h=8,w=8,k=4,r=4,s=4,pad=2,pad_bottom=1,pad_right=1")])
+        once(&[conv(
+            "c=4,h=8,w=8,k=4,r=4,s=4,pad=2,pad_bottom=1,pad_right=1"
+        )])
     );
     // SAME_LOWER at stride 2 with a 3x3 kernel on 8: one row at the beginning, which is
     // the plain pad-1 convolution (the end pad changes nothing and leaves the key).
@@ -282,7 +292,12 @@ fn auto_pad_same_upper_and_lower_put_the_odd_row_at_opposite_ends() {
     let valid = model()
         .x(&[1, 4, 8, 8])
         .weight("w", &[4, 4, 3, 3])
-        .node("Conv", &["x", "w"], &["y"], vec![string("auto_pad", "VALID")])
+        .node(
+            "Conv",
+            &["x", "w"],
+            &["y"],
+            vec![string("auto_pad", "VALID")],
+        )
         .output("y")
         .import();
     assert_eq!(valid.workloads, once(&[conv("1,4,8,8,4,3,3,1,0")]));
@@ -342,7 +357,12 @@ fn conv_bias_input_and_relu_fuse() {
         .x(&[1, 3, 8, 8])
         .weight("w", &[16, 3, 3, 3])
         .weight("b", &[16])
-        .node("Conv", &["x", "w", "b"], &["c"], vec![ints("pads", &[1, 1, 1, 1])])
+        .node(
+            "Conv",
+            &["x", "w", "b"],
+            &["c"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        )
         .node("Relu", &["c"], &["y"], vec![])
         .output("y")
         .import();
@@ -413,7 +433,12 @@ fn a_tensor_with_other_consumers_is_not_fused() {
     let m = model()
         .x(&[1, 8, 8, 8])
         .weight("w", &[8, 8, 3, 3])
-        .node("Conv", &["x", "w"], &["c"], vec![ints("pads", &[1, 1, 1, 1])])
+        .node(
+            "Conv",
+            &["x", "w"],
+            &["c"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        )
         .node("Relu", &["c"], &["r"], vec![])
         .node("Add", &["r", "c"], &["y"], vec![])
         .output("y")
@@ -425,7 +450,12 @@ fn a_tensor_with_other_consumers_is_not_fused() {
         .x(&[1, 8, 8, 8])
         .weight("w", &[8, 8, 3, 3])
         .weight("b", &[1, 8, 1, 1])
-        .node("Conv", &["x", "w"], &["c"], vec![ints("pads", &[1, 1, 1, 1])])
+        .node(
+            "Conv",
+            &["x", "w"],
+            &["c"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        )
         .node("Add", &["c", "b"], &["y"], vec![])
         .output("c")
         .output("y")
@@ -531,7 +561,12 @@ fn shapes_through_pooling_flatten_and_reshape_come_from_inference() {
                 ints("pads", &[1, 1, 1, 1]),
             ],
         )
-        .node("Conv", &["p", "w2"], &["c2"], vec![ints("pads", &[1, 1, 1, 1])])
+        .node(
+            "Conv",
+            &["p", "w2"],
+            &["c2"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        )
         .node("GlobalAveragePool", &["c2"], &["g"], vec![])
         .node("Flatten", &["g"], &["f"], vec![])
         .node("Gemm", &["f", "fc"], &["y"], vec![int("transB", 1)])
@@ -565,9 +600,19 @@ fn a_repeated_layer_is_one_task_counted_twice() {
         .weight("w1", &[8, 8, 3, 3])
         .weight("w2", &[8, 8, 3, 3])
         .weight("w3", &[4, 8, 1, 1])
-        .node("Conv", &["x", "w1"], &["a"], vec![ints("pads", &[1, 1, 1, 1])])
+        .node(
+            "Conv",
+            &["x", "w1"],
+            &["a"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        )
         .node("Conv", &["a", "w3"], &["b"], vec![])
-        .node("Conv", &["a", "w2"], &["c"], vec![ints("pads", &[1, 1, 1, 1])])
+        .node(
+            "Conv",
+            &["a", "w2"],
+            &["c"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        )
         .output("b")
         .output("c")
         .import();
@@ -596,7 +641,13 @@ fn a_miniature_resnet_keeps_batch_norm_separate_and_lists_it() {
             .weight(&format!("{p}_v"), &[c])
             .node(
                 "BatchNormalization",
-                &[x, &format!("{p}_s"), &format!("{p}_b"), &format!("{p}_m"), &format!("{p}_v")],
+                &[
+                    x,
+                    &format!("{p}_s"),
+                    &format!("{p}_b"),
+                    &format!("{p}_m"),
+                    &format!("{p}_v"),
+                ],
                 &[y],
                 vec![],
             )
@@ -624,10 +675,20 @@ fn a_miniature_resnet_keeps_batch_norm_separate_and_lists_it() {
                 ints("pads", &[1, 1, 1, 1]),
             ],
         )
-        .node("Conv", &["p0", "w1"], &["c1"], vec![ints("pads", &[1, 1, 1, 1])]);
+        .node(
+            "Conv",
+            &["p0", "w1"],
+            &["c1"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        );
     let m = bn(m, "c1", "n1", 16, "bn1")
         .node("Relu", &["n1"], &["r1"], vec![])
-        .node("Conv", &["r1", "w2"], &["c2"], vec![ints("pads", &[1, 1, 1, 1])]);
+        .node(
+            "Conv",
+            &["r1", "w2"],
+            &["c2"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        );
     let m = bn(m, "c2", "n2", 16, "bn2")
         .node("Add", &["n2", "p0"], &["s"], vec![])
         .node("Relu", &["s"], &["y"], vec![])
@@ -709,7 +770,12 @@ fn a_symbolic_batch_takes_the_batch_and_inputs_fix_shapes() {
         model()
             .input("image", &[D::P("N"), D::V(3), D::P("H"), D::V(16)])
             .weight("w", &[8, 3, 3, 3])
-            .node("Conv", &["image", "w"], &["y"], vec![ints("pads", &[1, 1, 1, 1])])
+            .node(
+                "Conv",
+                &["image", "w"],
+                &["y"],
+                vec![ints("pads", &[1, 1, 1, 1])],
+            )
             .output("y")
             .bytes()
     };
@@ -781,7 +847,10 @@ fn unreadable_and_malformed_models_are_one_line_errors() {
     let missing = dir.join("missing.onnx");
     let err = import(&missing, &[], 1).unwrap_err();
     assert!(matches!(err, OnnxError::Read { .. }), "{err}");
-    assert!(err.to_string().starts_with("cannot read ONNX model "), "{err}");
+    assert!(
+        err.to_string().starts_with("cannot read ONNX model "),
+        "{err}"
+    );
 
     let garbage = dir.join("garbage.onnx");
     std::fs::write(&garbage, b"\xff\xff\xff\xff this is not protobuf\n\n").unwrap();
@@ -843,7 +912,9 @@ fn unreadable_and_malformed_models_are_one_line_errors() {
                 let mut w = zeros("w", &[8, 3, 3, 3]);
                 w.data_type = 99;
                 m.graph.initializer.push(w);
-                m.node("Conv", &["x", "w"], &["y"], vec![]).output("y").bytes()
+                m.node("Conv", &["x", "w"], &["y"], vec![])
+                    .output("y")
+                    .bytes()
             },
             &[],
             1,
@@ -879,11 +950,31 @@ fn unreadable_and_malformed_models_are_one_line_errors() {
         let line = e.to_string();
         assert!(!line.contains('\n') && !line.is_empty(), "{line:?}");
     }
-    assert!(matches!(errors[1], OnnxError::NoGraph { .. }), "{}", errors[1]);
-    assert!(matches!(errors[2], OnnxError::Malformed(_)), "{}", errors[2]);
-    assert!(matches!(errors[3], OnnxError::Malformed(_)), "{}", errors[3]);
-    assert!(matches!(errors[4], OnnxError::NotATensor { .. }), "{}", errors[4]);
-    assert!(matches!(errors[5], OnnxError::Malformed(_)), "{}", errors[5]);
+    assert!(
+        matches!(errors[1], OnnxError::NoGraph { .. }),
+        "{}",
+        errors[1]
+    );
+    assert!(
+        matches!(errors[2], OnnxError::Malformed(_)),
+        "{}",
+        errors[2]
+    );
+    assert!(
+        matches!(errors[3], OnnxError::Malformed(_)),
+        "{}",
+        errors[3]
+    );
+    assert!(
+        matches!(errors[4], OnnxError::NotATensor { .. }),
+        "{}",
+        errors[4]
+    );
+    assert!(
+        matches!(errors[5], OnnxError::Malformed(_)),
+        "{}",
+        errors[5]
+    );
 }
 
 #[test]
@@ -893,7 +984,12 @@ fn arbitrary_bytes_never_panic() {
         .x(&[1, 3, 8, 8])
         .weight("w", &[8, 3, 3, 3])
         .weight("b", &[1, 8, 1, 1])
-        .node("Conv", &["x", "w"], &["c"], vec![ints("pads", &[1, 1, 1, 1])])
+        .node(
+            "Conv",
+            &["x", "w"],
+            &["c"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        )
         .node("Add", &["c", "b"], &["y"], vec![])
         .output("y")
         .bytes();
