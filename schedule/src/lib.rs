@@ -1,13 +1,14 @@
 //! The schedule crate: what is tuned and how a candidate kernel is described.
 //!
 //! Tasks (operators and their generic affine contraction form) and the networks that
-//! group them; states (the multi-level tiling sketch with every factor filled in), their
-//! sampling and validation against a GPU description; lowering of a state to a loop
-//! nest (`lower`) and the transform passes it applies to the nest (`prefetch`: register
-//! prefetch); the tensor-core sketch (`gemm`: a contraction's GEMM view, `mma`: its
-//! tiles and shared layouts, `lower_mma`: its cp.async / ldmatrix / mma.sync nest);
-//! CUDA C generation that only prints the finished nest (`codegen`), and a CPU
-//! interpreter that proves the same nest computes the task's definition (`interp`).
+//! group them, built in or imported from an ONNX model (`onnx`); states (the multi-level
+//! tiling sketch with every factor filled in), their sampling and validation against a
+//! GPU description; lowering of a state to a loop nest (`lower`) and the transform
+//! passes it applies to the nest (`prefetch`: register prefetch); the tensor-core sketch
+//! (`gemm`: a contraction's GEMM view, `mma`: its tiles and shared layouts, `lower_mma`:
+//! its cp.async / ldmatrix / mma.sync nest); CUDA C generation that only prints the
+//! finished nest (`codegen`), and a CPU interpreter that proves the same nest computes
+//! the task's definition (`interp`).
 //! Nothing here needs a GPU.
 
 pub mod codegen;
