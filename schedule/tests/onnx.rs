@@ -1003,3 +1003,112 @@ fn arbitrary_bytes_never_panic() {
     }
     let _ = pb::ModelProto::decode(&bytes[..]).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------
+// Real models: the graphs `benchmarks/onnx/export.py` wrote from torchvision (torch
+// 2.11) with their weights left out in ONNX external data the importer never reads.
+
+fn data(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+#[test]
+fn resnet50_export_gives_the_built_in_network() {
+    let m = import(&data("resnet50.onnx"), &[], 1).unwrap();
+    // Its 53 convolutions in the built-in list's order, then the classifier.
+    let mut expected = network("resnet50", 1).unwrap();
+    expected.push(Workload {
+        task: task("matmul", "1,1000,2048", true, false),
+        count: 1,
+    });
+    assert_eq!(m.workloads, expected);
+    assert_eq!(
+        m.not_tuned_line().as_deref(),
+        Some(
+            "not tuned: 200 Identity, 53 BatchNormalization, 49 Relu, 16 Add, 1 Flatten, \
+             1 GlobalAveragePool, 1 MaxPool"
+        )
+    );
+    assert_eq!(m.inputs[0].to_string(), "input=1,3,224,224");
+}
+
+#[test]
+fn mobilenet_v2_export_gives_depthwise_convs_with_folded_bias() {
+    let m = import(&data("mobilenet_v2.onnx"), &[], 1).unwrap();
+    let conv = |spec: &str, count: u32| Workload {
+        task: task("conv2d", spec, true, false),
+        count,
+    };
+    let dw = |c: u32, hw: u32, stride: u32, count: u32| {
+        conv(
+            &format!("c={c},h={hw},w={hw},k={c},r=3,s=3,stride={stride},pad=1,groups={c}"),
+            count,
+        )
+    };
+    let pw =
+        |c: u32, hw: u32, k: u32, count: u32| conv(&format!("1,{c},{hw},{hw},{k},1,1,1,0"), count);
+    let expected = vec![
+        conv("1,3,224,224,32,3,3,2,1", 1),
+        dw(32, 112, 1, 1),
+        pw(32, 112, 16, 1),
+        pw(16, 112, 96, 1),
+        dw(96, 112, 2, 1),
+        pw(96, 56, 24, 1),
+        pw(24, 56, 144, 2),
+        dw(144, 56, 1, 1),
+        pw(144, 56, 24, 1),
+        dw(144, 56, 2, 1),
+        pw(144, 28, 32, 1),
+        pw(32, 28, 192, 3),
+        dw(192, 28, 1, 2),
+        pw(192, 28, 32, 2),
+        dw(192, 28, 2, 1),
+        pw(192, 14, 64, 1),
+        pw(64, 14, 384, 4),
+        dw(384, 14, 1, 4),
+        pw(384, 14, 64, 3),
+        pw(384, 14, 96, 1),
+        pw(96, 14, 576, 3),
+        dw(576, 14, 1, 2),
+        pw(576, 14, 96, 2),
+        dw(576, 14, 2, 1),
+        pw(576, 7, 160, 1),
+        pw(160, 7, 960, 3),
+        dw(960, 7, 1, 3),
+        pw(960, 7, 160, 2),
+        pw(960, 7, 320, 1),
+        pw(320, 7, 1280, 1),
+        Workload {
+            task: task("matmul", "1,1000,1280", true, false),
+            count: 1,
+        },
+    ];
+    assert_eq!(m.workloads, expected);
+    assert_eq!(
+        m.workloads.iter().map(|w| w.count).sum::<u32>(),
+        53,
+        "52 convolutions and the classifier"
+    );
+    // ReLU6 is a Clip: not fused, listed.
+    assert_eq!(
+        m.not_tuned_line().as_deref(),
+        Some(
+            "not tuned: 70 Constant, 39 Identity, 35 Clip, 10 Add, 1 Flatten, \
+             1 GlobalAveragePool"
+        )
+    );
+    // At batch 8 through --input: every task's batch follows.
+    let m8 = import(
+        &data("mobilenet_v2.onnx"),
+        &[parse_input("input=8,3,224,224").unwrap()],
+        1,
+    )
+    .unwrap();
+    assert!(m8.workloads[0].task.key().starts_with("conv2d_n8_c3_h224"));
+    assert_eq!(
+        m8.workloads.last().unwrap().task.key(),
+        "matmul_m8_n1000_k1280_bias"
+    );
+}
