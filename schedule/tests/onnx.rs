@@ -1112,3 +1112,31 @@ fn mobilenet_v2_export_gives_depthwise_convs_with_folded_bias() {
         "matmul_m8_n1000_k1280_bias"
     );
 }
+
+#[test]
+fn a_shape_tract_cannot_infer_names_the_node_that_needs_it() {
+    let mut m = model().x(&[1, 3, 8, 8]).weight("w", &[8, 3, 3, 3]);
+    m.graph.node.push(NodeProto {
+        name: "mystery".into(),
+        op_type: "Mystery".into(),
+        domain: "com.example".into(),
+        input: vec!["x".into()],
+        output: vec!["m".into()],
+        ..Default::default()
+    });
+    let bytes = m
+        .node("Conv", &["m", "w"], &["y"], vec![])
+        .output("y")
+        .bytes();
+    let err = import_bytes(&bytes, &[], 1).unwrap_err();
+    let line = err.to_string();
+    assert!(
+        matches!(&err, OnnxError::Shape { node, tensor, .. } if node == "conv_1" && tensor == "m"),
+        "{line}"
+    );
+    assert!(
+        line.starts_with("cannot infer the shape of 'm' (data of Conv node 'conv_1'): "),
+        "{line}"
+    );
+    assert!(!line.contains('\n'), "{line}");
+}
