@@ -771,12 +771,20 @@ impl<'a> Graph<'a> {
         tensor: &str,
         role: &'static str,
     ) -> Result<Vec<u64>, OnnxError> {
-        self.shapes.get(tensor).map_err(|reason| OnnxError::Shape {
-            node: node_name(node),
-            op: node.op_type.clone(),
-            tensor: tensor.to_string(),
-            role,
-            reason,
+        self.shapes.get(tensor).map_err(|reason| {
+            // Name where the tensor comes from: usually an op tract does not know.
+            let from = match self.producers.get(tensor).map(|&p| &self.graph.node[p]) {
+                Some(p) if standard(p) => format!(" (from {} node '{}')", p.op_type, node_name(p)),
+                Some(p) => format!(" (from {}.{} node '{}')", p.domain, p.op_type, node_name(p)),
+                None => String::new(),
+            };
+            OnnxError::Shape {
+                node: node_name(node),
+                op: node.op_type.clone(),
+                tensor: tensor.to_string(),
+                role,
+                reason: reason + &from,
+            }
         })
     }
 

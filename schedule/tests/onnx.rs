@@ -1138,5 +1138,9 @@ fn a_shape_tract_cannot_infer_names_the_node_that_needs_it() {
         line.starts_with("cannot infer the shape of 'm' (data of Conv node 'conv_1'): "),
         "{line}"
     );
+    assert!(
+        line.ends_with(" (from com.example.Mystery node 'mystery')"),
+        "{line}"
+    );
     assert!(!line.contains('\n'), "{line}");
 }
