@@ -1,13 +1,14 @@
 //! The schedule crate: what is tuned and how a candidate kernel is described.
 //!
 //! Tasks (operators and their generic affine contraction form) and the networks that
-//! group them; states (the multi-level tiling sketch with every factor filled in), their
-//! sampling and validation against a GPU description; lowering of a state to a loop
-//! nest (`lower`) and the transform passes it applies to the nest (`prefetch`: register
-//! prefetch); the tensor-core sketch (`gemm`: a contraction's GEMM view, `mma`: its
-//! tiles and shared layouts, `lower_mma`: its cp.async / ldmatrix / mma.sync nest);
-//! CUDA C generation that only prints the finished nest (`codegen`), and a CPU
-//! interpreter that proves the same nest computes the task's definition (`interp`).
+//! group them, built in or imported from an ONNX model (`onnx`); states (the multi-level
+//! tiling sketch with every factor filled in), their sampling and validation against a
+//! GPU description; lowering of a state to a loop nest (`lower`) and the transform
+//! passes it applies to the nest (`prefetch`: register prefetch); the tensor-core sketch
+//! (`gemm`: a contraction's GEMM view, `mma`: its tiles and shared layouts, `lower_mma`:
+//! its cp.async / ldmatrix / mma.sync nest); CUDA C generation that only prints the
+//! finished nest (`codegen`), and a CPU interpreter that proves the same nest computes
+//! the task's definition (`interp`).
 //! Nothing here needs a GPU.
 
 pub mod codegen;
@@ -19,6 +20,7 @@ pub mod lower;
 pub mod lower_mma;
 pub mod mma;
 pub mod network;
+pub mod onnx;
 pub mod prefetch;
 pub mod reference;
 pub mod sample;
@@ -31,6 +33,10 @@ pub mod validate;
 pub use gpu_spec::GpuSpec;
 pub use ir::{Kernel, LaunchConfig};
 pub use network::{NETWORKS, Workload, network};
+pub use onnx::{
+    InputShape, OnnxError, OnnxModel, import as import_onnx, import_bytes as import_onnx_bytes,
+    parse_input,
+};
 pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};
 pub use state::State;

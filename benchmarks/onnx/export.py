@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Exports torchvision's ResNet-50 and MobileNetV2 to ONNX for `tilesched --onnx`.
+
+Usage (on a machine with torch, torchvision and onnx; no network, no weights needed):
+
+    python3 benchmarks/onnx/export.py OUT_DIR [--models resnet50 mobilenet_v2]
+
+Writes OUT_DIR/<model>.onnx at batch 1, 3x224x224, opset 17, with the weights in
+OUT_DIR/<model>.onnx.data beside it (ONNX external data): the importer needs only the
+graph, so the small .onnx file alone imports, and the weights stay where they are useful.
+Prints each model's node counts by op type and checks the property each model is for.
+
+- resnet50: BatchNormalization stays a node of its own, so that the convolutions are
+  the plain ones of `--network resnet50` (23 unique, 53 in all, no epilogue). The legacy
+  TorchScript exporter folds BN into the preceding Conv in its eval-mode peephole pass,
+  and in torch 2.x runs that pass only with constant folding on (torch/onnx/utils.py,
+  `_model_to_graph`: `if do_constant_folding and ...: if training is None or training ==
+  TrainingMode.EVAL: _jit_pass_onnx_eval_peephole`), so it exports with
+  `do_constant_folding=False` in eval mode. Where the legacy exporter is gone, the
+  dynamo exporter with `optimize=False` keeps BN as well. Either way the script checks
+  that 53 BatchNormalization nodes came out.
+- mobilenet_v2: the usual inference graph (eval mode, constant folding on): BN folded
+  into the convolutions' bias, ReLU6 as Clip (which tilesched does not fuse).
+"""
+
+import argparse
+import collections
+import os
+import sys
+import warnings
+
+import onnx
+import torch
+import torchvision
+
+OPSET = 17
+SHAPE = (1, 3, 224, 224)
+
+
+def export(model, path, fold_bn):
+    """Exports `model` in eval mode to `path`; returns the exporter used."""
+    model.eval()
+    x = torch.zeros(SHAPE)
+    common = dict(input_names=["input"], output_names=["logits"], opset_version=OPSET)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model,
+                (x,),
+                path,
+                dynamo=False,
+                do_constant_folding=fold_bn,
+                training=torch.onnx.TrainingMode.EVAL,
+                **common,
+            )
+        return "torchscript (dynamo=False, do_constant_folding=%s)" % fold_bn
+    except (TypeError, RuntimeError, ImportError, AttributeError) as e:
+        # torch versions without the legacy exporter.
+        print(f"  legacy exporter unavailable ({type(e).__name__}: {e}); using dynamo")
+        torch.onnx.export(model, (x,), path, dynamo=True, optimize=fold_bn, **common)
+        return "dynamo (optimize=%s)" % fold_bn
+
+
+def op_counts(model):
+    return collections.Counter(node.op_type for node in model.graph.node)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir")
+    parser.add_argument(
+        "--models", nargs="+", default=["resnet50", "mobilenet_v2"],
+        choices=["resnet50", "mobilenet_v2"],
+    )
+    args = parser.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, onnx {onnx.__version__}")
+    failed = False
+    for name in args.models:
+        net = getattr(torchvision.models, name)(weights=None)
+        path = os.path.join(args.out_dir, f"{name}.onnx")
+        tmp = path + ".tmp"
+        how = export(net, tmp, fold_bn=(name != "resnet50"))
+        model = onnx.load(tmp)
+        os.remove(tmp)
+        # Tensors under 1 KiB (shape constants, Clip bounds) stay inline in the graph.
+        data = os.path.basename(path) + ".data"
+        if os.path.exists(os.path.join(args.out_dir, data)):
+            os.remove(os.path.join(args.out_dir, data))
+        onnx.save_model(
+            model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+            location=data, size_threshold=1024,
+        )
+        onnx.checker.check_model(path)
+        counts = op_counts(model)
+        convs = counts.get("Conv", 0)
+        with_bias = sum(
+            1 for n in model.graph.node if n.op_type == "Conv" and len(n.input) > 2 and n.input[2]
+        )
+        print(f"{name}: {how}, opset {model.opset_import[0].version}, "
+              f"{os.path.getsize(path)} bytes of graph")
+        print("  nodes: " + ", ".join(f"{n} {op}" for op, n in counts.most_common()))
+        print(f"  Conv: {convs}, of which with a bias input: {with_bias}")
+        if name == "resnet50":
+            ok = counts.get("BatchNormalization", 0) == 53 and convs == 53 and with_bias == 0
+        else:
+            ok = counts.get("BatchNormalization", 0) == 0 and convs == 52 and with_bias == 52
+        print(f"  check: {'ok' if ok else 'FAILED'}")
+        failed |= not ok
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
