@@ -259,13 +259,18 @@ fn compiling_without_nvrtc_is_one_clear_line() {
 }
 
 /// A deploy cache with one kernel, written through the library as the pipeline would.
-fn deploy_cache(dir: &Path) -> sass_stage::deploy::DeployEntry {
-    use sass_stage::deploy::{DeployCache, NewEntry, Stage, TOOL_VERSION};
+fn deploy_cache(dir: &Path) -> runtime::DeployEntry {
+    use runtime::{DeployCache, NewEntry, Stage, TOOL_VERSION};
     let mut cache = DeployCache::open(dir).unwrap();
     let new = NewEntry {
         gpu: "NVIDIA H100 80GB HBM3".to_string(),
         compute_capability: (9, 0),
         task: "matmul_m512_n512_k512".to_string(),
+        shape: schedule::Task::new(
+            schedule::parse_shape("matmul", "512,512,512").unwrap(),
+            schedule::Epilogue::default(),
+        )
+        .unwrap(),
         kernel: "default_function_kernel".to_string(),
         launch: schedule::LaunchConfig {
             grid: 64,
@@ -308,6 +313,7 @@ fn deploy_lookup_prints_the_cached_kernel() {
     let expected = [
         format!("path: {}", path.display()),
         "kernel: default_function_kernel".to_string(),
+        "params: input: 262144 f32, weight: 262144 f32, output: 262144 f32".to_string(),
         "grid: 64".to_string(),
         "block: 256".to_string(),
         "dynamic_shared_bytes: 32768".to_string(),
@@ -351,7 +357,12 @@ fn deploy_lookup_errors_are_one_line() {
         "{err}"
     );
     let err = lookup(dir, "matmul_m512_n512_k512", "NVIDIA H200", "9.0");
-    assert!(err.contains("no tasks for this GPU"), "{err}");
+    assert!(
+        err.contains("tuned for NVIDIA H100 80GB HBM3 (sm_90), not for this GPU, NVIDIA H200"),
+        "{err}"
+    );
+    let err = lookup(dir, "matmul_m1_n1_k1", "NVIDIA H200", "9.0");
+    assert!(err.contains("no tasks for NVIDIA H200 (sm_90)"), "{err}");
     let err = lookup("/nonexistent/cache", "t", h100, "9.0");
     assert!(err.contains("does not exist"), "{err}");
     let err = lookup(dir, "t", h100, "90");
@@ -463,4 +474,93 @@ fn sass_analyses_a_cubin_and_bad_input_is_one_line_with_nothing_written() {
     assert!(!o.status.success() && err.lines().count() == 1, "{err}");
     assert!(err.contains("nvdisasm not found"), "{err}");
     assert!(!out.exists(), "nothing is written on bad input");
+}
+
+/// The graph of torchvision's ResNet-50 (benchmarks/onnx/export.py, weights left out).
+const RESNET50_ONNX: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/schedule/tests/data/resnet50.onnx"
+);
+
+/// Task lines (key, shape, GFLOP, count) of `workloads` output.
+fn task_lines(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn workloads_of_an_onnx_resnet50_are_those_of_the_network() {
+    let onnx = stdout(&tilesched(&["workloads", "--onnx", RESNET50_ONNX]));
+    let network = stdout(&tilesched(&["workloads", "--network", "resnet50"]));
+    let convs: Vec<String> = task_lines(&onnx)
+        .into_iter()
+        .filter(|l| l.starts_with("conv2d"))
+        .collect();
+    assert_eq!(convs, task_lines(&network), "{onnx}");
+    assert_eq!(convs.len(), 23);
+    let count: u32 = convs
+        .iter()
+        .map(|l| l.split_whitespace().last().unwrap().parse::<u32>().unwrap())
+        .sum();
+    assert_eq!(count, 53);
+    // The classifier is a task too, and what is not tuned is listed, not dropped.
+    assert!(onnx.contains("matmul_m1_n1000_k2048_bias"), "{onnx}");
+    let last = onnx.lines().last().unwrap();
+    assert!(
+        last.starts_with("# not tuned: ") && last.contains("53 BatchNormalization"),
+        "{last}"
+    );
+    // A batch for the model's input; types apply as for a network.
+    let b8 = stdout(&tilesched(&[
+        "workloads",
+        "--onnx",
+        RESNET50_ONNX,
+        "--input",
+        "input=8,3,224,224",
+        "--dtype",
+        "fp16",
+        "--layout",
+        "nhwc",
+    ]));
+    assert!(
+        b8.contains("conv2d_n8_c3_h224_w224_k64_r7_s7_st2_p3_fp16_nhwc "),
+        "{b8}"
+    );
+}
+
+#[test]
+fn onnx_input_errors_are_one_line() {
+    let err = fails(&["workloads", "--onnx", "/nonexistent.onnx"]);
+    assert!(err.contains("/nonexistent.onnx"), "{err}");
+    let err = fails(&[
+        "workloads",
+        "--onnx",
+        RESNET50_ONNX,
+        "--input",
+        "image=1,3,224,224",
+    ]);
+    assert!(err.contains("image") && err.contains("input"), "{err}");
+    let err = fails(&["workloads", "--onnx", RESNET50_ONNX, "--input", "input=1,x"]);
+    assert!(err.contains("not a positive integer"), "{err}");
+    // The model's batch is fixed: --batch alone would be ignored, so it is refused.
+    let err = fails(&["workloads", "--onnx", RESNET50_ONNX, "--batch", "8"]);
+    assert!(err.contains("--input input=8,3,224,224"), "{err}");
+    // --input belongs to --onnx; --onnx and --network exclude each other.
+    fails(&[
+        "workloads",
+        "--network",
+        "resnet",
+        "--input",
+        "input=1,3,224,224",
+    ]);
+    fails(&[
+        "tune",
+        "conv2d",
+        "--network",
+        "resnet",
+        "--onnx",
+        RESNET50_ONNX,
+    ]);
 }

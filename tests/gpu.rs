@@ -620,3 +620,143 @@ fn a_multi_gigabyte_task_prepares_outside_the_candidates_timeout() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Every kernel of each deploy cache in `$TILESCHED_RUNTIME_CACHES` (`:`-separated;
+/// without it, a cache made here from a short tune of a split-K-prone layer and a
+/// matmul) for this GPU, launched through the runtime on the session's stream, must
+/// equal the reference kernel's output bit for bit and cuDNN's (cuBLAS's) to its
+/// rounding. One line per kernel in `$TILESCHED_TEST_OUT/runtime-test.txt`.
+#[test]
+#[ignore = "needs a GPU, cuDNN and cuBLAS (run by scripts/device-check)"]
+fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
+    use benchmarks::run::{Options, OurKernel, Session};
+    use gpu::{Problem, TimingConfig};
+
+    let caches: Vec<PathBuf> = match std::env::var("TILESCHED_RUNTIME_CACHES") {
+        Ok(list) => list.split(':').map(PathBuf::from).collect(),
+        Err(_) => {
+            let cache = out_dir().join("gpu-test-runtime-cache");
+            let _ = std::fs::remove_dir_all(&cache);
+            for (name, shape) in [
+                (
+                    "runtime-conv",
+                    ["conv2d", "--shape", "1,512,7,7,512,3,3,1,1"],
+                ),
+                ("runtime-matmul", ["matmul", "--shape", "333,777,555"]),
+            ] {
+                tune(
+                    name,
+                    &[&shape[..], &["--trials", "16", "--min-time-ms", "2"]].concat(),
+                );
+                let log = out_dir().join(format!("gpu-test-{name}.jsonl"));
+                let o = Command::new(bin())
+                    .args(["deploy", "add", "--log"])
+                    .arg(&log)
+                    .arg("--cache")
+                    .arg(&cache)
+                    .output()
+                    .unwrap();
+                assert!(o.status.success(), "{}", output_text(&o));
+            }
+            vec![cache]
+        }
+    };
+    let options = Options {
+        device: 0,
+        timing: TimingConfig {
+            warmup: 1,
+            min_time_ms: 4.0,
+            min_repeats: 3,
+            max_repeats: 1000,
+        },
+        rounds: 1,
+        cudnn: None,
+        cublas: None,
+        algorithms: 4,
+        seed: 1,
+    };
+    let mut session = Session::new(options).unwrap();
+    let arch = session.device.arch();
+    let mut lines = vec![format!(
+        "# {} ({arch}): every deploy-cache kernel through runtime::Kernel::launch",
+        session.device.name
+    )];
+    let mut failures = Vec::new();
+    let mut kernels = 0;
+    for dir in &caches {
+        let mut rt = runtime::Runtime::open(dir, 0).unwrap();
+        let tasks: Vec<String> = rt.tasks().iter().map(|t| t.to_string()).collect();
+        assert!(
+            !tasks.is_empty(),
+            "{} has no kernels for this GPU",
+            dir.display()
+        );
+        lines.push(format!("## {} ({} kernels)", dir.display(), tasks.len()));
+        for key in tasks {
+            let kernel = rt.kernel(&key).unwrap();
+            let task = kernel.entry().shape.unwrap();
+            session.load_vendor(&task.op).unwrap();
+            let reference = schedule::reference::reference_kernel(&task);
+            let reference = OurKernel {
+                cubin: gpu::compile(&reference.source, &reference.name, &arch)
+                    .unwrap()
+                    .cubin,
+                name: reference.name,
+                launch: reference.launch,
+            };
+            let problem = Problem::for_task(&task, 7);
+            let stream = session.context().raw_stream();
+            let outputs = session
+                .outputs(&task, &problem, &reference, |set| {
+                    let pointers: Vec<u64> = set.iter().map(|b| b.device_ptr()).collect();
+                    // SAFETY: the set holds the task's buffers (inputs, bias, output) of
+                    // exactly the sizes `params()` names, on the session's stream.
+                    unsafe { kernel.launch(&pointers, stream) }
+                        .map_err(|e| benchmarks::run::BenchError::NoGpu(e.to_string()))
+                })
+                .unwrap();
+            let exact = outputs
+                .expected
+                .iter()
+                .zip(&outputs.ours)
+                .all(|(e, o)| e.to_bits() == o.to_bits());
+            let scale = outputs
+                .expected
+                .iter()
+                .fold(1.0f64, |m, v| m.max(f64::from(v.abs())));
+            let max_diff = |a: &[f32], b: &[f32]| {
+                a.iter().zip(b).fold(0.0f64, |m, (x, y)| {
+                    let d = f64::from(x - y).abs();
+                    if d.is_nan() { f64::INFINITY } else { m.max(d) }
+                })
+            };
+            let vendor_vs_ours = max_diff(&outputs.ours, &outputs.vendor);
+            let vendor_ok = max_diff(&outputs.expected, &outputs.vendor) <= 1e-3 * scale;
+            let ok = exact && vendor_ok;
+            let e = kernel.entry();
+            lines.push(format!(
+                "{} {key}: {} (grid {}, block {}, zero_output {}, {:.2} µs tuned): exact {exact}, \
+                 max |ours - vendor| {vendor_vs_ours} (largest |output| {scale}), vendor {}",
+                if ok { "ok  " } else { "FAIL" },
+                e.kernel,
+                e.launch.grid,
+                e.launch.block,
+                e.launch.zero_output,
+                e.final_us,
+                outputs.vendor_routine
+            ));
+            if !ok {
+                failures.push(key.clone());
+            }
+            kernels += 1;
+        }
+    }
+    lines.push(format!(
+        "{} of {kernels} kernels equal the reference exactly and the vendor to its rounding",
+        kernels - failures.len()
+    ));
+    let text = lines.join("\n") + "\n";
+    print!("{text}");
+    std::fs::write(out_dir().join("runtime-test.txt"), &text).unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+}

@@ -250,6 +250,39 @@ fn network_trials_are_shared_and_best_and_export_read_the_log() {
     ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("task nope has no records"));
+
+    // The log's best kernels into a deploy cache, without a GPU; each one is the task's
+    // best record, looked up with its parameters.
+    let cache = tmp.path().join("cache");
+    let cache_s = cache.to_str().unwrap();
+    let out = ok(&["deploy", "add", "--log", log_s, "--cache", cache_s]);
+    assert!(out.contains("5 of 5 tasks"), "{out}");
+    assert_eq!(out.matches(": added").count(), 5, "{out}");
+    let gpu = records[0]["device"]["name"].as_str().unwrap();
+    let cc = &records[0]["device"]["compute_capability"];
+    let cc = format!("{}.{}", cc[0], cc[1]);
+    let entry: Value = serde_json::from_str(&ok(&[
+        "deploy", "lookup", "--cache", cache_s, "--task", task, "--gpu", gpu, "--cc", &cc, "--json",
+    ]))
+    .unwrap();
+    assert_eq!(entry["final_us"].as_f64(), Some(fastest));
+    assert_eq!(entry["stage"], "stage1");
+    assert_eq!(entry["shape"], one[0]["shape"]);
+    assert!(
+        std::fs::read(entry["path"].as_str().unwrap())
+            .unwrap()
+            .starts_with(b"\x7fELF")
+    );
+    // Again: every kernel kept, nothing replaced.
+    let out = ok(&[
+        "deploy", "add", "--log", log_s, "--cache", cache_s, "--task", task,
+    ]);
+    assert!(out.contains("kept the cached"), "{out}");
+    let o = tilesched(&[
+        "deploy", "add", "--log", log_s, "--cache", cache_s, "--task", "nope",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("task nope has no records"));
 }
 
 #[test]

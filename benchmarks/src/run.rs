@@ -280,6 +280,79 @@ impl Session {
     }
 }
 
+/// The three outputs of one task on the same inputs (`Session::outputs`), decoded to f32.
+pub struct Outputs {
+    /// The reference kernel's: exact.
+    pub expected: Vec<f32>,
+    /// The caller's routine's.
+    pub ours: Vec<f32>,
+    /// The vendor's (cuDNN or cuBLAS, at the task's precision).
+    pub vendor: Vec<f32>,
+    /// The vendor routine, as `Baseline::describe` names it.
+    pub vendor_routine: String,
+}
+
+impl Session {
+    /// Runs `run` (which enqueues the task on set 0's buffers: the inputs, the bias if
+    /// any, then the output, on this session's stream, `Context::raw_stream`), the
+    /// reference kernel and the vendor's fastest routine on the same inputs, and returns
+    /// their outputs: for kernels launched by something other than the session, such as
+    /// the runtime.
+    pub fn outputs(
+        &mut self,
+        task: &Task,
+        problem: &Problem,
+        reference: &OurKernel,
+        run: impl FnOnce(&[gpu::cuda::Buffer]) -> Result<(), BenchError>,
+    ) -> Result<Outputs, BenchError> {
+        let ctx = &self.ctx;
+        let sets = BufferSets::new(ctx, problem, &self.device)?;
+        let reference_module = ctx.load(&reference.cubin)?;
+        let reference_fn =
+            reference_module.function(&reference.name, reference.launch.dynamic_shared_bytes)?;
+        let expected = sets.run_reference(ctx, &reference_fn, reference.launch)?;
+        let ours = sets.output_of(ctx, run)?;
+        let spin = self.spin.function("tilesched_spin", 0)?;
+        let protocol = baseline::Protocol {
+            ctx,
+            spin: &spin,
+            sm_clock_mhz: self.device.sm_clock_mhz,
+            timing: TimingConfig {
+                min_time_ms: 2.0,
+                ..self.options.round_timing()
+            },
+        };
+        let operands = |i: usize| {
+            let s = sets.set(i);
+            let bias = task.epilogue.bias.then(|| &s[2]);
+            ([&s[0], &s[1], sets.output(i)], bias)
+        };
+        let prepared = baseline::prepare(
+            &protocol,
+            task,
+            &operands,
+            Choices {
+                algorithms: self.options.algorithms,
+                ..Default::default()
+            },
+        )?;
+        let vendor = sets.output_of(ctx, |set| {
+            let out = set.last().expect("a set ends with its output");
+            let bias = task.epilogue.bias.then(|| &set[2]);
+            prepared
+                .baseline
+                .run(([&set[0], &set[1], out], bias))
+                .map_err(BenchError::from)
+        })?;
+        Ok(Outputs {
+            expected,
+            ours,
+            vendor,
+            vendor_routine: prepared.baseline.describe(),
+        })
+    }
+}
+
 /// What the session measured for one task.
 #[derive(Debug, Clone)]
 pub struct TaskTimes {

@@ -3,8 +3,10 @@
 //! exact control of what is enqueued between two timing events, which cudarc's safe
 //! layer (with per-buffer event tracking and synchronizing drops) does not give.
 //!
-//! Only the measurement worker process uses this module: a faulting kernel poisons the
-//! context, and the process is then ended rather than recovered.
+//! The measurement worker uses it (a faulting kernel poisons the context, and the
+//! process is then ended rather than recovered), as do the benchmarks and the runtime,
+//! which launches deployed kernels on its caller's pointers and streams
+//! (`LoadedKernel`).
 //!
 //! A buffer knows its element type: uploads and downloads take and give f32 values and
 //! encode or decode them (`element`), so that callers compare in f32 whatever the type.
@@ -180,12 +182,7 @@ impl Context {
 
     /// Loads a cubin (or NUL-terminated PTX) image.
     pub fn load(&self, image: &[u8]) -> Result<Module, CudaError> {
-        let mut owned = image.to_vec();
-        owned.push(0); // PTX text must be NUL-terminated; a cubin ignores the extra byte.
-        // SAFETY: `owned` is a complete image that outlives the call.
-        let module = unsafe { result::module::load_data(owned.as_ptr().cast()) }
-            .map_err(err("cuModuleLoadData"))?;
-        Ok(Module { module })
+        load_module(image)
     }
 
     /// Enqueues `function` with the given buffers (and trailing 64-bit scalars) as its
@@ -199,24 +196,9 @@ impl Context {
     ) -> Result<(), CudaError> {
         let mut values: Vec<u64> = buffers.iter().map(|b| b.ptr).collect();
         values.extend_from_slice(scalars);
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| (v as *mut u64).cast::<c_void>())
-            .collect();
-        // SAFETY: the function comes from a live module; each parameter points at a
-        // 64-bit value (a device pointer or scalar) that lives until the call returns,
-        // which is when the driver has copied the parameters.
-        unsafe {
-            result::launch_kernel(
-                function.function,
-                (launch.grid, 1, 1),
-                (launch.block, 1, 1),
-                launch.dynamic_shared_bytes,
-                self.stream,
-                &mut params,
-            )
-        }
-        .map_err(err("cuLaunchKernel"))
+        // SAFETY: the function comes from a live module (the borrow keeps it); the
+        // buffers are live allocations of this context and the stream is its own.
+        unsafe { launch_raw(function.function, launch, &values, self.stream) }
     }
 
     pub fn event(&self) -> Result<Event, CudaError> {
@@ -235,6 +217,16 @@ impl Context {
     pub fn raw_stream(&self) -> sys::CUstream {
         self.stream
     }
+}
+
+/// Loads a cubin (or PTX) image into the current context.
+fn load_module(image: &[u8]) -> Result<Module, CudaError> {
+    let mut owned = image.to_vec();
+    owned.push(0); // PTX text must be NUL-terminated; a cubin ignores the extra byte.
+    // SAFETY: `owned` is a complete image that outlives the call.
+    let module = unsafe { result::module::load_data(owned.as_ptr().cast()) }
+        .map_err(err("cuModuleLoadData"))?;
+    Ok(Module { module })
 }
 
 /// Device memory holding `len` elements of `dtype`, freed on drop.
@@ -273,6 +265,13 @@ impl Module {
     /// The kernel `name`, allowed `shared_bytes` of dynamic shared memory (opting in
     /// above the 48 KB default).
     pub fn function(&self, name: &str, shared_bytes: u32) -> Result<Function<'_>, CudaError> {
+        Ok(Function {
+            function: self.raw_function(name, shared_bytes)?,
+            _module: std::marker::PhantomData,
+        })
+    }
+
+    fn raw_function(&self, name: &str, shared_bytes: u32) -> Result<sys::CUfunction, CudaError> {
         let cname = CString::new(name).map_err(|_| CudaError {
             what: format!("kernel name {name:?}"),
             name: "contains a NUL byte".to_string(),
@@ -291,10 +290,7 @@ impl Module {
             }
             .map_err(err("cuFuncSetAttribute(max dynamic shared memory)"))?;
         }
-        Ok(Function {
-            function,
-            _module: std::marker::PhantomData,
-        })
+        Ok(function)
     }
 }
 
@@ -309,6 +305,91 @@ impl Drop for Module {
 pub struct Function<'m> {
     function: sys::CUfunction,
     _module: std::marker::PhantomData<&'m Module>,
+}
+
+/// A raw CUDA stream handle (`CUstream`) of the current context; null is the legacy
+/// default stream. What callers of `LoadedKernel::launch` pass, from whatever library
+/// created it (cudarc's `CudaStream::cu_stream`, PyTorch's `cuda_stream`, ...).
+pub type RawStream = sys::CUstream;
+
+/// One kernel of a cubin, owning its module: what the runtime keeps per deployed task
+/// and launches on pointers and streams it does not own.
+pub struct LoadedKernel {
+    function: sys::CUfunction,
+    launch: LaunchConfig,
+    _module: Module,
+}
+
+impl LoadedKernel {
+    /// Loads `image` into the current context and looks up kernel `name`, allowing it
+    /// `launch`'s dynamic shared memory.
+    pub fn load(image: &[u8], name: &str, launch: LaunchConfig) -> Result<Self, CudaError> {
+        let module = load_module(image)?;
+        let function = module.raw_function(name, launch.dynamic_shared_bytes)?;
+        Ok(LoadedKernel {
+            function,
+            launch,
+            _module: module,
+        })
+    }
+
+    /// Enqueues the kernel on `stream` with `params` (device pointers and 64-bit
+    /// scalars, in the kernel's parameter order), after zeroing `zero` (a device pointer
+    /// and a size in bytes) on the same stream when given.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer in `params` and `zero` must be a live device allocation of the
+    /// current context, at least as large as the kernel reads or writes through it, and
+    /// `stream` a live stream of that context (or null).
+    pub unsafe fn launch(
+        &self,
+        params: &[u64],
+        zero: Option<(u64, usize)>,
+        stream: RawStream,
+    ) -> Result<(), CudaError> {
+        if let Some((ptr, bytes)) = zero {
+            // SAFETY: the caller guarantees `ptr` holds `bytes` bytes and `stream` is live.
+            unsafe { result::memset_d8_async(ptr, 0, bytes, stream) }
+                .map_err(err("cuMemsetD8Async"))?;
+        }
+        // SAFETY: the function lives as long as its module, which `self` owns; the caller
+        // guarantees the parameters and the stream.
+        unsafe { launch_raw(self.function, self.launch, params, stream) }
+    }
+}
+
+/// Enqueues `function` with `values` (each a 64-bit parameter) on `stream`.
+///
+/// # Safety
+///
+/// `function` must belong to a loaded module, the values must be what its parameters
+/// expect, and `stream` a live stream of the current context (or null).
+unsafe fn launch_raw(
+    function: sys::CUfunction,
+    launch: LaunchConfig,
+    values: &[u64],
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
+    let mut values = values.to_vec();
+    let mut params: Vec<*mut c_void> = values
+        .iter_mut()
+        .map(|v| (v as *mut u64).cast::<c_void>())
+        .collect();
+    // SAFETY: each parameter points at a 64-bit value that lives until the call
+    // returns, which is when the driver has copied the parameters; the caller
+    // guarantees the function and the stream.
+    unsafe {
+        result::launch_kernel(
+            function,
+            (launch.grid, 1, 1),
+            (launch.block, 1, 1),
+            launch.dynamic_shared_bytes,
+            stream,
+            &mut params,
+        )
+    }
+    .map_err(err("cuLaunchKernel"))
 }
 
 /// A timing event, destroyed on drop.

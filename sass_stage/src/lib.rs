@@ -9,12 +9,11 @@
 //! `legality` says which reorderings keep every dependency, `agents` search among
 //! them, `measure` validates and times candidates on the GPU, `stage` runs the agents
 //! on one kernel and keeps the fastest, `run` runs the stage over a log's kernels and
-//! writes their files, `report` renders the run's table, and `deploy` stores final
-//! kernels for lookup.
+//! writes their files (and stores final kernels in the `runtime` crate's deploy cache),
+//! and `report` renders the run's table.
 
 pub mod agents;
 pub mod decode;
-pub mod deploy;
 pub mod legality;
 pub mod measure;
 pub mod report;
@@ -38,4 +37,6 @@ pub enum SassError {
     },
     #[error("{0}: stage 2: {1}")]
     Kernel(String, Box<SassError>),
+    #[error(transparent)]
+    Deploy(#[from] runtime::RuntimeError),
 }

@@ -10,7 +10,6 @@ use crate::SassError;
 use crate::agents::model::EditModel;
 use crate::agents::objective::Evaluation;
 use crate::decode::cubin::{Cubin, KernelText};
-use crate::deploy::{DeployCache, NewEntry, Stage, Stored};
 use crate::legality::analysis::Kernel;
 use crate::legality::order::Order;
 use crate::measure::GpuObjective;
@@ -21,6 +20,7 @@ use crate::stage::{
 };
 use gpu::protocol::KernelImage;
 use gpu::{DeviceInfo, Pool, PoolError, Problem, WorkerCommand};
+use runtime::{DeployCache, NewEntry, Stage, Stored};
 use schedule::{LaunchConfig, Task};
 use std::path::{Path, PathBuf};
 
@@ -265,6 +265,7 @@ fn run_kernels(
                     gpu: pool.devices()[0].name.clone(),
                     compute_capability: pool.devices()[0].compute_capability,
                     task: key.clone(),
+                    shape: p.task,
                     kernel: p.name.clone(),
                     launch: p.launch,
                     stage1_us: row.result.stage1_us,
@@ -274,7 +275,7 @@ fn run_kernels(
                     } else {
                         Stage::Stage1
                     },
-                    created_by: crate::deploy::TOOL_VERSION.to_string(),
+                    created_by: runtime::TOOL_VERSION.to_string(),
                 },
                 &optimized,
             )?),

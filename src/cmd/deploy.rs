@@ -1,16 +1,38 @@
-//! `tilesched deploy lookup --cache DIR --task KEY [--gpu NAME --cc MAJOR.MINOR] [--json]`:
-//! the deployed kernel of a task for this GPU (or the named one) from a deploy cache: its
-//! cubin's absolute path and how to launch it. Reads the cache only; never searches or
-//! compiles, and refuses a cubin whose hash does not match the index.
+//! The deploy cache from the command line (`runtime` does the work):
+//!
+//! - `tilesched deploy lookup --cache DIR --task KEY [--gpu NAME --cc MAJOR.MINOR]
+//!   [--json]`: the deployed kernel of a task for this GPU (or the named one): its
+//!   cubin's absolute path, parameters and how to launch it. Reads the cache only; never
+//!   searches or compiles, and refuses a cubin whose hash does not match the index.
+//! - `tilesched deploy add --log FILE --cache DIR [--task KEY]...`: stores the best
+//!   stage-1 kernel of each task of a tuning log (regenerated and compiled for the
+//!   architecture it was measured on; no GPU needed), for a deploy cache without running
+//!   the second stage. A faster kernel already cached is kept.
 
 use anyhow::{Result, anyhow, bail};
-use sass_stage::deploy::{DeployCache, gpu_label};
+use records::{best_kernel, read_log};
+use runtime::{DeployCache, NewEntry, Stage, StoreAction, gpu_label, lookup as find, params_of};
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Print the cached best kernel of a task for a GPU (path, launch, times).
+    /// Print the cached best kernel of a task for a GPU (path, parameters, launch, times).
     Lookup(LookupArgs),
+    /// Store the best stage-1 kernel of each task of a tuning log.
+    Add(AddArgs),
+}
+
+#[derive(clap::Args)]
+pub struct AddArgs {
+    /// Tuning log to read (.jsonl or .jsonl.gz).
+    #[arg(long)]
+    log: PathBuf,
+    /// Deploy cache directory (created if missing).
+    #[arg(long)]
+    cache: PathBuf,
+    /// Only these tasks (repeatable); every task of the log when omitted.
+    #[arg(long)]
+    task: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -35,7 +57,91 @@ pub struct LookupArgs {
 pub fn run(command: Command) -> Result<()> {
     match command {
         Command::Lookup(args) => lookup(args),
+        Command::Add(args) => add(args),
     }
+}
+
+fn add(args: AddArgs) -> Result<()> {
+    let log = read_log(&args.log)?;
+    if let Some(w) = log.warning(&args.log) {
+        eprintln!("{w}");
+    }
+    let mut tasks: Vec<String> = Vec::new();
+    for r in &log.records {
+        if !tasks.contains(&r.task) {
+            tasks.push(r.task.clone());
+        }
+    }
+    if !args.task.is_empty() {
+        if let Some(missing) = args.task.iter().find(|t| !tasks.contains(t)) {
+            bail!("task {missing} has no records in {}", args.log.display());
+        }
+        tasks = args.task.clone();
+    }
+    if tasks.is_empty() {
+        bail!("{} holds no records", args.log.display());
+    }
+    std::fs::create_dir_all(&args.cache)
+        .map_err(|e| anyhow!("cannot create deploy cache {}: {e}", args.cache.display()))?;
+    let _lock = crate::lock::exclusive(&args.cache, "deploy cache")?;
+    let mut cache = DeployCache::open(&args.cache)?;
+    let mut failed = 0;
+    for task in &tasks {
+        let (best, compiled) = match best_kernel(&log.records, task, &args.log) {
+            Ok(found) => found,
+            Err(e) => {
+                eprintln!("{task}: not stored: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        for error in &best.passed_over {
+            eprintln!("warning: passed over a faster record: {error}");
+        }
+        if let Some(stale) = &best.stale {
+            eprintln!("warning: {task}: {stale}");
+        }
+        let record = best.record;
+        let us = record.median_us().expect("best records are correct ones");
+        let stored = cache.store(
+            NewEntry {
+                gpu: record.device.name.clone(),
+                compute_capability: record.device.compute_capability,
+                task: task.clone(),
+                shape: record.shape,
+                kernel: best.kernel.name.clone(),
+                launch: best.kernel.launch,
+                stage1_us: us,
+                final_us: us,
+                stage: Stage::Stage1,
+                created_by: runtime::TOOL_VERSION.to_string(),
+            },
+            &compiled.cubin,
+        )?;
+        let what = match stored.action {
+            StoreAction::Added => "added".to_string(),
+            StoreAction::Replaced { previous_final_us } => {
+                format!("replaced the {previous_final_us:.2} µs kernel")
+            }
+            StoreAction::KeptExisting => {
+                format!("kept the cached {:.2} µs kernel", stored.entry.final_us)
+            }
+        };
+        println!(
+            "{task}: {us:.2} µs on {}: {what}",
+            gpu_label(&record.device.name, record.device.compute_capability)
+        );
+    }
+    println!(
+        "{} of {} tasks in {}",
+        tasks.len() - failed,
+        tasks.len(),
+        cache.dir().display()
+    );
+    if failed > 0 {
+        bail!("{failed} task(s) have no kernel to store");
+    }
+    Ok(())
 }
 
 fn lookup(args: LookupArgs) -> Result<()> {
@@ -44,20 +150,7 @@ fn lookup(args: LookupArgs) -> Result<()> {
         (Some(gpu), Some(cc)) => (gpu, cc),
         _ => current_gpu()?,
     };
-    let Some(entry) = cache.lookup(&gpu, cc, &args.task) else {
-        let tasks = cache.tasks_for(&gpu, cc);
-        let has = if tasks.is_empty() {
-            "it has no tasks for this GPU".to_string()
-        } else {
-            format!("its tasks for this GPU: {}", tasks.join(", "))
-        };
-        bail!(
-            "no deployed kernel for task {} on {} in {}; {has}",
-            args.task,
-            gpu_label(&gpu, cc),
-            cache.dir().display()
-        );
-    };
+    let entry = find(&cache, &gpu, cc, &args.task)?;
     cache.verify(entry)?;
     let path = cache.path_of(entry);
     if args.json {
@@ -73,6 +166,13 @@ fn lookup(args: LookupArgs) -> Result<()> {
         let l = &entry.launch;
         println!("path: {}", path.display());
         println!("kernel: {}", entry.kernel);
+        match params_of(entry) {
+            Ok(params) => {
+                let params: Vec<String> = params.iter().map(|p| p.to_string()).collect();
+                println!("params: {}", params.join(", "));
+            }
+            Err(why) => println!("params: unknown ({why})"),
+        }
         println!("grid: {}", l.grid);
         println!("block: {}", l.block);
         println!("dynamic_shared_bytes: {}", l.dynamic_shared_bytes);

@@ -1,10 +1,15 @@
-//! Resolving the tasks a command is about: one `--shape`, or a network's tasks of one
-//! operator.
+//! Resolving the tasks a command is about: one `--shape`, a network's tasks of one
+//! operator, or those of an ONNX model.
 
 use anyhow::{Result, bail};
-use schedule::{DType, Epilogue, Layout, OPERATORS, Task, Workload, network, parse_shape};
+use schedule::{
+    DType, Epilogue, InputShape, Layout, OPERATORS, OnnxModel, Task, Workload, import_onnx,
+    network, parse_input, parse_shape,
+};
+use std::path::{Path, PathBuf};
 
-/// `--network NAME` or `--shape SPEC` (exactly one), with the shape's epilogue.
+/// `--network NAME`, `--shape SPEC` or `--onnx FILE` (exactly one), with the shape's
+/// epilogue.
 #[derive(clap::Args, Debug)]
 #[group(required = true, multiple = false, id = "tasks")]
 pub struct TaskArgs {
@@ -16,6 +21,47 @@ pub struct TaskArgs {
     /// B,M,N,K for batch_matmul; repeat it for several tasks.
     #[arg(long)]
     pub shape: Vec<String>,
+    /// The tasks of an ONNX model: every Conv, MatMul and Gemm (with a following bias
+    /// add and Relu fused), counted; nodes it does not tune are listed.
+    #[arg(long, value_name = "FILE")]
+    pub onnx: Option<PathBuf>,
+    /// Fix an ONNX input's shape, NAME=N,C,H,W (repeatable); inputs not named keep the
+    /// model's shape, a symbolic batch taking --batch.
+    #[arg(long = "input", value_name = "NAME=DIMS", requires = "onnx", value_parser = parse_input_arg)]
+    pub inputs: Vec<InputShape>,
+}
+
+fn parse_input_arg(spec: &str) -> Result<InputShape, String> {
+    parse_input(spec).map_err(|e| e.to_string())
+}
+
+/// The model's tasks (every operator), with the batch applied where it can be: a
+/// `--batch` other than 1 that no input takes (every batch is fixed in the model) is an
+/// error naming the `--input` to give instead, not silently ignored.
+pub fn onnx_model(path: &Path, inputs: &[InputShape], batch: u32) -> Result<OnnxModel> {
+    let model = import_onnx(path, inputs, batch)?;
+    if batch != 1
+        && inputs.is_empty()
+        && !model.inputs.iter().any(|i| i.shape.first() == Some(&batch))
+    {
+        let hint = model
+            .inputs
+            .iter()
+            .map(|i| {
+                let mut dims: Vec<String> = i.shape.iter().map(u32::to_string).collect();
+                if let Some(first) = dims.first_mut() {
+                    *first = batch.to_string();
+                }
+                format!("--input {}={}", i.name, dims.join(","))
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        bail!(
+            "--batch {batch} does not apply to {}: its inputs have a fixed batch; give {hint}",
+            path.display()
+        );
+    }
+    Ok(model)
 }
 
 /// Element types and layout of the tasks (`--dtype`, `--out-dtype`, `--layout`).
@@ -84,16 +130,55 @@ pub fn resolve(
         };
         return Ok((tasks, name));
     }
+    if let Some(path) = &args.onnx {
+        let model = onnx_model(path, &args.inputs, batch)?;
+        let (mine, others): (Vec<Workload>, Vec<Workload>) = model
+            .workloads
+            .iter()
+            .cloned()
+            .partition(|w| of_op(&w.task, op));
+        if let Some(line) = model.not_tuned_line() {
+            eprintln!("{}: {line}", path.display());
+        }
+        if !others.is_empty() {
+            eprintln!(
+                "{}: also {} task(s) of other operators ({}), not part of this {op} run",
+                path.display(),
+                others.len(),
+                others
+                    .iter()
+                    .map(|w| w.task.op.name())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let tasks = mine
+            .into_iter()
+            .map(|w| {
+                Ok(Workload {
+                    task: types.apply(w.task)?,
+                    ..w
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if tasks.is_empty() {
+            bail!("{} has no {op} tasks", path.display());
+        }
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".to_string());
+        return Ok((tasks, format!("{op}-{stem}")));
+    }
     let name = args
         .network
         .as_deref()
-        .expect("clap requires one of the two");
+        .expect("clap requires one of the three");
     let tasks: Vec<Workload> = network(name, batch)?
         .into_iter()
-        .filter(|w| {
-            let t = w.task.op.name();
-            t == op || (op == "matmul" && t == "batch_matmul")
-        })
+        .filter(|w| of_op(&w.task, op))
         .map(|w| {
             Ok(Workload {
                 task: types.apply(w.task)?,
@@ -105,4 +190,10 @@ pub fn resolve(
         bail!("network '{name}' has no {op} tasks");
     }
     Ok((tasks, format!("{op}-{name}")))
+}
+
+/// Whether `task` belongs to a run of operator `op` (`matmul` runs take batch matmuls).
+fn of_op(task: &Task, op: &str) -> bool {
+    let t = task.op.name();
+    t == op || (op == "matmul" && t == "batch_matmul")
 }

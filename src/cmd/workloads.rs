@@ -1,15 +1,25 @@
-//! `tilesched workloads [--network NAME] [--batch N]`: one task per line with its key,
-//! shape, GFLOP and count in the network. Lines starting with `#` are headers.
+//! `tilesched workloads [--network NAME | --onnx FILE [--input NAME=DIMS]] [--batch N]`:
+//! one task per line with its key, shape, GFLOP and count in the network or model.
+//! Lines starting with `#` are headers; for a model, a last `#` line lists the nodes it
+//! does not tune.
 
-use crate::cmd::tasks::TypeArgs;
+use crate::cmd::tasks::{TypeArgs, onnx_model};
 use anyhow::Result;
-use schedule::{NETWORKS, Workload, network};
+use schedule::{InputShape, NETWORKS, Workload, network, parse_input};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Network to list (resnet, resnet50, resnet18, yolo, bert-base); all when omitted.
-    #[arg(long)]
+    /// Network to list (resnet, resnet50, resnet18, mobilenet_v2, yolo, bert-base); all
+    /// when omitted.
+    #[arg(long, conflicts_with = "onnx")]
     network: Option<String>,
+    /// The tasks of an ONNX model instead (every Conv, MatMul and Gemm).
+    #[arg(long, value_name = "FILE")]
+    onnx: Option<PathBuf>,
+    /// Fix an ONNX input's shape, NAME=N,C,H,W (repeatable).
+    #[arg(long = "input", value_name = "NAME=DIMS", requires = "onnx", value_parser = parse_input_arg)]
+    inputs: Vec<InputShape>,
     /// Batch size.
     #[arg(long, default_value_t = 1)]
     batch: u32,
@@ -17,7 +27,31 @@ pub struct Args {
     types: TypeArgs,
 }
 
+fn parse_input_arg(spec: &str) -> Result<InputShape, String> {
+    parse_input(spec).map_err(|e| e.to_string())
+}
+
 pub fn run(args: Args) -> Result<()> {
+    if let Some(path) = &args.onnx {
+        let model = onnx_model(path, &args.inputs, args.batch)?;
+        let workloads = model
+            .workloads
+            .iter()
+            .map(|w| {
+                Ok(Workload {
+                    task: args.types.apply(w.task)?,
+                    ..w.clone()
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let inputs: Vec<String> = model.inputs.iter().map(|i| i.to_string()).collect();
+        let label = format!("{} ({})", path.display(), inputs.join(" "));
+        print_set(&label, None, &workloads);
+        if let Some(line) = model.not_tuned_line() {
+            println!("# {line}");
+        }
+        return Ok(());
+    }
     let names: Vec<&str> = match &args.network {
         Some(name) => vec![name.as_str()],
         None => NETWORKS.to_vec(),
@@ -39,22 +73,30 @@ pub fn run(args: Args) -> Result<()> {
         })
         .collect::<Result<Vec<_>>>()?;
     for (name, workloads) in sets {
-        let layers: u32 = workloads.iter().map(|w| w.count).sum();
-        let gflop: f64 = workloads
-            .iter()
-            .map(|w| w.task.flops() as f64 * f64::from(w.count))
-            .sum::<f64>()
-            / 1e9;
+        print_set(name, Some(args.batch), &workloads);
+    }
+    Ok(())
+}
+
+/// A header with the set's totals, then one line per task.
+fn print_set(name: &str, batch: Option<u32>, workloads: &[Workload]) {
+    let layers: u32 = workloads.iter().map(|w| w.count).sum();
+    let gflop: f64 = workloads
+        .iter()
+        .map(|w| w.task.flops() as f64 * f64::from(w.count))
+        .sum::<f64>()
+        / 1e9;
+    {
+        let batch = batch.map(|b| format!(", batch {b}")).unwrap_or_default();
         println!(
-            "# {name}, batch {}: {} tasks, {layers} layers, {gflop:.3} GFLOP per pass",
-            args.batch,
+            "# {name}{batch}: {} tasks, {layers} layers, {gflop:.3} GFLOP per pass",
             workloads.len()
         );
         println!(
             "{:<56} {:<26} {:>9} {:>5}",
             "# key", "shape", "GFLOP", "count"
         );
-        for w in &workloads {
+        for w in workloads {
             println!(
                 "{:<56} {:<26} {:>9.4} {:>5}",
                 w.task.key(),
@@ -64,5 +106,4 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
     }
-    Ok(())
 }

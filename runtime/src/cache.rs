@@ -19,10 +19,11 @@
 //! its final name, and the cubin is in place before the index that names it: an
 //! interrupted store leaves either the old index or the new one, never a broken one (at
 //! worst an unreferenced cubin). One writer at a time: two processes storing into the same
-//! cache concurrently do not corrupt it, but the last index written wins.
+//! cache concurrently do not corrupt it, but the last index written wins (the command
+//! line holds a lock on the directory while it writes).
 
-use crate::SassError;
-use schedule::LaunchConfig;
+use crate::RuntimeError;
+use gpu::{LaunchConfig, Task};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -68,6 +69,11 @@ pub struct DeployEntry {
     pub compute_capability: (u32, u32),
     /// Task key, as `tilesched workloads` prints it.
     pub task: String,
+    /// The task itself (operator, shape, types, epilogue): what the kernel's parameters
+    /// are. Absent from entries written before it was recorded; the runtime refuses to
+    /// launch those.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Task>,
     /// Name of the kernel function inside the cubin.
     pub kernel: String,
     pub launch: LaunchConfig,
@@ -90,6 +96,8 @@ pub struct NewEntry {
     pub gpu: String,
     pub compute_capability: (u32, u32),
     pub task: String,
+    /// The task; its key must be `task`.
+    pub shape: Task,
     pub kernel: String,
     pub launch: LaunchConfig,
     pub stage1_us: f64,
@@ -139,22 +147,22 @@ impl DeployCache {
 
     /// Opens the cache in `dir`, creating the directory (and an empty cache) if missing.
     /// A corrupt `index.json` is an error, never silently replaced.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Self, SassError> {
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, RuntimeError> {
         let dir = dir.as_ref();
         fs::create_dir_all(dir.join(CUBIN_DIR)).map_err(|e| {
-            SassError::Input(format!("cannot create deploy cache {}: {e}", dir.display()))
+            RuntimeError::Cache(format!("cannot create deploy cache {}: {e}", dir.display()))
         })?;
         Self::load(dir)
     }
 
     /// Reads the cache in the existing directory `dir`, writing nothing: a missing
     /// directory is an error, a directory without `index.json` an empty cache.
-    pub fn load(dir: impl AsRef<Path>) -> Result<Self, SassError> {
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, RuntimeError> {
         let dir = dir.as_ref();
         let dir = std::path::absolute(dir)
-            .map_err(|e| SassError::Input(format!("deploy cache {}: {e}", dir.display())))?;
+            .map_err(|e| RuntimeError::Cache(format!("deploy cache {}: {e}", dir.display())))?;
         if !dir.is_dir() {
-            return Err(SassError::Input(format!(
+            return Err(RuntimeError::Cache(format!(
                 "deploy cache {} does not exist (or is not a directory)",
                 dir.display()
             )));
@@ -169,14 +177,14 @@ impl DeployCache {
                 });
             }
             Err(e) => {
-                return Err(SassError::Input(format!(
+                return Err(RuntimeError::Cache(format!(
                     "cannot read {}: {e}",
                     index_path.display()
                 )));
             }
         };
         let corrupt = |why: String| {
-            SassError::Input(format!(
+            RuntimeError::Cache(format!(
                 "deploy cache index {} is corrupt ({why}); move it aside to start an empty cache",
                 index_path.display()
             ))
@@ -244,10 +252,10 @@ impl DeployCache {
     }
 
     /// Checks that the entry's cubin exists and has the recorded sha256; returns its bytes.
-    pub fn verify(&self, entry: &DeployEntry) -> Result<Vec<u8>, SassError> {
+    pub fn verify(&self, entry: &DeployEntry) -> Result<Vec<u8>, RuntimeError> {
         let path = self.path_of(entry);
         let bytes = fs::read(&path).map_err(|e| {
-            SassError::Input(format!(
+            RuntimeError::Cache(format!(
                 "cubin of task {} on {} is unreadable: {}: {e}",
                 entry.task,
                 gpu_label(&entry.gpu, entry.compute_capability),
@@ -256,7 +264,7 @@ impl DeployCache {
         })?;
         let found = sha256_hex(&bytes);
         if found != entry.sha256 {
-            return Err(SassError::Input(format!(
+            return Err(RuntimeError::Cache(format!(
                 "cubin {} does not match its recorded sha256 (expected {}, found {found}): \
                  the file was modified; store the kernel again",
                 path.display(),
@@ -269,7 +277,7 @@ impl DeployCache {
     /// Stores `cubin` as the kernel of (`new.gpu`, `new.compute_capability`, `new.task`)
     /// unless the cache already holds one for it that is as fast or faster (lower or equal
     /// `final_us`): only a strictly faster kernel replaces an entry.
-    pub fn store(&mut self, new: NewEntry, cubin: &[u8]) -> Result<Stored, SassError> {
+    pub fn store(&mut self, new: NewEntry, cubin: &[u8]) -> Result<Stored, RuntimeError> {
         validate(&new, cubin)?;
         let existing = self.entries.iter().position(|e| {
             e.gpu == new.gpu && e.compute_capability == new.compute_capability && e.task == new.task
@@ -291,14 +299,16 @@ impl DeployCache {
             cubin_file_name(&new.gpu, new.compute_capability, &new.task, &sha256)
         );
         let cubin_dir = self.dir.join(CUBIN_DIR);
-        fs::create_dir_all(&cubin_dir)
-            .map_err(|e| SassError::Input(format!("cannot create {}: {e}", cubin_dir.display())))?;
+        fs::create_dir_all(&cubin_dir).map_err(|e| {
+            RuntimeError::Cache(format!("cannot create {}: {e}", cubin_dir.display()))
+        })?;
         write_atomic(&self.dir.join(&cubin_name), cubin)?;
 
         let entry = DeployEntry {
             gpu: new.gpu,
             compute_capability: new.compute_capability,
             task: new.task,
+            shape: Some(new.shape),
             kernel: new.kernel,
             launch: new.launch,
             cubin: cubin_name,
@@ -324,7 +334,7 @@ impl DeployCache {
             entries,
         };
         let mut text = serde_json::to_string_pretty(&index)
-            .map_err(|e| SassError::Input(format!("cannot encode the deploy index: {e}")))?;
+            .map_err(|e| RuntimeError::Cache(format!("cannot encode the deploy index: {e}")))?;
         text.push('\n');
         write_atomic(&self.dir.join(INDEX_FILE), text.as_bytes())?;
         self.entries = index.entries;
@@ -354,13 +364,20 @@ fn same_key(a: &DeployEntry, b: &DeployEntry) -> bool {
     a.gpu == b.gpu && a.compute_capability == b.compute_capability && a.task == b.task
 }
 
-fn validate(new: &NewEntry, cubin: &[u8]) -> Result<(), SassError> {
-    let bad = |what: String| Err(SassError::Input(format!("cannot deploy: {what}")));
+fn validate(new: &NewEntry, cubin: &[u8]) -> Result<(), RuntimeError> {
+    let bad = |what: String| Err(RuntimeError::Cache(format!("cannot deploy: {what}")));
     if new.gpu.trim().is_empty() {
         return bad("the GPU name is empty".into());
     }
     if new.task.trim().is_empty() {
         return bad("the task key is empty".into());
+    }
+    if new.shape.key() != new.task {
+        return bad(format!(
+            "the task key {} is not the key of its shape, {}",
+            new.task,
+            new.shape.key()
+        ));
     }
     if new.kernel.trim().is_empty() {
         return bad(format!("the kernel name of task {} is empty", new.task));
@@ -431,7 +448,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, flushed to
 /// disk, then renamed over `path`: readers see the old file or the new one, never part.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SassError> {
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     let file_name = path
@@ -457,7 +474,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SassError> {
     })();
     result.map_err(|e| {
         let _ = fs::remove_file(&tmp);
-        SassError::Input(format!("cannot write {}: {e}", path.display()))
+        RuntimeError::Cache(format!("cannot write {}: {e}", path.display()))
     })
 }
 
@@ -474,11 +491,17 @@ mod tests {
         c
     }
 
+    fn shape() -> Task {
+        let op = schedule::parse_shape("conv2d", "1,64,56,56,64,3,3,1,1").unwrap();
+        Task::new(op, Default::default()).unwrap()
+    }
+
     fn new(gpu: &str, task: &str, final_us: f64) -> NewEntry {
         NewEntry {
             gpu: gpu.to_string(),
             compute_capability: (9, 0),
             task: task.to_string(),
+            shape: shape(),
             kernel: "default_function_kernel".to_string(),
             launch: LaunchConfig {
                 grid: 392,
@@ -513,6 +536,7 @@ mod tests {
         let e = cache.lookup(H100, (9, 0), TASK).unwrap();
         assert_eq!(e, &stored.entry);
         assert_eq!(e.stage, Stage::Sass);
+        assert_eq!(e.shape, Some(shape()));
         assert_eq!(e.launch.dynamic_shared_bytes, 18432);
         assert!(e.launch.zero_output);
         let path = cache.path_of(e);
@@ -643,6 +667,13 @@ mod tests {
         assert!(err.to_string().contains("not an ELF"), "{err}");
         let err = cache.store(new("", TASK, 10.0), &cubin(1)).unwrap_err();
         assert!(err.to_string().contains("GPU name"), "{err}");
+        let err = cache
+            .store(new(H100, "matmul_m1_n1_k1", 10.0), &cubin(1))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("not the key of its shape"),
+            "{err}"
+        );
         assert!(cache.entries().is_empty());
     }
 

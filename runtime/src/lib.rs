@@ -1,0 +1,419 @@
+//! The runtime: tuned kernels out of a deploy cache and into an application.
+//!
+//! Tuning (`tilesched tune`, `sass`, `pipeline`) leaves the best cubin of each task per
+//! GPU in a deploy cache (`cache`); this crate is all an application needs to use them:
+//! it opens the cache, picks the entries of the GPU it runs on (device name and compute
+//! capability, as tuning recorded them: a kernel is only ever launched on the GPU model
+//! it was measured on), checks each cubin's sha256 before loading it, and launches a
+//! task's kernel on device buffers and a stream the caller owns, zeroing the output
+//! first where the kernel adds into it (split-K). It depends on `gpu` alone: no search,
+//! no compiler, no cost model.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), runtime::RuntimeError> {
+//! # let (x, w, y): (u64, u64, u64) = (0, 0, 0);
+//! # let stream = std::ptr::null_mut();
+//! let mut rt = runtime::Runtime::open("deploy-cache", 0)?; // GPU 0's entries
+//! let conv = rt.kernel("conv2d_n1_c64_h56_w56_k64_r3_s3_st1_p1")?;
+//! for p in conv.params() {
+//!     println!("{p}"); // input: 200704 f32, weight: 36864 f32, output: 200704 f32
+//! }
+//! // x, w, y: device allocations of those sizes in GPU 0's primary context (cudarc,
+//! // PyTorch, cudaMalloc...); stream: a CUstream of that context, or null.
+//! // SAFETY: the pointers are live and at least as large as `params()` says.
+//! unsafe { conv.launch(&[x, w, y], stream)? };
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod cache;
+
+pub use cache::{
+    CUBIN_DIR, DeployCache, DeployEntry, INDEX_FILE, NewEntry, Stage, StoreAction, Stored,
+    TOOL_VERSION, gpu_label,
+};
+pub use gpu::cuda::RawStream;
+
+use gpu::cuda::{Context, CudaError, LoadedKernel};
+use gpu::{DType, DeviceInfo, Problem};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use thiserror::Error;
+
+/// Why a kernel could not be had or launched.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// The cache directory or its index: missing, unreadable, corrupt or unwritable.
+    #[error("{0}")]
+    Cache(String),
+    /// The cache has no kernel of the task for any GPU.
+    #[error("no deployed kernel for task {task} in {cache}; {available}")]
+    MissingTask {
+        task: String,
+        cache: String,
+        /// What the cache holds for this GPU, in words.
+        available: String,
+    },
+    /// The cache has kernels of the task, but only for other GPUs.
+    #[error(
+        "task {task} was tuned for {tuned_for}, not for this GPU, {gpu}: a kernel runs only on the GPU model it was measured on; tune it here"
+    )]
+    ForeignGpu {
+        task: String,
+        gpu: String,
+        tuned_for: String,
+    },
+    /// The entry cannot be launched: its cubin is missing or altered, does not load,
+    /// or the entry lacks what a launch needs.
+    #[error("deploy cache entry of task {task} is corrupt: {why}")]
+    CorruptEntry { task: String, why: String },
+    /// The caller passed the wrong number of device pointers.
+    #[error("task {task}: its kernel takes {expected} device pointers ({params}), {given} given")]
+    Arguments {
+        task: String,
+        expected: usize,
+        given: usize,
+        params: String,
+    },
+    #[error("CUDA: {0}")]
+    Cuda(#[from] CudaError),
+}
+
+/// What a kernel parameter is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// conv2d's input (NCHW or NHWC), a matmul's A.
+    Input,
+    /// conv2d's weights (KCRS or KRSC), a matmul's B.
+    Weight,
+    /// The epilogue's bias, one value per output channel or column.
+    Bias,
+    /// The result; written entirely by the launch.
+    Output,
+}
+
+/// One device pointer a kernel takes, in parameter order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Param {
+    pub role: Role,
+    /// Elements (not bytes).
+    pub elements: usize,
+    pub dtype: DType,
+}
+
+impl Param {
+    /// The buffer's minimal size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.elements * self.dtype.bytes() as usize
+    }
+}
+
+impl fmt::Display for Param {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let role = match self.role {
+            Role::Input => "input",
+            Role::Weight => "weight",
+            Role::Bias => "bias",
+            Role::Output => "output",
+        };
+        write!(f, "{role}: {} {}", self.elements, self.dtype.name())
+    }
+}
+
+/// A deployed kernel, loaded and ready to launch.
+pub struct Kernel {
+    entry: DeployEntry,
+    params: Vec<Param>,
+    loaded: LoadedKernel,
+}
+
+impl Kernel {
+    /// The cache entry (kernel name, launch configuration, measured times).
+    pub fn entry(&self) -> &DeployEntry {
+        &self.entry
+    }
+
+    /// The device pointers `launch` takes, in order.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// Enqueues the task on `stream` with `pointers` (one device pointer per
+    /// `params()`, in that order), zeroing the output first on the same stream when the
+    /// kernel adds into it. Returns once enqueued; synchronize the stream for the
+    /// result.
+    ///
+    /// # Safety
+    ///
+    /// Each pointer must be a live device allocation of the current context (GPU
+    /// `ordinal`'s primary context, which `Runtime::open` made current on this thread)
+    /// holding at least `params()[i].bytes()` bytes, and `stream` a live stream of that
+    /// context or null (the default stream).
+    pub unsafe fn launch(&self, pointers: &[u64], stream: RawStream) -> Result<(), RuntimeError> {
+        if pointers.len() != self.params.len() {
+            return Err(RuntimeError::Arguments {
+                task: self.entry.task.clone(),
+                expected: self.params.len(),
+                given: pointers.len(),
+                params: self
+                    .params
+                    .iter()
+                    .map(Param::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        let zero = self.entry.launch.zero_output.then(|| {
+            let output = self.params.last().expect("a kernel has an output");
+            (*pointers.last().expect("as many as params"), output.bytes())
+        });
+        // SAFETY: the caller guarantees the pointers and the stream; their count is the
+        // kernel's parameter count.
+        unsafe { self.loaded.launch(pointers, zero, stream) }?;
+        Ok(())
+    }
+}
+
+/// A deploy cache opened for one GPU: its entries for that GPU, loaded on first use.
+pub struct Runtime {
+    cache: DeployCache,
+    gpu: String,
+    compute_capability: (u32, u32),
+    loaded: HashMap<String, Kernel>,
+    _ctx: Context,
+}
+
+impl Runtime {
+    /// Opens the deploy cache in `dir` (read only) for GPU `ordinal`, making the GPU's
+    /// primary context current on this thread: the context that the CUDA runtime API,
+    /// cudarc and PyTorch allocate in.
+    pub fn open(dir: impl AsRef<Path>, ordinal: u32) -> Result<Runtime, RuntimeError> {
+        let cache = DeployCache::load(dir)?;
+        if !gpu::cuda::driver_present() {
+            return Err(RuntimeError::Cuda(CudaError {
+                what: "loading the CUDA driver".to_string(),
+                name: "libcuda.so.1 is not installed".to_string(),
+            }));
+        }
+        let ctx = Context::new(ordinal)?;
+        let info = DeviceInfo::query(&ctx)?;
+        Ok(Runtime {
+            cache,
+            gpu: info.name,
+            compute_capability: info.compute_capability,
+            loaded: HashMap::new(),
+            _ctx: ctx,
+        })
+    }
+
+    /// The GPU's name and compute capability, as the cache's entries are keyed.
+    pub fn gpu(&self) -> (&str, (u32, u32)) {
+        (&self.gpu, self.compute_capability)
+    }
+
+    /// The task keys the cache holds for this GPU, sorted.
+    pub fn tasks(&self) -> Vec<&str> {
+        self.cache.tasks_for(&self.gpu, self.compute_capability)
+    }
+
+    /// The cache as read.
+    pub fn cache(&self) -> &DeployCache {
+        &self.cache
+    }
+
+    /// The kernel of `task` for this GPU, loaded (after its cubin's sha256 is checked)
+    /// on first use.
+    pub fn kernel(&mut self, task: &str) -> Result<&Kernel, RuntimeError> {
+        if !self.loaded.contains_key(task) {
+            let kernel = self.load(task)?;
+            self.loaded.insert(task.to_string(), kernel);
+        }
+        Ok(&self.loaded[task])
+    }
+
+    fn load(&self, task: &str) -> Result<Kernel, RuntimeError> {
+        let entry = lookup(&self.cache, &self.gpu, self.compute_capability, task)?.clone();
+        let corrupt = |why: String| RuntimeError::CorruptEntry {
+            task: task.to_string(),
+            why,
+        };
+        let params = params_of(&entry).map_err(corrupt)?;
+        let cubin = self
+            .cache
+            .verify(&entry)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let loaded = LoadedKernel::load(&cubin, &entry.kernel, entry.launch).map_err(|e| {
+            corrupt(format!(
+                "its cubin {} does not load: {e}",
+                self.cache.path_of(&entry).display()
+            ))
+        })?;
+        Ok(Kernel {
+            entry,
+            params,
+            loaded,
+        })
+    }
+}
+
+/// The entry of `task` for (`gpu`, `cc`), or why there is none: missing from the cache,
+/// or tuned for other GPUs only.
+pub fn lookup<'c>(
+    cache: &'c DeployCache,
+    gpu: &str,
+    cc: (u32, u32),
+    task: &str,
+) -> Result<&'c DeployEntry, RuntimeError> {
+    if let Some(entry) = cache.lookup(gpu, cc, task) {
+        return Ok(entry);
+    }
+    let others: Vec<String> = cache
+        .entries()
+        .iter()
+        .filter(|e| e.task == task)
+        .map(|e| gpu_label(&e.gpu, e.compute_capability))
+        .collect();
+    if !others.is_empty() {
+        return Err(RuntimeError::ForeignGpu {
+            task: task.to_string(),
+            gpu: gpu_label(gpu, cc),
+            tuned_for: others.join(", "),
+        });
+    }
+    let tasks = cache.tasks_for(gpu, cc);
+    let available = if tasks.is_empty() {
+        format!("it has no tasks for {}", gpu_label(gpu, cc))
+    } else {
+        format!(
+            "its {} task(s) for {}: {}",
+            tasks.len(),
+            gpu_label(gpu, cc),
+            tasks.join(", ")
+        )
+    };
+    Err(RuntimeError::MissingTask {
+        task: task.to_string(),
+        cache: cache.dir().display().to_string(),
+        available,
+    })
+}
+
+/// The parameters of an entry's kernel, from its recorded task: the two factors, the
+/// bias if the epilogue adds one, the output (the order every generated kernel takes).
+pub fn params_of(entry: &DeployEntry) -> Result<Vec<Param>, String> {
+    let Some(task) = &entry.shape else {
+        return Err(
+            "it has no task shape (written by an older tilesched); store the kernel again"
+                .to_string(),
+        );
+    };
+    if task.key() != entry.task {
+        return Err(format!(
+            "its shape is task {}, not {}",
+            task.key(),
+            entry.task
+        ));
+    }
+    let problem = Problem::for_task(task, 0);
+    let mut params: Vec<Param> = problem
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &elements)| Param {
+            role: [Role::Input, Role::Weight, Role::Bias][i.min(2)],
+            elements,
+            dtype: problem.dtype,
+        })
+        .collect();
+    params.push(Param {
+        role: Role::Output,
+        elements: problem.output,
+        dtype: problem.out_dtype,
+    });
+    Ok(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu::{LaunchConfig, Task};
+
+    const H100: &str = "NVIDIA H100 80GB HBM3";
+
+    fn task(spec: &str, bias: bool) -> Task {
+        let op = schedule::parse_shape("conv2d", spec).unwrap();
+        Task::new(op, schedule::Epilogue { bias, relu: false }).unwrap()
+    }
+
+    fn entry(gpu: &str, task: &Task) -> NewEntry {
+        NewEntry {
+            gpu: gpu.to_string(),
+            compute_capability: (9, 0),
+            task: task.key(),
+            shape: *task,
+            kernel: "k".to_string(),
+            launch: LaunchConfig {
+                grid: 1,
+                block: 32,
+                dynamic_shared_bytes: 0,
+                zero_output: false,
+            },
+            stage1_us: 2.0,
+            final_us: 2.0,
+            stage: Stage::Stage1,
+            created_by: TOOL_VERSION.to_string(),
+        }
+    }
+
+    #[test]
+    fn params_follow_the_task() {
+        let t = task("1,64,56,56,128,3,3,2,1", true);
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cache = DeployCache::open(tmp.path()).unwrap();
+        let e = cache.store(entry(H100, &t), b"\x7fELF x").unwrap().entry;
+        let params = params_of(&e).unwrap();
+        let shown: Vec<String> = params.iter().map(Param::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "input: 200704 f32",
+                "weight: 73728 f32",
+                "bias: 128 f32",
+                "output: 100352 f32"
+            ]
+        );
+        assert_eq!(params[3].bytes(), 100352 * 4);
+
+        let mut old = e.clone();
+        old.shape = None;
+        assert!(params_of(&old).unwrap_err().contains("no task shape"));
+        old.shape = Some(task("1,64,56,56,64,3,3,1,1", false));
+        assert!(params_of(&old).unwrap_err().contains("not conv2d_n1_c64"));
+    }
+
+    #[test]
+    fn lookup_tells_a_missing_task_from_a_foreign_gpu() {
+        let a = task("1,64,56,56,64,3,3,1,1", false);
+        let b = task("1,64,56,56,64,1,1,1,0", false);
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cache = DeployCache::open(tmp.path()).unwrap();
+        cache.store(entry(H100, &a), b"\x7fELF a").unwrap();
+        cache.store(entry("NVIDIA H200", &b), b"\x7fELF b").unwrap();
+
+        assert_eq!(
+            lookup(&cache, H100, (9, 0), &a.key()).unwrap().task,
+            a.key()
+        );
+        let err = lookup(&cache, H100, (9, 0), &b.key()).unwrap_err();
+        assert!(matches!(err, RuntimeError::ForeignGpu { .. }), "{err}");
+        assert!(err.to_string().contains("NVIDIA H200 (sm_90)"), "{err}");
+        let err = lookup(&cache, H100, (9, 0), "matmul_m8_n8_k8").unwrap_err();
+        assert!(matches!(err, RuntimeError::MissingTask { .. }), "{err}");
+        assert!(err.to_string().contains(&a.key()), "{err}");
+        // Same name, other compute capability: foreign too.
+        let err = lookup(&cache, H100, (8, 0), &a.key()).unwrap_err();
+        assert!(matches!(err, RuntimeError::ForeignGpu { .. }), "{err}");
+        assert_eq!(err.to_string().lines().count(), 1);
+    }
+}
