@@ -158,11 +158,7 @@ impl Session {
     ) -> Result<TaskTimes, BenchError> {
         let ctx = &self.ctx;
         let sets = BufferSets::new(ctx, problem, &self.device)?;
-
-        let reference_module = ctx.load(&reference.cubin)?;
-        let reference_fn =
-            reference_module.function(&reference.name, reference.launch.dynamic_shared_bytes)?;
-        let expected = sets.run_reference(ctx, &reference_fn, reference.launch)?;
+        let (expected, prepared) = self.expected_and_baseline(task, &sets, reference, 10.0)?;
 
         let mut problems = Vec::new();
         let ours_module = ours.map(|k| ctx.load(&k.cubin)).transpose()?;
@@ -179,41 +175,10 @@ impl Session {
             }
             _ => None,
         };
-
-        let spin_fn = self.spin.function("tilesched_spin", 0)?;
-        let protocol = baseline::Protocol {
-            ctx,
-            spin: &spin_fn,
-            sm_clock_mhz: self.device.sm_clock_mhz,
-            timing: TimingConfig {
-                min_time_ms: 10.0,
-                ..self.options.round_timing()
-            },
-        };
-        // A set is the inputs, the bias when the task adds one, then the output.
-        let operands = |i: usize| {
-            let s = sets.set(i);
-            let bias = task.epilogue.bias.then(|| &s[2]);
-            ([&s[0], &s[1], sets.output(i)], bias)
-        };
-        let prepared = baseline::prepare(
-            &protocol,
-            task,
-            &operands,
-            Choices {
-                algorithms: self.options.algorithms,
-                ..Default::default()
-            },
-        )?;
+        let operands = |i: usize| operands(&sets, task, i);
         let vendor = &prepared.baseline;
         let (vendor_max_abs_error, vendor_ok) = {
-            let got = sets.output_of(ctx, |set| {
-                let out = set.last().expect("a set ends with its output");
-                let bias = task.epilogue.bias.then(|| &set[2]);
-                vendor
-                    .run(([&set[0], &set[1], out], bias))
-                    .map_err(BenchError::from)
-            })?;
+            let got = vendor_output(ctx, &sets, task, vendor)?;
             let scale = expected
                 .iter()
                 .fold(1.0f64, |m, v| m.max(f64::from(v.abs())));
@@ -305,45 +270,10 @@ impl Session {
         reference: &OurKernel,
         run: impl FnOnce(&[gpu::cuda::Buffer]) -> Result<(), BenchError>,
     ) -> Result<Outputs, BenchError> {
-        let ctx = &self.ctx;
-        let sets = BufferSets::new(ctx, problem, &self.device)?;
-        let reference_module = ctx.load(&reference.cubin)?;
-        let reference_fn =
-            reference_module.function(&reference.name, reference.launch.dynamic_shared_bytes)?;
-        let expected = sets.run_reference(ctx, &reference_fn, reference.launch)?;
-        let ours = sets.output_of(ctx, run)?;
-        let spin = self.spin.function("tilesched_spin", 0)?;
-        let protocol = baseline::Protocol {
-            ctx,
-            spin: &spin,
-            sm_clock_mhz: self.device.sm_clock_mhz,
-            timing: TimingConfig {
-                min_time_ms: 2.0,
-                ..self.options.round_timing()
-            },
-        };
-        let operands = |i: usize| {
-            let s = sets.set(i);
-            let bias = task.epilogue.bias.then(|| &s[2]);
-            ([&s[0], &s[1], sets.output(i)], bias)
-        };
-        let prepared = baseline::prepare(
-            &protocol,
-            task,
-            &operands,
-            Choices {
-                algorithms: self.options.algorithms,
-                ..Default::default()
-            },
-        )?;
-        let vendor = sets.output_of(ctx, |set| {
-            let out = set.last().expect("a set ends with its output");
-            let bias = task.epilogue.bias.then(|| &set[2]);
-            prepared
-                .baseline
-                .run(([&set[0], &set[1], out], bias))
-                .map_err(BenchError::from)
-        })?;
+        let sets = BufferSets::new(&self.ctx, problem, &self.device)?;
+        let (expected, prepared) = self.expected_and_baseline(task, &sets, reference, 2.0)?;
+        let ours = sets.output_of(&self.ctx, run)?;
+        let vendor = vendor_output(&self.ctx, &sets, task, &prepared.baseline)?;
         Ok(Outputs {
             expected,
             ours,
@@ -351,6 +281,69 @@ impl Session {
             vendor_routine: prepared.baseline.describe(),
         })
     }
+
+    /// The reference kernel's output on set 0 of `sets` (exact), and the vendor's
+    /// fastest routine for `task` on the same buffers, each alternative timed for
+    /// `min_time_ms`.
+    fn expected_and_baseline(
+        &self,
+        task: &Task,
+        sets: &BufferSets,
+        reference: &OurKernel,
+        min_time_ms: f64,
+    ) -> Result<(Vec<f32>, baseline::Prepared), BenchError> {
+        let ctx = &self.ctx;
+        let reference_module = ctx.load(&reference.cubin)?;
+        let reference_fn =
+            reference_module.function(&reference.name, reference.launch.dynamic_shared_bytes)?;
+        let expected = sets.run_reference(ctx, &reference_fn, reference.launch)?;
+        let spin = self.spin.function("tilesched_spin", 0)?;
+        let protocol = baseline::Protocol {
+            ctx,
+            spin: &spin,
+            sm_clock_mhz: self.device.sm_clock_mhz,
+            timing: TimingConfig {
+                min_time_ms,
+                ..self.options.round_timing()
+            },
+        };
+        let prepared = baseline::prepare(
+            &protocol,
+            task,
+            &|i| operands(sets, task, i),
+            Choices {
+                algorithms: self.options.algorithms,
+                ..Default::default()
+            },
+        )?;
+        Ok((expected, prepared))
+    }
+}
+
+/// The vendor's operands of launch `i`: the inputs, the output and, when the task adds
+/// one, the bias (a set is the inputs, the bias, then the output).
+fn operands<'a>(
+    sets: &'a BufferSets,
+    task: &Task,
+    i: usize,
+) -> ([&'a gpu::cuda::Buffer; 3], Option<&'a gpu::cuda::Buffer>) {
+    let s = sets.set(i);
+    let bias = task.epilogue.bias.then(|| &s[2]);
+    ([&s[0], &s[1], sets.output(i)], bias)
+}
+
+/// The vendor routine's output on set 0 (poisoned first), decoded to f32.
+fn vendor_output(
+    ctx: &Context,
+    sets: &BufferSets,
+    task: &Task,
+    vendor: &baseline::Baseline,
+) -> Result<Vec<f32>, BenchError> {
+    sets.output_of(ctx, |_| {
+        vendor
+            .run(operands(sets, task, 0))
+            .map_err(BenchError::from)
+    })
 }
 
 /// What the session measured for one task.

@@ -116,6 +116,9 @@ pub fn resolve(
     types: &TypeArgs,
 ) -> Result<(Vec<Workload>, String)> {
     check_op(op)?;
+    if !args.inputs.is_empty() && args.onnx.is_none() {
+        bail!("--input fixes an input of an --onnx model; give --onnx FILE");
+    }
     if !args.shape.is_empty() {
         let mut tasks: Vec<Workload> = Vec::new();
         for shape in &args.shape {

@@ -32,6 +32,9 @@ fn parse_input_arg(spec: &str) -> Result<InputShape, String> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if !args.inputs.is_empty() && args.onnx.is_none() {
+        anyhow::bail!("--input fixes an input of an --onnx model; give --onnx FILE");
+    }
     if let Some(path) = &args.onnx {
         let model = onnx_model(path, &args.inputs, args.batch)?;
         let workloads = model
