@@ -808,3 +808,62 @@ fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
         assert_eq!(error_kind(&r), None, "{r}");
     }
 }
+
+#[test]
+fn a_second_run_reads_its_kernels_from_the_cubin_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    let run = |name: &str, extra: &[&str]| {
+        let log = tmp.path().join(name);
+        let out = ok(&[
+            &[
+                "tune",
+                "matmul",
+                "--shape",
+                "96,80,64",
+                "--trials",
+                "8",
+                "--simulate",
+                "--search",
+                "random",
+                "--log",
+                log.to_str().unwrap(),
+            ][..],
+            extra,
+        ]
+        .concat());
+        (out, records(&log))
+    };
+    let cache_flag = ["--cubin-cache", cache.to_str().unwrap()];
+    let (first, a) = run("a.jsonl", &cache_flag);
+    assert!(
+        first.contains("built 8 kernels") && first.contains("(0 from the cubin cache"),
+        "{first}"
+    );
+    // The same seed draws the same states: every kernel (and the reference) is read back.
+    let (second, b) = run("b.jsonl", &cache_flag);
+    assert!(second.contains("(8 from the cubin cache"), "{second}");
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x["source_hash"], y["source_hash"]);
+        assert_eq!(x["compile"]["registers"], y["compile"]["registers"]);
+        assert_eq!(x["compile"]["spill_bytes"], y["compile"]["spill_bytes"]);
+    }
+    // Without the cache everything is compiled again.
+    let (third, _) = run("c.jsonl", &["--no-cubin-cache"]);
+    assert!(third.contains("(0 from the cubin cache"), "{third}");
+    let o = tilesched(&[
+        "tune",
+        "matmul",
+        "--shape",
+        "96,80,64",
+        "--simulate",
+        "--cubin-cache",
+        "/proc/x",
+        "--log",
+        tmp.path().join("d.jsonl").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--cubin-cache /proc/x"), "{err}");
+    assert!(!tmp.path().join("d.jsonl").exists());
+}

@@ -114,15 +114,30 @@ fn output(
 }
 
 /// Compiles `source`, which defines `extern "C"` kernel `kernel`, to a cubin for `arch`.
+/// (`CubinCache::compile` does the same through a disk cache.)
 pub fn compile(source: &str, kernel: &str, arch: &str) -> Result<CompiledKernel, CompileError> {
     check_arch(arch)?;
-    let start = Instant::now();
-    let options = [
+    run_compile(source, kernel, &cubin_options(arch))
+}
+
+/// NVRTC's options for a cubin of `arch`: everything besides the source and the kernel
+/// name that decides what it produces.
+pub(crate) fn cubin_options(arch: &str) -> Vec<String> {
+    vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
         "--ptxas-options=--verbose".to_string(),
-    ];
-    let (program, log) = run_nvrtc(source, kernel, &options)?;
+    ]
+}
+
+/// Compiles to a cubin with `options` (`cubin_options`) and reads its resource usage.
+pub(crate) fn run_compile(
+    source: &str,
+    kernel: &str,
+    options: &[String],
+) -> Result<CompiledKernel, CompileError> {
+    let start = Instant::now();
+    let (program, log) = run_nvrtc(source, kernel, options)?;
     let cubin = output(
         &program,
         "cubin",

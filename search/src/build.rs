@@ -1,9 +1,11 @@
 //! Building candidates: CUDA C from each state, compiled with NVRTC for the device's
-//! architecture on all cores (rayon), cubins written where the worker reads them. A
-//! candidate that does not compile is a result (`compile`), never an abort.
+//! architecture on all cores (rayon), through the disk cache of cubins when one is given
+//! (`gpu::CubinCache`: a kernel compiled by any earlier run is read back, not compiled
+//! again), cubins written where the worker reads them. A candidate that does not compile
+//! is a result (`compile`), never an abort.
 
 use crate::inject;
-use gpu::{ErrorKind, KernelImage};
+use gpu::{CompiledKernel, CubinCache, ErrorKind, KernelImage, Origin};
 use rayon::prelude::*;
 use records::{CompileInfo, source_hash};
 use schedule::reference::reference_kernel;
@@ -39,6 +41,21 @@ pub struct Candidate {
     /// `records::source_hash` of the generated source (None when generation failed).
     pub source_hash: Option<String>,
     pub build: Result<(KernelImage, CompileInfo), BuildError>,
+    /// Whether the cubin came from the cache (None when nothing was compiled).
+    pub origin: Option<Origin>,
+}
+
+/// Compiles through `cache` when there is one.
+fn compile(
+    source: &str,
+    name: &str,
+    arch: &str,
+    cache: Option<&CubinCache>,
+) -> Result<(CompiledKernel, Origin), gpu::CompileError> {
+    match cache {
+        Some(cache) => cache.compile(source, name, arch),
+        None => gpu::compile(source, name, arch).map(|k| (k, Origin::Compiled)),
+    }
 }
 
 /// Where the cubins of `task` are written.
@@ -77,8 +94,9 @@ fn build_one(
     kernel: GeneratedKernel,
     arch: &str,
     dir: &Path,
-) -> Result<(KernelImage, CompileInfo), BuildError> {
-    let compiled = gpu::compile(&kernel.source, &kernel.name, arch)?;
+    cache: Option<&CubinCache>,
+) -> Result<(KernelImage, CompileInfo, Origin), BuildError> {
+    let (compiled, origin) = compile(&kernel.source, &kernel.name, arch, cache)?;
     let path = task_dir(dir, task).join(format!("{}.cubin", state.id()));
     write_cubin(&path, &compiled.cubin)?;
     let r = compiled.resources;
@@ -95,7 +113,7 @@ fn build_one(
         name: kernel.name,
         launch: kernel.launch,
     };
-    Ok((image, info))
+    Ok((image, info, origin))
 }
 
 /// Builds `states` of `task` in parallel; `injected[i]` is the fault (if any) of state i.
@@ -106,6 +124,7 @@ pub fn build(
     gpu: &GpuSpec,
     arch: &str,
     dir: &Path,
+    cache: Option<&CubinCache>,
 ) -> Vec<Candidate> {
     states
         .into_par_iter()
@@ -114,21 +133,28 @@ pub fn build(
             let fault = injected.get(i).copied().flatten();
             let kernel = generate_one(task, &state, fault, gpu);
             let source_hash = kernel.as_ref().ok().map(|k| source_hash(&k.source));
-            let build = kernel.and_then(|k| build_one(task, &state, k, arch, dir));
+            let built = kernel.and_then(|k| build_one(task, &state, k, arch, dir, cache));
+            let origin = built.as_ref().ok().map(|b| b.2);
             Candidate {
                 state,
                 injected: fault,
                 source_hash,
-                build,
+                build: built.map(|(image, info, _)| (image, info)),
+                origin,
             }
         })
         .collect()
 }
 
 /// Builds the reference kernel of `task`.
-pub fn build_reference(task: &Task, arch: &str, dir: &Path) -> Result<KernelImage, BuildError> {
+pub fn build_reference(
+    task: &Task,
+    arch: &str,
+    dir: &Path,
+    cache: Option<&CubinCache>,
+) -> Result<KernelImage, BuildError> {
     let kernel = reference_kernel(task);
-    let compiled = gpu::compile(&kernel.source, &kernel.name, arch).map_err(|error| {
+    let (compiled, _) = compile(&kernel.source, &kernel.name, arch, cache).map_err(|error| {
         BuildError::Reference {
             task: task.key(),
             error,

@@ -76,6 +76,8 @@ pub struct TuneConfig {
     pub inject: BTreeMap<usize, ErrorKind>,
     /// Where cubins are written for the workers.
     pub workdir: PathBuf,
+    /// The disk cache of compiled kernels (None: compile everything).
+    pub cubin_cache: Option<gpu::CubinCache>,
     pub strategy: Strategy,
     pub evolution: EvolutionParams,
     pub dgd: DgdParams,
@@ -114,8 +116,10 @@ pub trait Progress: Sync {
 #[derive(Debug, Clone, Default)]
 pub struct TuneStats {
     pub wall: Duration,
-    /// Compile time of each kernel built (ms).
+    /// Compile time of each kernel built (ms; a cached one's is the time to read it).
     pub compile_ms: Vec<f64>,
+    /// Kernels read from the cubin cache instead of compiled.
+    pub cached: usize,
     /// Candidates sent to the workers and the time the workers took for them.
     pub measured: usize,
     pub measure_time: Duration,
@@ -336,7 +340,12 @@ impl Planner {
                 continue;
             }
             if let std::collections::btree_map::Entry::Vacant(slot) = self.references.entry(key) {
-                let image = build::build_reference(&run.task, arch, &cfg.workdir)?;
+                let image = build::build_reference(
+                    &run.task,
+                    arch,
+                    &cfg.workdir,
+                    cfg.cubin_cache.as_ref(),
+                )?;
                 slot.insert(image);
             }
             run.planned += states.len();
@@ -503,6 +512,7 @@ pub fn tune(
                 &spec,
                 &arch,
                 &cfg.workdir,
+                cfg.cubin_cache.as_ref(),
             )
         });
         (batch, candidates, t.elapsed())
@@ -521,6 +531,7 @@ pub fn tune(
             match &c.build {
                 Ok((image, info)) => {
                     stats.compile_ms.push(info.compile_ms);
+                    stats.cached += usize::from(c.origin == Some(gpu::Origin::Cached));
                     outcomes.push(None);
                     requests.push(MeasureRequest {
                         id: next_id,

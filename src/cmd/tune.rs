@@ -103,6 +103,13 @@ pub struct SearchArgs {
     /// Start no new batch after this many seconds.
     #[arg(long, value_name = "SECS")]
     time_budget: Option<f64>,
+    /// Disk cache of compiled kernels, so that no kernel is compiled twice, in this run
+    /// or any other [default: cubins/ in $TILESCHED_CACHE or ~/.cache/tilesched].
+    #[arg(long, value_name = "DIR", conflicts_with = "no_cubin_cache")]
+    cubin_cache: Option<PathBuf>,
+    /// Compile every kernel, reading and writing no cubin cache.
+    #[arg(long)]
+    no_cubin_cache: bool,
     /// Candidates built and measured per batch (the log is flushed per batch).
     #[arg(long, default_value_t = 64)]
     measure_batch: usize,
@@ -280,6 +287,7 @@ pub fn run_search(
         bail!("--measure-batch must be at least 1");
     }
     check_flags(args, log_path)?;
+    let cubin_cache = cubin_cache(args.cubin_cache.as_deref(), args.no_cubin_cache)?;
     let inject = match &args.inject_fault {
         Some(spec) => search::inject::parse(spec)?,
         None => Default::default(),
@@ -360,6 +368,7 @@ pub fn run_search(
         timeout: Duration::from_secs_f64(args.timeout),
         inject,
         workdir: workdir.path().to_path_buf(),
+        cubin_cache,
         strategy,
         evolution: EvolutionParams {
             population: args.population.max(1),
@@ -414,6 +423,39 @@ pub fn run_search(
     Ok(())
 }
 
+/// The cubin cache: `--cubin-cache DIR`, else `cubins/` in the cache directory
+/// (`$TILESCHED_CACHE`, else `$XDG_CACHE_HOME/tilesched` or `~/.cache/tilesched`, as
+/// `scripts/setup.sh` uses), none with `--no-cubin-cache` or when no directory can be
+/// made (then every kernel is compiled, with a warning).
+fn cubin_cache(dir: Option<&Path>, disabled: bool) -> Result<Option<gpu::CubinCache>> {
+    if disabled {
+        return Ok(None);
+    }
+    if let Some(dir) = dir {
+        return gpu::CubinCache::open(dir)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("--cubin-cache {}: {e}", dir.display()));
+    }
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let root = var("TILESCHED_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("tilesched")))
+        .or_else(|| var("HOME").map(|d| PathBuf::from(d).join(".cache/tilesched")));
+    let Some(root) = root else {
+        return Ok(None);
+    };
+    match gpu::CubinCache::open(root.join("cubins")) {
+        Ok(cache) => Ok(Some(cache)),
+        Err(e) => {
+            eprintln!(
+                "warning: no cubin cache ({}: {e}); every kernel is compiled",
+                root.join("cubins").display()
+            );
+            Ok(None)
+        }
+    }
+}
+
 fn print_stats(stats: &TuneStats, log: &std::path::Path) {
     let mut ms = stats.compile_ms.clone();
     ms.sort_by(f64::total_cmp);
@@ -424,10 +466,11 @@ fn print_stats(stats: &TuneStats, log: &std::path::Path) {
         f64::NAN
     };
     println!(
-        "wall {:.1} s; built {} kernels in {:.1} s (median compile {median:.0} ms each, {} threads); measured {} in {:.1} s ({per_candidate:.0} ms per candidate); log {}",
+        "wall {:.1} s; built {} kernels in {:.1} s ({} from the cubin cache; median {median:.0} ms each, {} threads); measured {} in {:.1} s ({per_candidate:.0} ms per candidate); log {}",
         stats.wall.as_secs_f64(),
         ms.len(),
         stats.build_time.as_secs_f64(),
+        stats.cached,
         rayon::current_num_threads(),
         stats.measured,
         stats.measure_time.as_secs_f64(),
