@@ -843,6 +843,15 @@ fn a_second_run_reads_its_kernels_from_the_cubin_cache() {
     // The same seed draws the same states: every kernel (and the reference) is read back.
     let (second, b) = run("b.jsonl", &cache_flag);
     assert!(second.contains("(8 from the cubin cache"), "{second}");
+    // The end table says how busy each device was and how fast building went.
+    let busy = second
+        .lines()
+        .find(|l| l.starts_with("busy measuring (of the wall time): GPU 0 "))
+        .unwrap_or_else(|| panic!("{second}"));
+    assert!(
+        busy.contains("kernels/s") && busy.contains("candidates/s"),
+        "{busy}"
+    );
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(x["source_hash"], y["source_hash"]);
         assert_eq!(x["compile"]["registers"], y["compile"]["registers"]);

@@ -410,39 +410,55 @@ impl Pool {
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<Option<(Outcome, usize)>>> = Mutex::new(vec![None; requests.len()]);
         let errors: Mutex<Vec<PoolError>> = Mutex::new(Vec::new());
-        std::thread::scope(|scope| {
-            for (w, worker) in self.workers.iter_mut().enumerate() {
-                let (next, results, errors) = (&next, &results, &errors);
-                scope.spawn(move || {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= requests.len() {
-                            break;
-                        }
-                        let (outcome, lost) = match worker.measure(&requests[i], timeout) {
-                            Ok(outcome) => (outcome, None),
-                            Err(Lost { outcome, error }) => {
-                                let outcome = outcome.unwrap_or_else(|| {
-                                    Outcome::error(ErrorKind::Environment, error.to_string())
-                                });
-                                (outcome, Some(error))
+        let busy = std::thread::scope(|scope| {
+            let threads: Vec<_> = self
+                .workers
+                .iter_mut()
+                .enumerate()
+                .map(|(w, worker)| {
+                    let (next, results, errors) = (&next, &results, &errors);
+                    scope.spawn(move || {
+                        let mut busy = Duration::ZERO;
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= requests.len() {
+                                break;
                             }
-                        };
-                        done(i, w, &outcome);
-                        results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some((outcome, w));
-                        if let Some(e) = lost {
-                            errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
-                            // Stop handing out work: the run stops after this batch.
-                            next.store(requests.len(), Ordering::Relaxed);
-                            break;
+                            let started = std::time::Instant::now();
+                            let measured = worker.measure(&requests[i], timeout);
+                            busy += started.elapsed();
+                            let (outcome, lost) = match measured {
+                                Ok(outcome) => (outcome, None),
+                                Err(Lost { outcome, error }) => {
+                                    let outcome = outcome.unwrap_or_else(|| {
+                                        Outcome::error(ErrorKind::Environment, error.to_string())
+                                    });
+                                    (outcome, Some(error))
+                                }
+                            };
+                            done(i, w, &outcome);
+                            results.lock().unwrap_or_else(|p| p.into_inner())[i] =
+                                Some((outcome, w));
+                            if let Some(e) = lost {
+                                errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+                                // Stop handing out work: the run stops after this batch.
+                                next.store(requests.len(), Ordering::Relaxed);
+                                break;
+                            }
                         }
-                    }
-                });
-            }
+                        busy
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("a measuring thread does not panic"))
+                .collect()
         });
         Batch {
             outcomes: results.into_inner().unwrap_or_else(|p| p.into_inner()),
             error: errors.into_inner().unwrap_or_else(|p| p.into_inner()).pop(),
+            busy,
         }
     }
 }
@@ -452,6 +468,8 @@ impl Pool {
 pub struct Batch {
     pub outcomes: Vec<Option<(Outcome, usize)>>,
     pub error: Option<PoolError>,
+    /// Per device (by position): the time its worker spent on requests of the batch.
+    pub busy: Vec<Duration>,
 }
 
 /// A worker that could not be restarted, with the outcome of the request it was

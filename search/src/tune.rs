@@ -123,6 +123,8 @@ pub struct TuneStats {
     /// Candidates sent to the workers and the time the workers took for them.
     pub measured: usize,
     pub measure_time: Duration,
+    /// Per device (ordinal, by the pool's order): the time its worker spent measuring.
+    pub device_busy: Vec<(u32, Duration)>,
     pub build_time: Duration,
     /// Tasks with no new distinct valid state left to draw.
     pub exhausted: Vec<String>,
@@ -585,6 +587,12 @@ pub fn tune(
         let stopped = batch_measured.error;
         stats.measure_time += measure_time;
         stats.measured += batch_measured.outcomes.iter().flatten().count();
+        for (d, busy) in pool.devices().iter().zip(&batch_measured.busy) {
+            match stats.device_busy.iter_mut().find(|(o, _)| *o == d.ordinal) {
+                Some((_, total)) => *total += *busy,
+                None => stats.device_busy.push((d.ordinal, *busy)),
+            }
+        }
         let mut measured = batch_measured.outcomes.into_iter();
         let devices = pool.devices();
         // A candidate never handed out (the batch stopped early) is not recorded: a

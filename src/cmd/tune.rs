@@ -476,6 +476,21 @@ fn print_stats(stats: &TuneStats, log: &std::path::Path) {
         stats.measure_time.as_secs_f64(),
         log.display()
     );
+    let wall = stats.wall.as_secs_f64();
+    if wall > 0.0 && !stats.device_busy.is_empty() {
+        let busy: Vec<String> = stats
+            .device_busy
+            .iter()
+            .map(|(d, t)| format!("GPU {d} {:.0}%", 100.0 * t.as_secs_f64() / wall))
+            .collect();
+        let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        println!(
+            "busy measuring (of the wall time): {}; throughput: building {:.1} kernels/s, measuring {:.1} candidates/s",
+            busy.join(", "),
+            rate(ms.len(), stats.build_time.as_secs_f64()),
+            rate(stats.measured, stats.measure_time.as_secs_f64())
+        );
+    }
     let propose: f64 = stats.rounds.iter().map(|r| r.propose_ms).sum();
     let train: f64 = stats.rounds.iter().map(|r| r.train_ms).sum();
     if !stats.rounds.is_empty() {
