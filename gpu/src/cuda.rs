@@ -371,10 +371,10 @@ unsafe fn launch_raw(
     values: &[u64],
     stream: sys::CUstream,
 ) -> Result<(), CudaError> {
-    let mut values = values.to_vec();
+    // The driver only reads through these pointers (`void**` is its C signature).
     let mut params: Vec<*mut c_void> = values
-        .iter_mut()
-        .map(|v| (v as *mut u64).cast::<c_void>())
+        .iter()
+        .map(|v| (v as *const u64).cast_mut().cast::<c_void>())
         .collect();
     // SAFETY: each parameter points at a 64-bit value that lives until the call
     // returns, which is when the driver has copied the parameters; the caller

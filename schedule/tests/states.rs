@@ -426,24 +426,17 @@ fn any_task() -> impl Strategy<Value = Task> {
             0u32..3
         )
             .prop_map(|(n, c, hw, k, r, stride, pad)| {
-                let op = Operator::Conv2d(Conv2d {
+                let op = Operator::Conv2d(Conv2d::new(
                     n,
                     c,
-                    h: hw,
-                    w: hw,
+                    hw,
+                    hw,
                     k,
-                    r: 2 * r - 1,
-                    s: 2 * r - 1,
-                    stride_h: stride,
-                    stride_w: stride,
-                    pad_h: pad,
-                    pad_w: pad,
-                    dilation_h: 1,
-                    dilation_w: 1,
-                    pad_bottom: None,
-                    pad_right: None,
-                    groups: 1,
-                });
+                    2 * r - 1,
+                    2 * r - 1,
+                    stride,
+                    pad,
+                ));
                 Task::new(op, Epilogue::default()).unwrap()
             }),
         (1u32..2000, 1u32..2000, 1u32..2000).prop_map(|(m, n, k)| {

@@ -27,11 +27,12 @@ pub struct TaskArgs {
     pub onnx: Option<PathBuf>,
     /// Fix an ONNX input's shape, NAME=N,C,H,W (repeatable); inputs not named keep the
     /// model's shape, a symbolic batch taking --batch.
-    #[arg(long = "input", value_name = "NAME=DIMS", requires = "onnx", value_parser = parse_input_arg)]
+    #[arg(long = "input", value_name = "NAME=DIMS", value_parser = parse_input_arg)]
     pub inputs: Vec<InputShape>,
 }
 
-fn parse_input_arg(spec: &str) -> Result<InputShape, String> {
+/// `--input NAME=DIMS`.
+pub fn parse_input_arg(spec: &str) -> Result<InputShape, String> {
     parse_input(spec).map_err(|e| e.to_string())
 }
 
@@ -92,6 +93,22 @@ impl TypeArgs {
     /// `task` with these types.
     pub fn apply(&self, task: Task) -> Result<Task> {
         Ok(task.with_types(self.dtype, self.out_dtype, self.layout)?)
+    }
+
+    /// Every workload's task with these types, counts kept.
+    pub fn apply_all(
+        &self,
+        workloads: impl IntoIterator<Item = Workload>,
+    ) -> Result<Vec<Workload>> {
+        workloads
+            .into_iter()
+            .map(|w| {
+                Ok(Workload {
+                    task: self.apply(w.task)?,
+                    ..w
+                })
+            })
+            .collect()
     }
 }
 
@@ -157,15 +174,7 @@ pub fn resolve(
                     .join(", ")
             );
         }
-        let tasks = mine
-            .into_iter()
-            .map(|w| {
-                Ok(Workload {
-                    task: types.apply(w.task)?,
-                    ..w
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let tasks = types.apply_all(mine)?;
         if tasks.is_empty() {
             bail!("{} has no {op} tasks", path.display());
         }
@@ -179,16 +188,11 @@ pub fn resolve(
         .network
         .as_deref()
         .expect("clap requires one of the three");
-    let tasks: Vec<Workload> = network(name, batch)?
-        .into_iter()
-        .filter(|w| of_op(&w.task, op))
-        .map(|w| {
-            Ok(Workload {
-                task: types.apply(w.task)?,
-                ..w
-            })
-        })
-        .collect::<Result<_>>()?;
+    let tasks = types.apply_all(
+        network(name, batch)?
+            .into_iter()
+            .filter(|w| of_op(&w.task, op)),
+    )?;
     if tasks.is_empty() {
         bail!("network '{name}' has no {op} tasks");
     }

@@ -3,9 +3,9 @@
 //! Lines starting with `#` are headers; for a model, a last `#` line lists the nodes it
 //! does not tune.
 
-use crate::cmd::tasks::{TypeArgs, onnx_model};
+use crate::cmd::tasks::{TypeArgs, onnx_model, parse_input_arg};
 use anyhow::Result;
-use schedule::{InputShape, NETWORKS, Workload, network, parse_input};
+use schedule::{InputShape, NETWORKS, Workload, network};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     onnx: Option<PathBuf>,
     /// Fix an ONNX input's shape, NAME=N,C,H,W (repeatable).
-    #[arg(long = "input", value_name = "NAME=DIMS", requires = "onnx", value_parser = parse_input_arg)]
+    #[arg(long = "input", value_name = "NAME=DIMS", value_parser = parse_input_arg)]
     inputs: Vec<InputShape>,
     /// Batch size.
     #[arg(long, default_value_t = 1)]
@@ -27,26 +27,13 @@ pub struct Args {
     types: TypeArgs,
 }
 
-fn parse_input_arg(spec: &str) -> Result<InputShape, String> {
-    parse_input(spec).map_err(|e| e.to_string())
-}
-
 pub fn run(args: Args) -> Result<()> {
     if !args.inputs.is_empty() && args.onnx.is_none() {
         anyhow::bail!("--input fixes an input of an --onnx model; give --onnx FILE");
     }
     if let Some(path) = &args.onnx {
         let model = onnx_model(path, &args.inputs, args.batch)?;
-        let workloads = model
-            .workloads
-            .iter()
-            .map(|w| {
-                Ok(Workload {
-                    task: args.types.apply(w.task)?,
-                    ..w.clone()
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let workloads = args.types.apply_all(model.workloads.iter().cloned())?;
         let inputs: Vec<String> = model.inputs.iter().map(|i| i.to_string()).collect();
         let label = format!("{} ({})", path.display(), inputs.join(" "));
         print_set(&label, None, &workloads);
@@ -62,18 +49,7 @@ pub fn run(args: Args) -> Result<()> {
     // Resolve every network first so that a bad name prints nothing but the error.
     let sets = names
         .iter()
-        .map(|name| {
-            let workloads = network(name, args.batch)?
-                .into_iter()
-                .map(|w| {
-                    Ok(Workload {
-                        task: args.types.apply(w.task)?,
-                        ..w
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok((*name, workloads))
-        })
+        .map(|name| Ok((*name, args.types.apply_all(network(name, args.batch)?)?)))
         .collect::<Result<Vec<_>>>()?;
     for (name, workloads) in sets {
         print_set(name, Some(args.batch), &workloads);
