@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -409,6 +409,38 @@ impl Pool {
     ) -> Batch {
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<Option<(Outcome, usize)>>> = Mutex::new(vec![None; requests.len()]);
+        let take = || {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            requests.get(i).map(|r| (i, r.clone(), timeout))
+        };
+        let stop = AtomicBool::new(false);
+        let served = self.serve(
+            &take,
+            &|i, w, outcome, _| {
+                done(i, w, &outcome);
+                results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some((outcome, w));
+            },
+            &stop,
+        );
+        Batch {
+            outcomes: results.into_inner().unwrap_or_else(|p| p.into_inner()),
+            error: served.error,
+            busy: served.busy,
+        }
+    }
+
+    /// Measures requests as `next` hands them out (each device takes one, with its
+    /// timeout, when it is free; `next` may block, and `None` ends that device's loop),
+    /// calling `done` with the caller's tag, the device's position, the outcome and the
+    /// time it took. No device takes another request once `stop` is set. When a worker
+    /// cannot be restarted, its request gets an `environment` outcome (unless its own
+    /// outcome was known), `stop` is set, and the error says why it stopped.
+    pub fn serve<T: Send>(
+        &mut self,
+        next: &(dyn Fn() -> Option<(T, MeasureRequest, Duration)> + Sync),
+        done: &(dyn Fn(T, usize, Outcome, Duration) + Sync),
+        stopped: &AtomicBool,
+    ) -> Served {
         let errors: Mutex<Vec<PoolError>> = Mutex::new(Vec::new());
         let busy = std::thread::scope(|scope| {
             let threads: Vec<_> = self
@@ -416,17 +448,17 @@ impl Pool {
                 .iter_mut()
                 .enumerate()
                 .map(|(w, worker)| {
-                    let (next, results, errors) = (&next, &results, &errors);
+                    let errors = &errors;
                     scope.spawn(move || {
                         let mut busy = Duration::ZERO;
-                        loop {
-                            let i = next.fetch_add(1, Ordering::Relaxed);
-                            if i >= requests.len() {
+                        while !stopped.load(Ordering::Relaxed) {
+                            let Some((tag, request, timeout)) = next() else {
                                 break;
-                            }
+                            };
                             let started = std::time::Instant::now();
-                            let measured = worker.measure(&requests[i], timeout);
-                            busy += started.elapsed();
+                            let measured = worker.measure(&request, timeout);
+                            let took = started.elapsed();
+                            busy += took;
                             let (outcome, lost) = match measured {
                                 Ok(outcome) => (outcome, None),
                                 Err(Lost { outcome, error }) => {
@@ -436,14 +468,11 @@ impl Pool {
                                     (outcome, Some(error))
                                 }
                             };
-                            done(i, w, &outcome);
-                            results.lock().unwrap_or_else(|p| p.into_inner())[i] =
-                                Some((outcome, w));
+                            done(tag, w, outcome, took);
                             if let Some(e) = lost {
                                 errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
-                                // Stop handing out work: the run stops after this batch.
-                                next.store(requests.len(), Ordering::Relaxed);
-                                break;
+                                // Stop handing out work: the caller stops.
+                                stopped.store(true, Ordering::Relaxed);
                             }
                         }
                         busy
@@ -455,12 +484,18 @@ impl Pool {
                 .map(|t| t.join().expect("a measuring thread does not panic"))
                 .collect()
         });
-        Batch {
-            outcomes: results.into_inner().unwrap_or_else(|p| p.into_inner()),
+        Served {
             error: errors.into_inner().unwrap_or_else(|p| p.into_inner()).pop(),
             busy,
         }
     }
+}
+
+/// How `serve` ended: the error that stopped it, if one did, and per device (by
+/// position) the time its worker spent on requests.
+pub struct Served {
+    pub error: Option<PoolError>,
+    pub busy: Vec<Duration>,
 }
 
 /// What `measure_batch` measured: an outcome and the device's position per request

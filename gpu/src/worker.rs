@@ -373,6 +373,17 @@ impl Simulated {
 /// Environment variable: milliseconds the simulated worker takes to prepare a task
 /// (as filling multi-GB inputs would; tests of the separate deadline).
 pub const SIMULATED_PREPARE_ENV: &str = "TILESCHED_SIMULATED_PREPARE_MS";
+/// Environment variable: milliseconds the simulated worker takes per candidate, as a
+/// GPU's check and timed runs would (tests of throughput over several devices and of
+/// workers killed mid-job).
+pub const SIMULATED_MEASURE_ENV: &str = "TILESCHED_SIMULATED_MEASURE_MS";
+
+/// Sleeps for the milliseconds `var` names, if it is set.
+fn simulated_delay(var: &str) {
+    if let Some(ms) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
 
 impl Backend for Simulated {
     fn prepare(
@@ -380,12 +391,7 @@ impl Backend for Simulated {
         _problem: &Problem,
         _reference: &KernelImage,
     ) -> Result<(), (String, bool)> {
-        if let Some(ms) = std::env::var(SIMULATED_PREPARE_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-        }
+        simulated_delay(SIMULATED_PREPARE_ENV);
         Ok(())
     }
 
@@ -415,6 +421,7 @@ impl Backend for Simulated {
             }
             Some(ErrorKind::Compile) | None => {}
         }
+        simulated_delay(SIMULATED_MEASURE_ENV);
         // FNV-1a of the image: a stable pseudo time per kernel.
         let hash = image.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)

@@ -116,6 +116,29 @@ fn build_one(
     Ok((image, info, origin))
 }
 
+/// Builds one state (with the fault `injected` built in, if any).
+pub fn build_candidate(
+    task: &Task,
+    state: State,
+    injected: Option<ErrorKind>,
+    gpu: &GpuSpec,
+    arch: &str,
+    dir: &Path,
+    cache: Option<&CubinCache>,
+) -> Candidate {
+    let kernel = generate_one(task, &state, injected, gpu);
+    let source_hash = kernel.as_ref().ok().map(|k| source_hash(&k.source));
+    let built = kernel.and_then(|k| build_one(task, &state, k, arch, dir, cache));
+    let origin = built.as_ref().ok().map(|b| b.2);
+    Candidate {
+        state,
+        injected,
+        source_hash,
+        build: built.map(|(image, info, _)| (image, info)),
+        origin,
+    }
+}
+
 /// Builds `states` of `task` in parallel; `injected[i]` is the fault (if any) of state i.
 pub fn build(
     task: &Task,
@@ -131,17 +154,7 @@ pub fn build(
         .enumerate()
         .map(|(i, state)| {
             let fault = injected.get(i).copied().flatten();
-            let kernel = generate_one(task, &state, fault, gpu);
-            let source_hash = kernel.as_ref().ok().map(|k| source_hash(&k.source));
-            let built = kernel.and_then(|k| build_one(task, &state, k, arch, dir, cache));
-            let origin = built.as_ref().ok().map(|b| b.2);
-            Candidate {
-                state,
-                injected: fault,
-                source_hash,
-                build: built.map(|(image, info, _)| (image, info)),
-                origin,
-            }
+            build_candidate(task, state, fault, gpu, arch, dir, cache)
         })
         .collect()
 }

@@ -10,8 +10,10 @@ pub mod build;
 pub mod dgd;
 pub mod evolution;
 pub mod inject;
+pub mod measure;
 pub mod mutate;
 pub mod scheduler;
 pub mod tune;
 
+pub use measure::{Job, Local, Measured, Measurer};
 pub use tune::{Progress, Status, Strategy, TuneConfig, TuneError, TuneStats, tune};

@@ -8,40 +8,35 @@
 //! strategies let the gradient task scheduler spend the total. Resuming counts what the
 //! log already holds, trains the model on it, and never re-measures a state it has.
 
-use crate::build::{self, Candidate};
 use crate::dgd::{Dgd, DgdParams};
 use crate::evolution::{self, EvolutionParams, TaskSpace};
+use crate::measure::{Job, MeasureError, Measured, Measurer};
 use crate::scheduler::{Objective, SchedTask, TaskScheduler};
 use costmodel::{CostModel, Dataset, ModelError};
 use features::FeatureExtractor;
-use gpu::KernelImage;
-use gpu::{DeviceInfo, ErrorKind, MeasureRequest, Outcome, Pool, PoolError, Problem, TimingConfig};
+use gpu::{ErrorKind, TimingConfig};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 use records::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
 use schedule::task::Contraction;
 use schedule::{GpuSpec, Sampler, State, Task};
-use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum TuneError {
-    #[error(transparent)]
-    Pool(#[from] PoolError),
     #[error(
         "stopped: {error}; the log holds all {recorded} measurements so far (`--resume` continues)"
     )]
-    Stopped { error: PoolError, recorded: usize },
+    Stopped {
+        error: MeasureError,
+        recorded: usize,
+    },
     #[error(transparent)]
     Log(#[from] LogError),
-    #[error(transparent)]
-    Reference(#[from] build::BuildError),
-    #[error("NVRTC: {0}")]
-    Nvrtc(#[from] gpu::nvrtc_lib::NvrtcLibError),
-    #[error("cannot start build threads: {0}")]
-    Threads(#[from] rayon::ThreadPoolBuildError),
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
@@ -74,10 +69,8 @@ pub struct TuneConfig {
     pub timeout: Duration,
     /// Developer hook: candidate number (in build order, from 0) -> fault built in.
     pub inject: BTreeMap<usize, ErrorKind>,
-    /// Where cubins are written for the workers.
-    pub workdir: PathBuf,
-    /// The disk cache of compiled kernels (None: compile everything).
-    pub cubin_cache: Option<gpu::CubinCache>,
+    /// Rounds handed to the measurer at once [default: one per GPU, plus one].
+    pub rounds_in_flight: Option<usize>,
     pub strategy: Strategy,
     pub evolution: EvolutionParams,
     pub dgd: DgdParams,
@@ -120,12 +113,13 @@ pub struct TuneStats {
     pub compile_ms: Vec<f64>,
     /// Kernels read from the cubin cache instead of compiled.
     pub cached: usize,
-    /// Candidates sent to the workers and the time the workers took for them.
+    /// Candidates measured on a GPU.
     pub measured: usize,
-    pub measure_time: Duration,
-    /// Per device (ordinal, by the pool's order): the time its worker spent measuring.
-    pub device_busy: Vec<(u32, Duration)>,
-    pub build_time: Duration,
+    /// Per device (`Measured::device_label`, in the order first seen): the time it
+    /// spent measuring.
+    pub device_busy: Vec<(String, Duration)>,
+    /// Results for a job already answered (a queue's job measured twice), ignored.
+    pub duplicates: usize,
     /// Tasks with no new distinct valid state left to draw.
     pub exhausted: Vec<String>,
     pub stopped_by_budget: bool,
@@ -226,7 +220,6 @@ struct Planner {
     planned: usize,
     /// Candidates planned so far (numbers the fault injections).
     next_candidate: usize,
-    references: BTreeMap<String, KernelImage>,
 }
 
 impl Planner {
@@ -262,10 +255,9 @@ impl Planner {
         runs: &mut [TaskRun],
         cfg: &TuneConfig,
         spec: &GpuSpec,
-        arch: &str,
         model: &mut dyn CostModel,
         stats: &mut TuneStats,
-    ) -> Result<Option<Batch>, TuneError> {
+    ) -> Option<Batch> {
         while let Some(i) = self.next_task(runs, cfg) {
             let started = Instant::now();
             let run = &mut runs[i];
@@ -341,30 +333,21 @@ impl Planner {
             if states.is_empty() {
                 continue;
             }
-            if let std::collections::btree_map::Entry::Vacant(slot) = self.references.entry(key) {
-                let image = build::build_reference(
-                    &run.task,
-                    arch,
-                    &cfg.workdir,
-                    cfg.cubin_cache.as_ref(),
-                )?;
-                slot.insert(image);
-            }
             run.planned += states.len();
             self.planned += states.len();
             let injected = (0..states.len())
                 .map(|k| cfg.inject.get(&(self.next_candidate + k)).copied())
                 .collect();
             self.next_candidate += states.len();
-            return Ok(Some(Batch {
+            return Some(Batch {
                 run: i,
                 task: run.task,
                 states,
                 injected,
                 propose_ms: started.elapsed().as_secs_f64() * 1e3,
-            }));
+            });
         }
-        Ok(None)
+        None
     }
 }
 
@@ -383,13 +366,14 @@ fn dataset(run: &TaskRun, records: &[Record]) -> Dataset {
 }
 
 /// Tunes `tasks` (weighted by `weights`, their counts in the network), appending to
-/// `log`. `prior` is what the log held (when resuming); `model` ranks candidates for the
-/// model-guided strategies and learns from every measurement. Returns the new records.
+/// `log`, with candidates built and measured by `measurer`. `prior` is what the log held
+/// (when resuming); `model` ranks candidates for the model-guided strategies and learns
+/// from every measurement. Returns the new records.
 #[allow(clippy::too_many_arguments)]
 pub fn tune(
     tasks: &[Task],
     weights: &[u32],
-    pool: &mut Pool,
+    measurer: &mut dyn Measurer,
     log: &mut LogWriter,
     prior: &[Record],
     cfg: &TuneConfig,
@@ -397,10 +381,7 @@ pub fn tune(
     progress: &dyn Progress,
 ) -> Result<(Vec<Record>, TuneStats), TuneError> {
     let started = Instant::now();
-    let device = pool.devices()[0].clone();
-    let spec = device.spec()?;
-    let arch = device.arch();
-    let nvrtc = gpu::nvrtc_lib::version().map(|(a, b)| format!("{a}.{b}"))?;
+    let spec = measurer.target().spec()?;
     let keep = seeds_kept(cfg);
     let mut runs: Vec<TaskRun> = tasks
         .iter()
@@ -498,185 +479,130 @@ pub fn tune(
         scheduler,
         planned: prior_done,
         next_candidate: 0,
-        references: BTreeMap::new(),
     };
-    // Builds run on all cores but two, which stay free for the workers' launches.
-    let builders = rayon::ThreadPoolBuilder::new()
-        .num_threads(rayon::current_num_threads().saturating_sub(2).max(1))
-        .build()?;
-    let build_batch = |batch: Batch| {
-        let t = Instant::now();
-        let candidates = builders.install(|| {
-            build::build(
-                &batch.task,
-                batch.states.clone(),
-                &batch.injected,
-                &spec,
-                &arch,
-                &cfg.workdir,
-                cfg.cubin_cache.as_ref(),
-            )
-        });
-        (batch, candidates, t.elapsed())
-    };
-    let first = planner.plan(&mut runs, cfg, &spec, &arch, model, &mut stats)?;
-    let mut pending = first.map(build_batch);
+    // Rounds in flight: enough that every GPU has queued work while the tuner plans the
+    // next round and trains the model.
+    let depth = cfg
+        .rounds_in_flight
+        .unwrap_or(measurer.parallelism() + 1)
+        .max(1);
+    let (job_tx, job_rx) = channel::<Job>();
+    let (result_tx, result_rx) = channel::<Measured>();
+    let stop = AtomicBool::new(false);
     let mut next_id = 0u64;
     let mut unlearned = Dataset::new(features::FEATURE_COUNT);
-    while let Some((batch, candidates, build_time)) = pending.take() {
-        stats.build_time += build_time;
-        let key = batch.task.key();
-        // Compile failures are records now; the rest go to the workers.
-        let mut outcomes: Vec<Option<(Outcome, usize)>> = Vec::new();
-        let mut requests = Vec::new();
-        for c in &candidates {
-            match &c.build {
-                Ok((image, info)) => {
-                    stats.compile_ms.push(info.compile_ms);
-                    stats.cached += usize::from(c.origin == Some(gpu::Origin::Cached));
-                    outcomes.push(None);
-                    requests.push(MeasureRequest {
-                        id: next_id,
-                        problem: Problem::for_task(&batch.task, cfg.seed),
-                        reference: planner.references[&key].clone(),
-                        candidate: image.clone(),
-                        timing: cfg.timing,
-                        injected: c.injected,
-                    });
-                    next_id += 1;
+    let mut rounds: VecDeque<InFlight> = VecDeque::new();
+    let mut planning = true;
+    let (failure, served) = std::thread::scope(|scope| {
+        let server = scope.spawn(|| measurer.serve(job_rx, result_tx, &stop));
+        let failure = (|| -> Result<(), TuneError> {
+            loop {
+                while planning && rounds.len() < depth {
+                    if cfg.time_budget.is_some_and(|b| started.elapsed() >= b) {
+                        stats.stopped_by_budget = true;
+                        planning = false;
+                        break;
+                    }
+                    // None: nothing to plan now (a DGD task waits for its round).
+                    let Some(batch) = planner.plan(&mut runs, cfg, &spec, model, &mut stats)
+                    else {
+                        break;
+                    };
+                    let round = InFlight::new(batch, next_id);
+                    for (k, state) in round.batch.states.iter().enumerate() {
+                        let job = Job {
+                            id: next_id + k as u64,
+                            task: round.batch.task,
+                            state: state.clone(),
+                            injected: round.batch.injected[k],
+                            seed: cfg.seed,
+                            timing: cfg.timing,
+                            timeout: cfg.timeout,
+                        };
+                        if job_tx.send(job).is_err() {
+                            // The measurer stopped; its error is reported below.
+                            return Ok(());
+                        }
+                    }
+                    next_id += round.results.len() as u64;
+                    rounds.push_back(round);
                 }
-                Err(message) => {
-                    progress.measured();
-                    outcomes.push(Some((
-                        Outcome::error(ErrorKind::Compile, message.to_string()),
-                        0,
-                    )));
+                if rounds.is_empty() {
+                    return Ok(());
                 }
-            }
-        }
-        // Measure this batch while the CPU learns from the last one, then plans and
-        // builds the next: the GPU waits for neither. (Measured on an H100, resnet:
-        // training alone took 146 of a 359 s run when it ran between measurements.)
-        let (measured, overlapped) = std::thread::scope(|scope| {
-            let measuring = scope.spawn(|| {
-                let t = Instant::now();
-                let measured =
-                    pool.measure_batch(&requests, cfg.timeout, &|_, _, _| progress.measured());
-                (measured, t.elapsed())
-            });
-            let overlapped = (|| -> Result<_, TuneError> {
-                let t = Instant::now();
-                if unlearned.len() >= cfg.batch {
-                    model.update(&unlearned)?;
-                    unlearned = Dataset::new(features::FEATURE_COUNT);
-                }
-                let train = t.elapsed();
-                if cfg.time_budget.is_some_and(|b| started.elapsed() >= b) {
-                    stats.stopped_by_budget = true;
-                    return Ok((train, None));
-                }
-                let next = planner.plan(&mut runs, cfg, &spec, &arch, model, &mut stats)?;
-                Ok((train, next.map(build_batch)))
-            })();
-            let measured = measuring
-                .join()
-                .expect("the measuring thread does not panic");
-            (measured, overlapped)
-        });
-        let (batch_measured, measure_time) = measured;
-        let stopped = batch_measured.error;
-        stats.measure_time += measure_time;
-        stats.measured += batch_measured.outcomes.iter().flatten().count();
-        for (d, busy) in pool.devices().iter().zip(&batch_measured.busy) {
-            match stats.device_busy.iter_mut().find(|(o, _)| *o == d.ordinal) {
-                Some((_, total)) => *total += *busy,
-                None => stats.device_busy.push((d.ordinal, *busy)),
-            }
-        }
-        let mut measured = batch_measured.outcomes.into_iter();
-        let devices = pool.devices();
-        // A candidate never handed out (the batch stopped early) is not recorded: a
-        // resumed run plans it afresh.
-        let records: Vec<Record> = candidates
-            .into_iter()
-            .zip(outcomes)
-            .filter_map(|(c, outcome)| {
-                let (result, worker) = match outcome {
-                    Some(o) => o,
-                    None => measured.next().flatten()?,
+                let Ok(m) = result_rx.recv() else {
+                    return Ok(()); // the measurer stopped
                 };
-                Some(record(&batch.task, c, result, devices[worker], &nvrtc))
-            })
-            .collect();
-        log.append(&records)?;
-        if let Some(error) = stopped {
-            return Err(TuneError::Stopped {
-                error,
-                recorded: done + records.len(),
-            });
+                let Some(round) = rounds.iter_mut().find(|r| r.holds(m.id)) else {
+                    stats.duplicates += 1;
+                    continue;
+                };
+                let slot = &mut round.results[(m.id - round.first_id) as usize];
+                if slot.is_some() {
+                    stats.duplicates += 1;
+                    continue;
+                }
+                progress.measured();
+                stats.count(&m);
+                *slot = Some(m);
+                // Rounds end in the order they were planned, so that what the model
+                // and the task scheduler learn, and so the candidates drawn next, do
+                // not depend on which GPU finished first.
+                while rounds.front().is_some_and(InFlight::complete) {
+                    let round = rounds.pop_front().expect("a front round");
+                    let records = round.records();
+                    log.append(&records)?;
+                    done += records.len();
+                    finish_round(
+                        &round.batch,
+                        &records,
+                        &mut runs,
+                        &mut planner,
+                        &mut unlearned,
+                        &mut stats,
+                        cfg,
+                        &spec,
+                        keep,
+                        model,
+                        progress,
+                        done,
+                        total,
+                    )?;
+                    new_records.extend(records);
+                }
+            }
+        })();
+        // Whatever ended the loop, the measurer ends too: no more jobs, and on an
+        // error of the tuner's own, no more measurements.
+        if failure.is_err() {
+            stop.store(true, Ordering::Relaxed);
         }
-        let (train, next_built) = overlapped?;
-        pending = next_built;
-        let run = &mut runs[batch.run];
-        for r in &records {
-            if let Some(us) = r.median_us() {
-                run.best_us = Some(run.best_us.map_or(us, |b| b.min(us)));
-                run.remember(us, &r.state, keep);
+        drop(job_tx);
+        // Results still coming in while the measurer winds down are kept for the log.
+        let late: Vec<Measured> = result_rx.iter().collect();
+        let served = server.join().expect("the measuring thread does not panic");
+        (failure.map(|()| late), served)
+    });
+    let late = failure?;
+    if let Err(error) = served {
+        // Keep every measurement that came in: the rounds in flight, in order, with the
+        // candidates never measured left out (a resumed run plans them afresh).
+        for m in late {
+            if let Some(round) = rounds.iter_mut().find(|r| r.holds(m.id)) {
+                let slot = &mut round.results[(m.id - round.first_id) as usize];
+                if slot.is_none() {
+                    stats.count(&m);
+                    *slot = Some(m);
+                }
             }
         }
-        run.done += records.len();
-        done += records.len();
-        planner
-            .scheduler
-            .observe(batch.run, run.best_us, records.len());
-        let t = Instant::now();
-        if cfg.strategy != Strategy::Random {
-            // Learnt during the next round's measurement once a batch's worth of rows
-            // has come in (every round for evolution; every few windows for DGD, whose
-            // rounds are small).
-            unlearned.extend(&dataset(run, &records));
+        let mut recorded = done;
+        for round in rounds {
+            let records = round.records();
+            log.append(&records)?;
+            recorded += records.len();
         }
-        if cfg.strategy == Strategy::Dgd {
-            let space = TaskSpace {
-                contraction: &run.contraction,
-                gpu: &spec,
-                extractor: &run.extractor,
-            };
-            let results: Vec<(State, Option<f64>)> = records
-                .iter()
-                .map(|r| (r.state.clone(), r.median_us()))
-                .collect();
-            run.dgd.observe(&results, &space, &run.measured, model);
-        }
-        let train_ms = (train + t.elapsed()).as_secs_f64() * 1e3;
-        stats.rounds.push(RoundStats {
-            task: key.clone(),
-            candidates: records.len(),
-            propose_ms: batch.propose_ms,
-            train_ms,
-        });
-        progress.status(&Status {
-            task: key,
-            task_done: run.done,
-            task_trials: (cfg.strategy == Strategy::Random).then_some(run.trials),
-            round: stats.rounds.len(),
-            propose_ms: batch.propose_ms,
-            train_ms,
-            best_us: run.best_us,
-            best_tflops: run
-                .best_us
-                .map(|us| run.task.flops() as f64 / (us * 1e-6) / 1e12),
-            done,
-            total,
-        });
-        new_records.extend(records);
-        // Nothing was plannable while this round was in flight (a DGD task waiting for
-        // its results): plan now that they are in.
-        if pending.is_none() && !stats.stopped_by_budget {
-            pending = planner
-                .plan(&mut runs, cfg, &spec, &arch, model, &mut stats)?
-                .map(build_batch);
-        }
+        return Err(TuneError::Stopped { error, recorded });
     }
     if !unlearned.is_empty() {
         model.update(&unlearned)?;
@@ -685,20 +611,156 @@ pub fn tune(
     Ok((new_records, stats))
 }
 
-fn record(task: &Task, c: Candidate, result: Outcome, device: &DeviceInfo, nvrtc: &str) -> Record {
+/// A round handed to the measurer: its jobs are numbered from `first_id`.
+struct InFlight {
+    batch: Batch,
+    first_id: u64,
+    results: Vec<Option<Measured>>,
+}
+
+impl InFlight {
+    fn new(batch: Batch, first_id: u64) -> InFlight {
+        let results = vec![None; batch.states.len()];
+        InFlight {
+            batch,
+            first_id,
+            results,
+        }
+    }
+
+    fn holds(&self, id: u64) -> bool {
+        (self.first_id..self.first_id + self.results.len() as u64).contains(&id)
+    }
+
+    fn complete(&self) -> bool {
+        self.results.iter().all(Option::is_some)
+    }
+
+    /// The records of the candidates with a result, in the round's order.
+    fn records(&self) -> Vec<Record> {
+        let b = &self.batch;
+        self.results
+            .iter()
+            .enumerate()
+            .filter_map(|(k, m)| {
+                let m = m.clone()?;
+                Some(record(&b.task, b.states[k].clone(), b.injected[k], m))
+            })
+            .collect()
+    }
+}
+
+impl TuneStats {
+    /// Counts one result in.
+    fn count(&mut self, m: &Measured) {
+        if let Some(info) = &m.compile {
+            self.compile_ms.push(info.compile_ms);
+        }
+        self.cached += usize::from(m.cached);
+        if m.measure_ms > 0.0 {
+            self.measured += 1;
+            let busy = Duration::from_secs_f64(m.measure_ms / 1e3);
+            let label = m.device_label();
+            match self.device_busy.iter_mut().find(|(d, _)| *d == label) {
+                Some((_, total)) => *total += busy,
+                None => self.device_busy.push((label, busy)),
+            }
+        }
+    }
+}
+
+/// What the tuner learns from a finished round: each task's best, the task
+/// scheduler's and DGD's observations, the model's training rows (trained on once a
+/// batch's worth is in); and the progress line.
+#[allow(clippy::too_many_arguments)]
+fn finish_round(
+    batch: &Batch,
+    records: &[Record],
+    runs: &mut [TaskRun],
+    planner: &mut Planner,
+    unlearned: &mut Dataset,
+    stats: &mut TuneStats,
+    cfg: &TuneConfig,
+    spec: &GpuSpec,
+    keep: usize,
+    model: &mut dyn CostModel,
+    progress: &dyn Progress,
+    done: usize,
+    total: usize,
+) -> Result<(), TuneError> {
+    let t = Instant::now();
+    let run = &mut runs[batch.run];
+    for r in records {
+        if let Some(us) = r.median_us() {
+            run.best_us = Some(run.best_us.map_or(us, |b| b.min(us)));
+            run.remember(us, &r.state, keep);
+        }
+    }
+    run.done += records.len();
+    planner
+        .scheduler
+        .observe(batch.run, run.best_us, records.len());
+    if cfg.strategy != Strategy::Random {
+        // Learnt once a batch's worth of rows has come in (every round for evolution;
+        // every few windows for DGD, whose rounds are small), while the GPUs measure
+        // the rounds still in flight.
+        unlearned.extend(&dataset(run, records));
+        if unlearned.len() >= cfg.batch {
+            model.update(unlearned)?;
+            *unlearned = Dataset::new(features::FEATURE_COUNT);
+        }
+    }
+    if cfg.strategy == Strategy::Dgd {
+        let space = TaskSpace {
+            contraction: &run.contraction,
+            gpu: spec,
+            extractor: &run.extractor,
+        };
+        let results: Vec<(State, Option<f64>)> = records
+            .iter()
+            .map(|r| (r.state.clone(), r.median_us()))
+            .collect();
+        run.dgd.observe(&results, &space, &run.measured, model);
+    }
+    let train_ms = t.elapsed().as_secs_f64() * 1e3;
+    let key = batch.task.key();
+    stats.rounds.push(RoundStats {
+        task: key.clone(),
+        candidates: records.len(),
+        propose_ms: batch.propose_ms,
+        train_ms,
+    });
+    progress.status(&Status {
+        task: key,
+        task_done: run.done,
+        task_trials: (cfg.strategy == Strategy::Random).then_some(run.trials),
+        round: stats.rounds.len(),
+        propose_ms: batch.propose_ms,
+        train_ms,
+        best_us: run.best_us,
+        best_tflops: run
+            .best_us
+            .map(|us| run.task.flops() as f64 / (us * 1e-6) / 1e12),
+        done,
+        total,
+    });
+    Ok(())
+}
+
+fn record(task: &Task, state: State, injected: Option<ErrorKind>, m: Measured) -> Record {
     Record {
         version: RECORD_VERSION,
         task: task.key(),
         shape: *task,
-        state: c.state,
-        result,
-        compile: c.build.ok().map(|(_, info)| info),
-        device: device.clone(),
-        nvrtc: nvrtc.to_string(),
+        state,
+        result: m.outcome,
+        compile: m.compile,
+        device: m.device,
+        nvrtc: m.nvrtc,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         timestamp: now(),
-        injected: c.injected,
-        source_hash: c.source_hash,
+        injected,
+        source_hash: m.source_hash,
     }
 }
 

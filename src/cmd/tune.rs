@@ -13,7 +13,7 @@ use schedule::{Epilogue, Workload};
 use search::dgd::DgdParams;
 use search::evolution::EvolutionParams;
 use search::scheduler::Objective;
-use search::{Progress, Status, Strategy, TuneConfig, TuneStats, tune};
+use search::{Local, Progress, Status, Strategy, TuneConfig, TuneStats, tune};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -367,8 +367,7 @@ pub fn run_search(
         },
         timeout: Duration::from_secs_f64(args.timeout),
         inject,
-        workdir: workdir.path().to_path_buf(),
-        cubin_cache,
+        rounds_in_flight: None,
         strategy,
         evolution: EvolutionParams {
             population: args.population.max(1),
@@ -391,10 +390,21 @@ pub fn run_search(
         bar,
         verbose: args.verbose,
     };
+    // Builds take every core but one per GPU, which its worker's launches need.
+    let builders = rayon::current_num_threads()
+        .saturating_sub(devices.len())
+        .max(1);
+    let mut measurer = Local::new(
+        &mut pool,
+        builders,
+        workdir.path().to_path_buf(),
+        cubin_cache,
+        String::new(),
+    )?;
     let (new, stats) = tune(
         &tasks,
         &weights,
-        &mut pool,
+        &mut measurer,
         &mut writer,
         &prior,
         &cfg,
@@ -419,7 +429,7 @@ pub fn run_search(
         .filter(|s| keys.contains(&s.task))
         .collect();
     print!("{}", tune_table(&summaries));
-    print_stats(&stats, log_path);
+    print_stats(&stats, builders, log_path);
     Ok(())
 }
 
@@ -456,39 +466,43 @@ fn cubin_cache(dir: Option<&Path>, disabled: bool) -> Result<Option<gpu::CubinCa
     }
 }
 
-fn print_stats(stats: &TuneStats, log: &std::path::Path) {
+fn print_stats(stats: &TuneStats, builders: usize, log: &std::path::Path) {
     let mut ms = stats.compile_ms.clone();
     ms.sort_by(f64::total_cmp);
     let median = ms.get(ms.len() / 2).copied().unwrap_or(f64::NAN);
+    let busy: Duration = stats.device_busy.iter().map(|(_, t)| *t).sum();
     let per_candidate = if stats.measured > 0 {
-        stats.measure_time.as_secs_f64() * 1e3 / stats.measured as f64
+        busy.as_secs_f64() * 1e3 / stats.measured as f64
     } else {
         f64::NAN
     };
+    let wall = stats.wall.as_secs_f64();
     println!(
-        "wall {:.1} s; built {} kernels in {:.1} s ({} from the cubin cache; median {median:.0} ms each, {} threads); measured {} in {:.1} s ({per_candidate:.0} ms per candidate); log {}",
-        stats.wall.as_secs_f64(),
+        "wall {wall:.1} s; built {} kernels ({} from the cubin cache; median {median:.0} ms each, {builders} threads); measured {} ({per_candidate:.0} ms per candidate); log {}",
         ms.len(),
-        stats.build_time.as_secs_f64(),
         stats.cached,
-        rayon::current_num_threads(),
         stats.measured,
-        stats.measure_time.as_secs_f64(),
         log.display()
     );
-    let wall = stats.wall.as_secs_f64();
     if wall > 0.0 && !stats.device_busy.is_empty() {
-        let busy: Vec<String> = stats
+        let shares: Vec<String> = stats
             .device_busy
             .iter()
-            .map(|(d, t)| format!("GPU {d} {:.0}%", 100.0 * t.as_secs_f64() / wall))
+            .map(|(d, t)| format!("{d} {:.0}%", 100.0 * t.as_secs_f64() / wall))
             .collect();
-        let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let build_cpu: f64 = ms.iter().sum::<f64>() / 1e3;
         println!(
-            "busy measuring (of the wall time): {}; throughput: building {:.1} kernels/s, measuring {:.1} candidates/s",
-            busy.join(", "),
-            rate(ms.len(), stats.build_time.as_secs_f64()),
-            rate(stats.measured, stats.measure_time.as_secs_f64())
+            "busy measuring (of the wall time): {}; throughput: building {:.1} kernels/s ({:.0}% of {builders} threads), measuring {:.1} candidates/s",
+            shares.join(", "),
+            ms.len() as f64 / wall,
+            100.0 * build_cpu / (wall * builders as f64),
+            stats.measured as f64 / wall
+        );
+    }
+    if stats.duplicates > 0 {
+        println!(
+            "{} results for jobs already answered were ignored",
+            stats.duplicates
         );
     }
     let propose: f64 = stats.rounds.iter().map(|r| r.propose_ms).sum();
