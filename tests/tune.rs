@@ -876,3 +876,59 @@ fn a_second_run_reads_its_kernels_from_the_cubin_cache() {
     assert!(err.contains("--cubin-cache /proc/x"), "{err}");
     assert!(!tmp.path().join("d.jsonl").exists());
 }
+
+/// The wall time `tune` reports in its end table.
+fn reported_wall(out: &str) -> f64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("wall "))
+        .unwrap_or_else(|| panic!("{out}"));
+    line["wall ".len()..].split(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_second_device_halves_the_wall_time_and_candidates_do_not_depend_on_timing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    // Each candidate takes a simulated GPU 150 ms; the kernels come from a warm cubin
+    // cache, so that this 2-core machine's builds do not hide what the GPUs do.
+    let run = |name: &str, devices: &str| {
+        let log = tmp.path().join(name);
+        let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+            .args(["tune", "matmul", "--shape", "96,80,64", "--simulate"])
+            .args(["--trials", "32", "--measure-batch", "4", "--population", "64"])
+            .args(["--device", devices, "--cubin-cache", cache.to_str().unwrap()])
+            .arg("--log")
+            .arg(&log)
+            .env(gpu::worker::SIMULATED_MEASURE_ENV, "150")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+        let states: Vec<String> = records(&log)
+            .iter()
+            .map(|r| r["state"].to_string())
+            .collect();
+        (out, states)
+    };
+    // Rounds in flight follow the number of devices, so the two runs draw different
+    // candidates: warm the cache with both.
+    run("warm-1.jsonl", "0");
+    run("warm-2.jsonl", "0,1");
+    let (one, _) = run("one.jsonl", "0");
+    let (two, states) = run("two.jsonl", "0,1");
+    let (one_s, two_s) = (reported_wall(&one), reported_wall(&two));
+    // 32 x 150 ms is 4.8 s of measuring on one device, 2.4 s on each of two.
+    assert!(one_s >= 4.8, "{one}");
+    assert!(two_s < 0.7 * one_s, "one device {one_s} s, two {two_s} s\n{two}");
+    let busy = two
+        .lines()
+        .find(|l| l.starts_with("busy measuring"))
+        .unwrap_or_else(|| panic!("{two}"));
+    assert!(busy.contains("GPU 0 ") && busy.contains("GPU 1 "), "{busy}");
+    // Rounds end in the order they were planned: the model-guided search draws the
+    // same candidates whichever device answers first.
+    let (_, again) = run("again.jsonl", "0,1");
+    assert_eq!(states.len(), 32);
+    assert_eq!(states, again);
+}

@@ -360,7 +360,7 @@ mod tests {
             state,
             result,
             compile: None,
-            device: Simulated::device(),
+            device: Simulated::device(0),
             nvrtc: "13.0".into(),
             tool_version: "0.1.0".into(),
             timestamp: timestamp.into(),

@@ -499,7 +499,7 @@ mod tests {
             tool_version: "0.1.0".into(),
             date: "2026-11-22T00:00:00Z".into(),
             command: "tilesched bench conv2d --network demo --log demo.jsonl".into(),
-            device: gpu::worker::Simulated::device(),
+            device: gpu::worker::Simulated::device(0),
             vendor: "cuDNN 9.19.0".into(),
             vendor_library: Some(VendorLibrary {
                 name: "cuDNN".into(),

@@ -210,7 +210,7 @@ mod tests {
         DeviceInfo {
             l2_bytes: l2,
             memory_bytes: memory,
-            ..Simulated::device()
+            ..Simulated::device(0)
         }
     }
 

@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn the_spec_is_the_table_of_the_architecture_with_the_devices_counts() {
-        let mut device = crate::worker::Simulated::device();
+        let mut device = crate::worker::Simulated::device(0);
         device.name = "NVIDIA H200".to_string();
         device.sm_count = 114;
         let spec = device.spec().unwrap();

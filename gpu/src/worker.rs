@@ -88,7 +88,7 @@ pub fn run(device: u32, simulate: bool) -> i32 {
     let stdout = std::io::stdout().lock();
     if simulate {
         let backend = match Simulated::start() {
-            Ok(()) => Ok((Simulated, Simulated::device())),
+            Ok(()) => Ok((Simulated, Simulated::device(device))),
             Err(message) => Err(message),
         };
         return serve(backend, stdin, stdout);
@@ -352,9 +352,10 @@ impl Simulated {
         }
     }
 
-    pub fn device() -> DeviceInfo {
+    /// The simulated GPU with ordinal `ordinal`.
+    pub fn device(ordinal: u32) -> DeviceInfo {
         DeviceInfo {
-            ordinal: 0,
+            ordinal,
             name: "simulated (no GPU)".to_string(),
             compute_capability: (9, 0),
             sm_count: 132,

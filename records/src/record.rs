@@ -454,7 +454,7 @@ pub(crate) mod tests {
                 spill_bytes: 0,
                 compile_ms: 120.5,
             }),
-            device: Simulated::device(),
+            device: Simulated::device(0),
             nvrtc: "13.0".into(),
             tool_version: "0.1.0".into(),
             timestamp: "2026-11-22T10:00:00Z".into(),

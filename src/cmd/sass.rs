@@ -347,7 +347,7 @@ mod tests {
             state,
             result,
             compile: None,
-            device: gpu::worker::Simulated::device(),
+            device: gpu::worker::Simulated::device(0),
             nvrtc: "13.0".into(),
             tool_version: "0.1.0".into(),
             timestamp: "2026-11-24T10:00:00Z".into(),
