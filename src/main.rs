@@ -45,8 +45,7 @@ enum Command {
     /// The deploy cache: the best cubin of each task per GPU.
     #[command(subcommand)]
     Deploy(cmd::deploy::Command),
-    /// The measurement worker process (started by `tune`).
-    #[command(hide = true)]
+    /// Measure for tuners on a queue with this host's GPUs (`--queue`).
     Worker(cmd::worker::Args),
 }
 

@@ -134,6 +134,17 @@ pub struct SearchArgs {
     /// per-layer speedups over a baseline).
     #[arg(long, value_enum, default_value_t = ObjectiveArg::Latency)]
     objective: ObjectiveArg,
+    /// Measure through a queue of workers on other hosts, redis://HOST[:PORT]/NAME
+    /// (`tilesched worker --queue` on each GPU host) instead of on --device.
+    #[arg(long, value_name = "URL")]
+    queue: Option<String>,
+    /// With --queue: measure on the workers whose GPU name contains this [default: the
+    /// one model on the queue].
+    #[arg(long, value_name = "NAME", requires = "queue")]
+    queue_gpu: Option<String>,
+    /// With --queue: seconds to wait for a worker to appear.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "queue")]
+    queue_wait: f64,
     /// Developer hook: build faults into candidates, e.g. launch@3,timeout@7,wrong_answer@12.
     #[arg(long, hide = true)]
     inject_fault: Option<String>,
@@ -220,6 +231,12 @@ fn check_flags(args: &SearchArgs, log_path: &Path) -> Result<()> {
         && !(b.is_finite() && b > 0.0 && b <= MAX_SECS)
     {
         bail!("--time-budget must be a positive number of seconds up to {MAX_SECS}");
+    }
+    if !(args.queue_wait.is_finite() && args.queue_wait >= 0.0 && args.queue_wait <= MAX_SECS) {
+        bail!("--queue-wait must be a number of seconds, not negative, up to {MAX_SECS}");
+    }
+    if let Some(q) = &args.queue {
+        q.parse::<queue::QueueAddress>()?;
     }
     // Before anything opens it: a pipe would block, /dev/zero never end.
     records::record::check_regular(log_path)?;
@@ -322,38 +339,6 @@ pub fn run_search(
         Some(lock) => lock,
         None => crate::lock::exclusive(log_path, "tuning log")?,
     };
-    let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
-    let mut worker_args = vec!["worker".to_string()];
-    if args.simulate {
-        worker_args.push("--simulate".to_string());
-    }
-    let command = WorkerCommand {
-        program,
-        args: worker_args,
-    };
-    let mut pool = match Pool::start(&command, devices) {
-        Ok(pool) => pool,
-        Err(e) => {
-            if created {
-                let _ = std::fs::remove_file(log_path);
-            }
-            match e {
-                PoolError::Unavailable(message) => bail!("{message}"),
-                e => return Err(e.into()),
-            }
-        }
-    };
-    for d in pool.devices() {
-        eprintln!(
-            "device {}: {} ({}, {} SMs, {} MHz, CUDA {})",
-            d.ordinal,
-            d.name,
-            d.arch(),
-            d.sm_count,
-            d.sm_clock_mhz,
-            d.cuda_driver
-        );
-    }
     let workdir = crate::scratch::create()?;
     let cfg = TuneConfig {
         trials,
@@ -390,27 +375,53 @@ pub fn run_search(
         bar,
         verbose: args.verbose,
     };
-    // Builds take every core but one per GPU, which its worker's launches need.
-    let builders = rayon::current_num_threads()
-        .saturating_sub(devices.len())
-        .max(1);
-    let mut measurer = Local::new(
-        &mut pool,
-        builders,
-        workdir.path().to_path_buf(),
-        cubin_cache,
-        String::new(),
-    )?;
-    let (new, stats) = tune(
-        &tasks,
-        &weights,
-        &mut measurer,
-        &mut writer,
-        &prior,
-        &cfg,
-        model.as_mut(),
-        &progress,
-    )?;
+    let mut measured = |measurer: &mut dyn search::Measurer| {
+        tune(
+            &tasks,
+            &weights,
+            measurer,
+            &mut writer,
+            &prior,
+            &cfg,
+            model.as_mut(),
+            &progress,
+        )
+    };
+    let unavailable = |e: anyhow::Error| {
+        if created {
+            let _ = std::fs::remove_file(log_path);
+        }
+        e
+    };
+    let (new, stats, builders) = match &args.queue {
+        Some(address) => {
+            let mut remote = queue::Remote::connect(
+                address.parse()?,
+                args.queue_gpu.as_deref(),
+                Duration::from_secs_f64(args.queue_wait),
+                Box::new(|line| eprintln!("{line}")),
+            )
+            .map_err(|e| unavailable(e.into()))?;
+            let (new, stats) = measured(&mut remote)?;
+            (new, stats, None)
+        }
+        None => {
+            let mut pool = start_pool(devices, args.simulate).map_err(unavailable)?;
+            // Builds take every core but one per GPU, which its worker's launches need.
+            let builders = rayon::current_num_threads()
+                .saturating_sub(devices.len())
+                .max(1);
+            let mut local = Local::new(
+                &mut pool,
+                builders,
+                workdir.path().to_path_buf(),
+                cubin_cache,
+                String::new(),
+            )?;
+            let (new, stats) = measured(&mut local)?;
+            (new, stats, Some(builders))
+        }
+    };
     progress.bar.finish_and_clear();
     if let Some(path) = &args.model_out {
         model.save(path)?;
@@ -433,11 +444,41 @@ pub fn run_search(
     Ok(())
 }
 
+/// Starts a measurement worker on each of `devices` and says which GPUs they hold.
+fn start_pool(devices: &[u32], simulate: bool) -> Result<Pool> {
+    let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
+    let mut worker_args = vec!["worker".to_string()];
+    if simulate {
+        worker_args.push("--simulate".to_string());
+    }
+    let command = WorkerCommand {
+        program,
+        args: worker_args,
+    };
+    let pool = match Pool::start(&command, devices) {
+        Ok(pool) => pool,
+        Err(PoolError::Unavailable(message)) => bail!("{message}"),
+        Err(e) => return Err(e.into()),
+    };
+    for d in pool.devices() {
+        eprintln!(
+            "device {}: {} ({}, {} SMs, {} MHz, CUDA {})",
+            d.ordinal,
+            d.name,
+            d.arch(),
+            d.sm_count,
+            d.sm_clock_mhz,
+            d.cuda_driver
+        );
+    }
+    Ok(pool)
+}
+
 /// The cubin cache: `--cubin-cache DIR`, else `cubins/` in the cache directory
 /// (`$TILESCHED_CACHE`, else `$XDG_CACHE_HOME/tilesched` or `~/.cache/tilesched`, as
 /// `scripts/setup.sh` uses), none with `--no-cubin-cache` or when no directory can be
 /// made (then every kernel is compiled, with a warning).
-fn cubin_cache(dir: Option<&Path>, disabled: bool) -> Result<Option<gpu::CubinCache>> {
+pub(crate) fn cubin_cache(dir: Option<&Path>, disabled: bool) -> Result<Option<gpu::CubinCache>> {
     if disabled {
         return Ok(None);
     }
@@ -466,7 +507,9 @@ fn cubin_cache(dir: Option<&Path>, disabled: bool) -> Result<Option<gpu::CubinCa
     }
 }
 
-fn print_stats(stats: &TuneStats, builders: usize, log: &std::path::Path) {
+/// The end table's times. `builders`: the build threads of this host (None: the
+/// queue's workers built the kernels).
+fn print_stats(stats: &TuneStats, builders: Option<usize>, log: &std::path::Path) {
     let mut ms = stats.compile_ms.clone();
     ms.sort_by(f64::total_cmp);
     let median = ms.get(ms.len() / 2).copied().unwrap_or(f64::NAN);
@@ -477,8 +520,12 @@ fn print_stats(stats: &TuneStats, builders: usize, log: &std::path::Path) {
         f64::NAN
     };
     let wall = stats.wall.as_secs_f64();
+    let threads = match builders {
+        Some(n) => format!("{n} threads"),
+        None => "on the queue's workers".to_string(),
+    };
     println!(
-        "wall {wall:.1} s; built {} kernels ({} from the cubin cache; median {median:.0} ms each, {builders} threads); measured {} ({per_candidate:.0} ms per candidate); log {}",
+        "wall {wall:.1} s; built {} kernels ({} from the cubin cache; median {median:.0} ms each, {threads}); measured {} ({per_candidate:.0} ms per candidate); log {}",
         ms.len(),
         stats.cached,
         stats.measured,
@@ -491,11 +538,14 @@ fn print_stats(stats: &TuneStats, builders: usize, log: &std::path::Path) {
             .map(|(d, t)| format!("{d} {:.0}%", 100.0 * t.as_secs_f64() / wall))
             .collect();
         let build_cpu: f64 = ms.iter().sum::<f64>() / 1e3;
+        let load = match builders {
+            Some(n) => format!(" ({:.0}% of {n} threads)", 100.0 * build_cpu / (wall * n as f64)),
+            None => String::new(),
+        };
         println!(
-            "busy measuring (of the wall time): {}; throughput: building {:.1} kernels/s ({:.0}% of {builders} threads), measuring {:.1} candidates/s",
+            "busy measuring (of the wall time): {}; throughput: building {:.1} kernels/s{load}, measuring {:.1} candidates/s",
             shares.join(", "),
             ms.len() as f64 / wall,
-            100.0 * build_cpu / (wall * builders as f64),
             stats.measured as f64 / wall
         );
     }

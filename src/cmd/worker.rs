@@ -1,20 +1,100 @@
-//! `tilesched worker --device N` (hidden): the measurement worker process that `tune`
-//! starts per GPU and talks to over stdin/stdout. `--simulate` answers without a GPU
-//! (for tests of the tuner's side only).
+//! `tilesched worker --queue redis://HOST:PORT/NAME [--device 0,1]`: measures for any
+//! tuner on the queue with this host's GPUs, building the kernels on this host's cores
+//! (see the `queue` crate). Without `--queue` it is the measurement process that `tune`
+//! starts per GPU and talks to over stdin/stdout (`--device N`, one device).
+//! `--simulate` answers without a GPU (tests of the tuner's side only).
 
+use anyhow::{Context, Result, bail};
+use gpu::{Pool, PoolError, WorkerCommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
-    device: u32,
-    /// Answer with simulated measurements (no GPU; tests only).
+    /// The queue to serve, redis://HOST[:PORT]/NAME.
+    #[arg(long, value_name = "URL")]
+    queue: Option<String>,
+    /// CUDA devices (one without --queue).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    device: Vec<u32>,
+    /// Name on the queue [default: HOST-PID].
+    #[arg(long, requires = "queue")]
+    name: Option<String>,
+    /// Seconds a job may go unrenewed before another worker takes it over (use one
+    /// value for every worker of a queue).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, requires = "queue")]
+    lease: f64,
+    /// Disk cache of compiled kernels (as `tune`'s).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_cubin_cache")]
+    cubin_cache: Option<PathBuf>,
+    /// Compile every kernel, reading and writing no cubin cache.
     #[arg(long)]
+    no_cubin_cache: bool,
+    /// Answer with simulated measurements (no GPU; tests only).
+    #[arg(long, hide = true)]
     simulate: bool,
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let status = gpu::worker::run(args.device, args.simulate);
-    ExitCode::from(u8::try_from(status).unwrap_or(1))
+    let Some(queue) = args.queue.clone() else {
+        let [device] = args.device[..] else {
+            eprintln!("error: the measurement process takes one --device (or pass --queue)");
+            return ExitCode::from(2);
+        };
+        let status = gpu::worker::run(device, args.simulate);
+        return ExitCode::from(u8::try_from(status).unwrap_or(1));
+    };
+    match serve(&queue, &args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(queue: &str, args: &Args) -> Result<()> {
+    let queue: queue::QueueAddress = queue.parse()?;
+    if !(args.lease.is_finite() && args.lease > 0.0 && args.lease <= 86400.0) {
+        bail!("--lease must be a positive number of seconds up to a day");
+    }
+    let cache = crate::cmd::tune::cubin_cache(args.cubin_cache.as_deref(), args.no_cubin_cache)?;
+    let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
+    let mut worker_args = vec!["worker".to_string()];
+    if args.simulate {
+        worker_args.push("--simulate".to_string());
+    }
+    let command = WorkerCommand {
+        program,
+        args: worker_args,
+    };
+    let mut pool = match Pool::start(&command, &args.device) {
+        Ok(pool) => pool,
+        Err(PoolError::Unavailable(message)) => bail!("{message}"),
+        Err(e) => return Err(e.into()),
+    };
+    let workdir = crate::scratch::create()?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    // Builds take every core but one per GPU, which its measuring process needs.
+    let builders = rayon::current_num_threads()
+        .saturating_sub(args.device.len())
+        .max(1);
+    let cfg = queue::WorkerConfig {
+        queue,
+        name,
+        lease: Duration::from_secs_f64(args.lease),
+        builders,
+        workdir: workdir.path().to_path_buf(),
+        cache,
+    };
+    // Runs until killed (its jobs are then taken over by other workers) or until a GPU
+    // fails for good.
+    let stop = AtomicBool::new(false);
+    queue::serve(&mut pool, cfg, &stop, &|line| eprintln!("{line}"))?;
+    Ok(())
 }

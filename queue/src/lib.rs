@@ -1,0 +1,56 @@
+//! A measurement queue on Redis streams, so that one tuner measures on the GPUs of many
+//! hosts. The tuner (`Remote`, a `search::Measurer`) publishes each candidate as a job
+//! on a stream per GPU model; `tilesched worker --queue` on each GPU host (`serve`)
+//! reads jobs as a member of the stream's consumer group, builds and measures them with
+//! the same local pipeline as `tune` (`search::Local`), and posts each result to the
+//! tuner's own result stream before acknowledging the job. Redis does the bookkeeping
+//! a queue needs: the pending-entries list holds every job taken and not yet
+//! acknowledged; a worker renews the jobs it holds while it works on them; a job whose
+//! worker died (its lease ran out) is taken over by another worker with `XAUTOCLAIM`,
+//! once — after a second death it is answered as an `environment` failure. A result for
+//! a job already answered is ignored by the tuner, so nothing is lost or recorded twice.
+//! Workers register their GPUs; a tuner measures on the model of the workers it finds
+//! (or the one it names), and a worker of another model never sees its jobs.
+
+mod address;
+mod registry;
+mod remote;
+mod worker;
+
+pub use address::QueueAddress;
+pub use registry::Registration;
+pub use remote::Remote;
+pub use worker::{WorkerConfig, serve};
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum QueueError {
+    #[error("--queue {given}: {why} (expected redis://HOST[:PORT]/NAME)")]
+    Address { given: String, why: &'static str },
+    #[error("cannot reach Redis at {server}: {error}")]
+    Connect {
+        server: String,
+        error: redis::RedisError,
+    },
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("no worker with {wanted} registered on queue {queue} within {waited_s} s{seen}")]
+    NoWorker {
+        queue: String,
+        wanted: String,
+        waited_s: u64,
+        seen: String,
+    },
+    #[error(
+        "workers on queue {queue} have different GPUs ({models}): name one with --queue-gpu"
+    )]
+    MixedGpus { queue: String, models: String },
+    #[error("a message on the queue is not what tilesched writes: {0}")]
+    Message(String),
+    #[error(transparent)]
+    Local(#[from] search::measure::LocalError),
+    /// Measuring stopped (a GPU whose worker process cannot be restarted).
+    #[error("{0}")]
+    Measure(search::measure::MeasureError),
+}

@@ -1,0 +1,389 @@
+//! A GPU host's side of the queue: reads jobs for its GPU model as a member of the job
+//! stream's consumer group, builds and measures them with `search::Local` on its own
+//! cores and GPUs, posts each result to the tuner that asked, then acknowledges the
+//! job. While it holds a job it renews it (`XCLAIM ... JUSTID`, which resets the job's
+//! idle time without counting a delivery); a job left idle longer than the lease
+//! belongs to a dead (or stopped) worker and is taken over with `XAUTOCLAIM`. Redis
+//! counts deliveries: a job delivered a third time has killed, or outlived, two workers
+//! and is answered as an `environment` failure instead of being measured again.
+
+use crate::address::{GROUP, QueueAddress, ensure_group};
+use crate::registry::{self, Registration, renew_period};
+use crate::QueueError;
+use gpu::{CubinCache, DeviceInfo, ErrorKind, Outcome, Pool};
+use redis::streams::{
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamClaimOptions, StreamId,
+    StreamPendingCountReply, StreamReadOptions, StreamReadReply,
+};
+use redis::Commands;
+use search::measure::{Job, Local, Measured, Measurer};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Deliveries of one job: the first, and one more after its worker died.
+const MAX_DELIVERIES: usize = 2;
+
+/// How a worker serves a queue.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub queue: QueueAddress,
+    /// Its consumer name (unique on the queue).
+    pub name: String,
+    /// A job it holds and does not renew for this long is taken over by another.
+    pub lease: Duration,
+    /// Build threads.
+    pub builders: usize,
+    /// Where cubins are written for the measuring processes.
+    pub workdir: PathBuf,
+    pub cache: Option<CubinCache>,
+}
+
+/// This host's name.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_string())
+}
+
+/// A job this worker holds: where it came from and where its answer goes.
+#[derive(Debug, Clone)]
+struct Held {
+    /// The job's entry in the job stream.
+    entry: String,
+    reply: String,
+    run: String,
+    /// The tuner's id of the job (jobs are renumbered here: ids are per tuner).
+    job_id: u64,
+}
+
+/// The jobs a worker holds, by its own number for them.
+#[derive(Default)]
+struct Holding {
+    jobs: HashMap<u64, Held>,
+    next: u64,
+}
+
+impl Holding {
+    fn holds_entry(&self, entry: &str) -> bool {
+        self.jobs.values().any(|h| h.entry == entry)
+    }
+}
+
+/// Serves the queue with `pool` until `stop` is set or measuring fails (a GPU whose
+/// worker cannot be restarted): jobs it held are then taken over by other workers.
+/// `notice` receives lines for people.
+pub fn serve(
+    pool: &mut Pool,
+    cfg: WorkerConfig,
+    stop: &AtomicBool,
+    notice: &(dyn Fn(&str) + Sync),
+) -> Result<(), QueueError> {
+    let devices: Vec<DeviceInfo> = pool.devices().into_iter().cloned().collect();
+    let gpu = devices[0].name.clone();
+    let stream = cfg.queue.jobs(&gpu);
+    let mut con = cfg.queue.connect(Duration::from_secs(10))?;
+    ensure_group(&mut con, &stream)?;
+    let mut me = Registration {
+        worker: cfg.name.clone(),
+        host: host_name(),
+        pid: std::process::id(),
+        devices: devices.clone(),
+        lease_ms: cfg.lease.as_millis() as u64,
+        seen_ms: 0,
+    };
+    registry::renew(&mut con, &cfg.queue, &mut me)?;
+    notice(&format!(
+        "worker {}: {} x {gpu}, serving queue {} ({} build threads, lease {:.1} s)",
+        cfg.name,
+        devices.len(),
+        cfg.queue,
+        cfg.builders,
+        cfg.lease.as_secs_f64()
+    ));
+    let nvrtc = gpu::nvrtc_lib::version()
+        .map(|(a, b)| format!("{a}.{b}"))
+        .map_err(search::measure::LocalError::from)?;
+    let capacity = cfg.builders + 2 * devices.len();
+    let holding = Mutex::new(Holding::default());
+    let hold = || holding.lock().unwrap_or_else(|p| p.into_inner());
+    let failed: Mutex<Option<QueueError>> = Mutex::new(None);
+    let fail = |e: QueueError| {
+        stop.store(true, Ordering::Relaxed);
+        failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    };
+    let mut local = Local::new(
+        pool,
+        cfg.builders,
+        cfg.workdir.clone(),
+        cfg.cache.clone(),
+        cfg.name.clone(),
+    )?;
+    let (job_tx, job_rx) = channel::<Job>();
+    let (result_tx, result_rx) = channel::<Measured>();
+    let fetching_done = AtomicBool::new(false);
+    let (cfg, stream, hold, fail, fetching_done) =
+        (&cfg, &stream, &hold, &fail, &fetching_done);
+    let measured = std::thread::scope(|scope| {
+        let measuring = scope.spawn(|| local.serve(job_rx, result_tx, stop));
+        // Posts each result, then acknowledges its job.
+        scope.spawn(move || {
+            let post = || -> Result<(), QueueError> {
+                let mut con = cfg.queue.connect(Duration::from_secs(10))?;
+                for mut m in result_rx.iter() {
+                    let local_id = m.id;
+                    let Some(held) = hold().jobs.get(&local_id).cloned() else {
+                        continue;
+                    };
+                    m.id = held.job_id;
+                    answer(&mut con, &cfg.queue, stream, &held, &m)?;
+                    hold().jobs.remove(&local_id);
+                }
+                Ok(())
+            };
+            if let Err(e) = post() {
+                fail(e);
+            }
+        });
+        // Renews the registration and the jobs held.
+        let me = &me;
+        scope.spawn(move || {
+            let renew = || -> Result<(), QueueError> {
+                let mut con = cfg.queue.connect(Duration::from_secs(10))?;
+                let mut me = me.clone();
+                while !stop.load(Ordering::Relaxed) && !fetching_done.load(Ordering::Relaxed) {
+                    std::thread::sleep(renew_period(cfg.lease));
+                    registry::renew(&mut con, &cfg.queue, &mut me)?;
+                    let entries: Vec<String> =
+                        hold().jobs.values().map(|h| h.entry.clone()).collect();
+                    renew_jobs(&mut con, &stream, &cfg.name, &entries)?;
+                }
+                Ok(())
+            };
+            if let Err(e) = renew() {
+                fail(e);
+            }
+        });
+        // Fetches jobs while there is room: first those of dead workers, then new ones.
+        let mut fetch = || -> Result<(), QueueError> {
+            while !stop.load(Ordering::Relaxed) {
+                let room = capacity.saturating_sub(hold().jobs.len());
+                if room == 0 {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                let mut entries = Vec::new();
+                for entry in take_over(&mut con, &stream, &cfg, room)? {
+                    if hold().holds_entry(&entry.0.id) {
+                        continue; // its own, renewed late
+                    }
+                    if entry.1 > MAX_DELIVERIES {
+                        give_up(&mut con, &cfg, &stream, &entry.0, &devices[0], &nvrtc, entry.1)?;
+                    } else {
+                        entries.push(entry.0);
+                    }
+                }
+                if entries.is_empty() {
+                    let options = StreamReadOptions::default()
+                        .group(GROUP, &cfg.name)
+                        .count(room)
+                        .block(500);
+                    let read: Option<StreamReadReply> =
+                        con.xread_options(&[&stream], &[">"], &options)?;
+                    entries.extend(read.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids));
+                }
+                for entry in entries {
+                    let Some((job, held)) = accept(&mut con, &cfg.queue, &stream, &entry, notice)?
+                    else {
+                        continue;
+                    };
+                    let mut holding = hold();
+                    let local_id = holding.next;
+                    holding.next += 1;
+                    holding.jobs.insert(local_id, held);
+                    drop(holding);
+                    if job_tx.send(Job { id: local_id, ..job }).is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = fetch() {
+            fail(e);
+        }
+        fetching_done.store(true, Ordering::Relaxed);
+        drop(job_tx);
+        measuring.join().expect("the measuring thread does not panic")
+    });
+    let _ = registry::remove(&mut con, &cfg.queue, &cfg.name);
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    measured.map_err(QueueError::Measure)
+}
+
+/// Whether the tuner of `run` is still there.
+fn run_alive(con: &mut redis::Connection, queue: &QueueAddress, run: &str) -> Result<bool, QueueError> {
+    Ok(con.exists(queue.tuner(run))?)
+}
+
+/// Reads a job entry: `None` (and the entry acknowledged and deleted) when it cannot
+/// be read or its tuner is gone.
+fn accept(
+    con: &mut redis::Connection,
+    queue: &QueueAddress,
+    stream: &str,
+    entry: &StreamId,
+    notice: &(dyn Fn(&str) + Sync),
+) -> Result<Option<(Job, Held)>, QueueError> {
+    let field = |name: &str| entry.get::<String>(name);
+    let parsed = match (field("job"), field("reply"), field("run")) {
+        (Some(job), Some(reply), Some(run)) => serde_json::from_str::<Job>(&job)
+            .map(|job| (job, reply, run))
+            .map_err(|e| e.to_string()),
+        _ => Err("a field is missing".to_string()),
+    };
+    let keep = match &parsed {
+        Ok((_, _, run)) => run_alive(con, queue, run)?,
+        Err(why) => {
+            notice(&format!("job {} dropped: {why}", entry.id));
+            false
+        }
+    };
+    if !keep {
+        finish(con, stream, &entry.id)?;
+        return Ok(None);
+    }
+    let (job, reply, run) = parsed.expect("checked above");
+    let held = Held {
+        entry: entry.id.clone(),
+        reply,
+        run,
+        job_id: job.id,
+    };
+    Ok(Some((job, held)))
+}
+
+/// Acknowledges and deletes a job entry.
+fn finish(con: &mut redis::Connection, stream: &str, entry: &str) -> Result<(), QueueError> {
+    let _: usize = con.xack(stream, GROUP, &[entry])?;
+    let _: usize = con.xdel(stream, &[entry])?;
+    Ok(())
+}
+
+/// Posts a result to the job's tuner (if it is still there), then acknowledges the job:
+/// dying in between only makes the job be measured again, and the tuner ignores the
+/// second answer.
+fn answer(
+    con: &mut redis::Connection,
+    queue: &QueueAddress,
+    stream: &str,
+    held: &Held,
+    m: &Measured,
+) -> Result<(), QueueError> {
+    if run_alive(con, queue, &held.run)? {
+        let text = serde_json::to_string(m).expect("results serialize");
+        let _: String = con.xadd(&held.reply, "*", &[("result", text.as_str())])?;
+    }
+    finish(con, stream, &held.entry)
+}
+
+/// Jobs idle for longer than the lease (their worker died or stopped), claimed for
+/// `cfg.name`, each with how often it has now been delivered.
+fn take_over(
+    con: &mut redis::Connection,
+    stream: &str,
+    cfg: &WorkerConfig,
+    room: usize,
+) -> Result<Vec<(StreamId, usize)>, QueueError> {
+    let options = StreamAutoClaimOptions::default().count(room);
+    let lease_ms = cfg.lease.as_millis() as u64;
+    let claimed: StreamAutoClaimReply =
+        con.xautoclaim_options(stream, GROUP, &cfg.name, lease_ms, "0-0", options)?;
+    let mut out = Vec::new();
+    for entry in claimed.claimed {
+        let pending: StreamPendingCountReply = redis::cmd("XPENDING")
+            .arg(stream)
+            .arg(GROUP)
+            .arg(&entry.id)
+            .arg(&entry.id)
+            .arg(1)
+            .query(con)?;
+        let times = pending.ids.first().map_or(1, |p| p.times_delivered);
+        out.push((entry, times));
+    }
+    Ok(out)
+}
+
+/// Answers a job that outlived two workers as an `environment` failure.
+fn give_up(
+    con: &mut redis::Connection,
+    cfg: &WorkerConfig,
+    stream: &str,
+    entry: &StreamId,
+    device: &DeviceInfo,
+    nvrtc: &str,
+    times: usize,
+) -> Result<(), QueueError> {
+    let noop = |_: &str| {};
+    let Some((job, held)) = accept(con, &cfg.queue, stream, entry, &noop)? else {
+        return Ok(());
+    };
+    let m = Measured {
+        id: job.id,
+        source_hash: None,
+        compile: None,
+        cached: false,
+        nvrtc: nvrtc.to_string(),
+        outcome: Outcome::error(
+            ErrorKind::Environment,
+            format!(
+                "delivered {times} times: the workers that took it died or stopped before answering; not measured again"
+            ),
+        ),
+        device: device.clone(),
+        worker: cfg.name.clone(),
+        measure_ms: 0.0,
+    };
+    answer(con, &cfg.queue, stream, &held, &m)
+}
+
+/// Resets the idle time of the jobs `name` holds (without counting a delivery), so
+/// that no other worker takes them over while they are built and measured.
+fn renew_jobs(
+    con: &mut redis::Connection,
+    stream: &str,
+    name: &str,
+    held: &[String],
+) -> Result<(), QueueError> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    // Only what is still this worker's: a job taken over while it was stopped stays
+    // with the worker that took it.
+    let pending: StreamPendingCountReply = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(GROUP)
+        .arg("-")
+        .arg("+")
+        .arg(10_000)
+        .arg(name)
+        .query(con)?;
+    let ids: Vec<&str> = pending
+        .ids
+        .iter()
+        .map(|p| p.id.as_str())
+        .filter(|id| held.iter().any(|h| h == id))
+        .collect();
+    if !ids.is_empty() {
+        let options = StreamClaimOptions::default().with_justid();
+        let _: Vec<String> = con.xclaim_options(stream, GROUP, name, 0, &ids, options)?;
+    }
+    Ok(())
+}
