@@ -5,6 +5,7 @@
 #    disassemble without a GPU or a CUDA toolkit. Skipped where a CUDA 13 toolkit's
 #    libnvrtc.so.13 is already present (the GPU machine).
 #  - cmake and libclang (apt), which the xgboost-rs crate needs to build XGBoost 1.6.2.
+#  - redis-server (apt): the tests of the measurement queue start a real server.
 #  - fonts-dejavu-core (apt): DejaVu Sans, read at run time for the text of the
 #    benchmark plots (benchmarks/src/plot.rs).
 # The cache is $TILESCHED_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/tilesched.
@@ -26,6 +27,16 @@ if ! command -v cmake >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq cmake libclang-dev >/dev/null
+fi
+
+if ! command -v redis-server >/dev/null; then
+  # The queue tests start their own server on a loopback port; the package's service
+  # is not needed (and not started where the system forbids it).
+  echo "setup: installing redis-server (for the measurement queue's tests)"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
 fi
 
 if ! [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then

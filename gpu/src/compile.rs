@@ -126,6 +126,10 @@ pub(crate) fn cubin_options(arch: &str) -> Vec<String> {
     vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
+        // Leaves out the builtin declarations our kernels never use (textures,
+        // surfaces, device-side launch): 5% less compile time, byte-identical cubins
+        // (measured on 120 sampled f32, fp16 and matmul kernels; see the README).
+        "--minimal".to_string(),
         "--ptxas-options=--verbose".to_string(),
     ]
 }

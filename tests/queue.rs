@@ -1,0 +1,274 @@
+//! `tune --queue` and `worker --queue` end to end without a GPU: a real `redis-server`
+//! on a loopback port (installed by `scripts/setup.sh` from Debian's package), worker
+//! processes with simulated GPUs that build real kernels with NVRTC, and the tuner.
+//! Workers are killed mid-job and stopped so that they never acknowledge: no
+//! measurement is lost or recorded twice, and a job that outlives two workers is an
+//! `environment` failure.
+
+use redis::streams::StreamPendingCountReply;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` of its own, on a free loopback port, without persistence.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    /// None (and a note) when no `redis-server` is installed.
+    fn start() -> Option<Server> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = match Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => {
+                eprintln!(
+                    "SKIPPED: no redis-server ({e}); scripts/setup.sh installs Debian's redis-server"
+                );
+                return None;
+            }
+        };
+        let server = Server { child, port };
+        let started = Instant::now();
+        while server.connection().is_err() {
+            assert!(started.elapsed() < Duration::from_secs(10), "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(server)
+    }
+
+    fn queue(&self, name: &str) -> String {
+        format!("redis://127.0.0.1:{}/{name}", self.port)
+    }
+
+    fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
+            .get_connection()?;
+        let _: String = redis::cmd("PING").query(&mut con)?;
+        Ok(con)
+    }
+
+    /// How many jobs of queue `name` worker `worker` holds unacknowledged.
+    fn held(&self, name: &str, worker: &str) -> usize {
+        let mut con = self.connection().unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("tilesched:{name}:jobs:*"))
+            .query(&mut con)
+            .unwrap();
+        keys.iter()
+            .map(|k| {
+                let pending: StreamPendingCountReply = redis::cmd("XPENDING")
+                    .arg(k)
+                    .arg("workers")
+                    .arg("-")
+                    .arg("+")
+                    .arg(1000)
+                    .arg(worker)
+                    .query(&mut con)
+                    .unwrap();
+                pending.ids.len()
+            })
+            .sum()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A worker host with a simulated GPU taking `measure_ms` per candidate.
+fn worker(queue: &str, name: &str, measure_ms: u64, cache: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["worker", "--queue", queue, "--simulate", "--name", name])
+        .args(["--lease", "1", "--cubin-cache", cache.to_str().unwrap()])
+        .env(gpu::worker::SIMULATED_MEASURE_ENV, measure_ms.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The tuner on `queue`, in the background.
+fn tuner(queue: &str, log: &Path, trials: usize, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["tune", "matmul", "--shape", "96,80,64", "--search", "random"])
+        .args(["--trials", &trials.to_string(), "--measure-batch", "4"])
+        .args(["--queue", queue, "--queue-wait", "20", "--log"])
+        .arg(log)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(tune: Child) -> String {
+    let o: Output = tune.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    out
+}
+
+fn records(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        // While the tuner runs, the last line may be half written.
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Waits (up to 30 s) until `what` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(30), "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args([name, &pid]).status().unwrap().success());
+}
+
+/// Every candidate measured once, correctly.
+fn assert_complete(log: &Path, trials: usize) {
+    let kept = records(log);
+    assert_eq!(kept.len(), trials);
+    let states: HashSet<String> = kept.iter().map(|r| r["state"].to_string()).collect();
+    assert_eq!(states.len(), trials, "a state recorded twice");
+    for r in &kept {
+        assert!(r["result"]["ok"].is_object(), "{r}");
+    }
+}
+
+#[test]
+fn a_worker_killed_mid_job_loses_no_measurement_and_duplicates_none() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    let queue = server.queue("killed");
+    let mut a = worker(&queue, "a", 200, &cache);
+    let mut b = worker(&queue, "b", 200, &cache);
+    let log = tmp.path().join("killed.jsonl");
+    let tune = tuner(&queue, &log, 32, &[]);
+    // Kill A (SIGKILL: nothing of it runs after) while it holds jobs and some are in.
+    wait_until("worker a holds jobs after a round is in", || {
+        records(&log).len() >= 4 && server.held("killed", "a") > 0
+    });
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let out = finish(tune);
+    assert_complete(&log, 32);
+    // B took over A's jobs once their lease ran out, and both devices are in the table.
+    assert!(out.contains("b GPU 0") && out.contains("a GPU 0"), "{out}");
+    b.kill().unwrap();
+    b.wait().unwrap();
+}
+
+#[test]
+fn a_worker_that_never_acknowledges_loses_its_jobs_and_its_late_answers_are_ignored() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    let queue = server.queue("stopped");
+    let a = worker(&queue, "a", 200, &cache);
+    let b = worker(&queue, "b", 200, &cache);
+    let log = tmp.path().join("stopped.jsonl");
+    let tune = tuner(&queue, &log, 32, &[]);
+    // SIGSTOP: A keeps its connection and its jobs but neither answers nor renews.
+    wait_until("worker a holds jobs", || server.held("stopped", "a") > 0);
+    signal(&a, "-STOP");
+    // B takes A's jobs over once their lease ran out; then A goes on and answers too.
+    wait_until("worker b took over a's jobs", || server.held("stopped", "a") == 0);
+    signal(&a, "-CONT");
+    let out = finish(tune);
+    assert_complete(&log, 32);
+    assert!(out.contains("b GPU 0"), "{out}");
+    for mut w in [a, b] {
+        w.kill().unwrap();
+        w.wait().unwrap();
+    }
+}
+
+#[test]
+fn a_job_that_outlives_two_workers_is_an_environment_failure() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    let queue = server.queue("twice");
+    let log = tmp.path().join("twice.jsonl");
+    // The candidate takes its simulated GPU a minute: each worker dies holding it.
+    let mut a = worker(&queue, "a", 60_000, &cache);
+    let tune = tuner(&queue, &log, 1, &["--timeout", "120"]);
+    wait_until("worker a holds the job", || server.held("twice", "a") == 1);
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let mut b = worker(&queue, "b", 60_000, &cache);
+    wait_until("worker b took the job over", || server.held("twice", "b") == 1);
+    b.kill().unwrap();
+    b.wait().unwrap();
+    // The third worker to get it answers it as the environment's failure.
+    let mut c = worker(&queue, "c", 0, &cache);
+    finish(tune);
+    let kept = records(&log);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0]["result"]["error"]["kind"], "environment", "{}", kept[0]);
+    let message = kept[0]["result"]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("delivered 3 times"), "{message}");
+    c.kill().unwrap();
+    c.wait().unwrap();
+}
+
+#[test]
+fn a_tuner_without_workers_says_so_in_one_line_and_leaves_no_log() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("none.jsonl");
+    let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["tune", "matmul", "--shape", "96,80,64", "--trials", "4"])
+        .args(["--queue", &server.queue("empty"), "--queue-wait", "1", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.contains("no worker with a GPU registered on queue"), "{err}");
+    assert!(!log.exists());
+    // A malformed address is refused before anything starts.
+    let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args(["tune", "matmul", "--shape", "96,80,64", "--queue", "redis:/x", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not a redis:// address"), "{err}");
+    assert!(!log.exists());
+}
