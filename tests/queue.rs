@@ -43,7 +43,10 @@ impl Server {
         let server = Server { child, port };
         let started = Instant::now();
         while server.connection().is_err() {
-            assert!(started.elapsed() < Duration::from_secs(10), "redis-server did not start");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(server)
@@ -54,8 +57,8 @@ impl Server {
     }
 
     fn connection(&self) -> redis::RedisResult<redis::Connection> {
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
-            .get_connection()?;
+        let mut con =
+            redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()?;
         let _: String = redis::cmd("PING").query(&mut con)?;
         Ok(con)
     }
@@ -106,7 +109,9 @@ fn worker(queue: &str, name: &str, measure_ms: u64, cache: &Path) -> Child {
 /// The tuner on `queue`, in the background.
 fn tuner(queue: &str, log: &Path, trials: usize, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tilesched"))
-        .args(["tune", "matmul", "--shape", "96,80,64", "--search", "random"])
+        .args([
+            "tune", "matmul", "--shape", "96,80,64", "--search", "random",
+        ])
         .args(["--trials", &trials.to_string(), "--measure-batch", "4"])
         .args(["--queue", queue, "--queue-wait", "20", "--log"])
         .arg(log)
@@ -146,7 +151,13 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 fn signal(child: &Child, name: &str) {
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args([name, &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
 }
 
 /// Every candidate measured once, correctly.
@@ -202,7 +213,9 @@ fn a_worker_that_never_acknowledges_loses_its_jobs_and_its_late_answers_are_igno
     wait_until("worker a holds jobs", || server.held("stopped", "a") > 0);
     signal(&a, "-STOP");
     // B takes A's jobs over once their lease ran out; then A goes on and answers too.
-    wait_until("worker b took over a's jobs", || server.held("stopped", "a") == 0);
+    wait_until("worker b took over a's jobs", || {
+        server.held("stopped", "a") == 0
+    });
     signal(&a, "-CONT");
     let out = finish(tune);
     assert_complete(&log, 32);
@@ -229,7 +242,9 @@ fn a_job_that_outlives_two_workers_is_an_environment_failure() {
     a.kill().unwrap();
     a.wait().unwrap();
     let mut b = worker(&queue, "b", 60_000, &cache);
-    wait_until("worker b took the job over", || server.held("twice", "b") == 1);
+    wait_until("worker b took the job over", || {
+        server.held("twice", "b") == 1
+    });
     b.kill().unwrap();
     b.wait().unwrap();
     // The third worker to get it answers it as the environment's failure.
@@ -237,7 +252,11 @@ fn a_job_that_outlives_two_workers_is_an_environment_failure() {
     finish(tune);
     let kept = records(&log);
     assert_eq!(kept.len(), 1);
-    assert_eq!(kept[0]["result"]["error"]["kind"], "environment", "{}", kept[0]);
+    assert_eq!(
+        kept[0]["result"]["error"]["kind"], "environment",
+        "{}",
+        kept[0]
+    );
     let message = kept[0]["result"]["error"]["message"].as_str().unwrap();
     assert!(message.contains("delivered 3 times"), "{message}");
     c.kill().unwrap();
@@ -253,18 +272,29 @@ fn a_tuner_without_workers_says_so_in_one_line_and_leaves_no_log() {
     let log = tmp.path().join("none.jsonl");
     let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
         .args(["tune", "matmul", "--shape", "96,80,64", "--trials", "4"])
-        .args(["--queue", &server.queue("empty"), "--queue-wait", "1", "--log"])
+        .args([
+            "--queue",
+            &server.queue("empty"),
+            "--queue-wait",
+            "1",
+            "--log",
+        ])
         .arg(&log)
         .output()
         .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     let last = err.lines().last().unwrap_or_default();
-    assert!(last.contains("no worker with a GPU registered on queue"), "{err}");
+    assert!(
+        last.contains("no worker with a GPU registered on queue"),
+        "{err}"
+    );
     assert!(!log.exists());
     // A malformed address is refused before anything starts.
     let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
-        .args(["tune", "matmul", "--shape", "96,80,64", "--queue", "redis:/x", "--log"])
+        .args([
+            "tune", "matmul", "--shape", "96,80,64", "--queue", "redis:/x", "--log",
+        ])
         .arg(&log)
         .output()
         .unwrap();

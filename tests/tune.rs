@@ -883,7 +883,12 @@ fn reported_wall(out: &str) -> f64 {
         .lines()
         .find(|l| l.starts_with("wall "))
         .unwrap_or_else(|| panic!("{out}"));
-    line["wall ".len()..].split(' ').next().unwrap().parse().unwrap()
+    line["wall ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -896,15 +901,31 @@ fn a_second_device_halves_the_wall_time_and_candidates_do_not_depend_on_timing()
         let log = tmp.path().join(name);
         let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
             .args(["tune", "matmul", "--shape", "96,80,64", "--simulate"])
-            .args(["--trials", "32", "--measure-batch", "4", "--population", "64"])
-            .args(["--device", devices, "--cubin-cache", cache.to_str().unwrap()])
+            .args([
+                "--trials",
+                "32",
+                "--measure-batch",
+                "4",
+                "--population",
+                "64",
+            ])
+            .args([
+                "--device",
+                devices,
+                "--cubin-cache",
+                cache.to_str().unwrap(),
+            ])
             .arg("--log")
             .arg(&log)
             .env(gpu::worker::SIMULATED_MEASURE_ENV, "150")
             .output()
             .unwrap();
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let states: Vec<String> = records(&log)
             .iter()
             .map(|r| r["state"].to_string())
@@ -920,7 +941,10 @@ fn a_second_device_halves_the_wall_time_and_candidates_do_not_depend_on_timing()
     let (one_s, two_s) = (reported_wall(&one), reported_wall(&two));
     // 32 x 150 ms is 4.8 s of measuring on one device, 2.4 s on each of two.
     assert!(one_s >= 4.8, "{one}");
-    assert!(two_s < 0.7 * one_s, "one device {one_s} s, two {two_s} s\n{two}");
+    assert!(
+        two_s < 0.7 * one_s,
+        "one device {one_s} s, two {two_s} s\n{two}"
+    );
     let busy = two
         .lines()
         .find(|l| l.starts_with("busy measuring"))

@@ -36,7 +36,9 @@ impl FromStr for QueueAddress {
         }
         let legal = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
         if name.is_empty() || !name.chars().all(legal) {
-            return Err(bad("the queue name must be letters, digits, '-', '_' or '.'"));
+            return Err(bad(
+                "the queue name must be letters, digits, '-', '_' or '.'",
+            ));
         }
         Ok(QueueAddress {
             server: format!("redis://{authority}/"),

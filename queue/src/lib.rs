@@ -42,9 +42,7 @@ pub enum QueueError {
         waited_s: u64,
         seen: String,
     },
-    #[error(
-        "workers on queue {queue} have different GPUs ({models}): name one with --queue-gpu"
-    )]
+    #[error("workers on queue {queue} have different GPUs ({models}): name one with --queue-gpu")]
     MixedGpus { queue: String, models: String },
     #[error("a message on the queue is not what tilesched writes: {0}")]
     Message(String),

@@ -3,17 +3,17 @@
 //! A key that it renews says that the run is alive; when the tuner dies the key
 //! expires, and workers drop the run's jobs instead of measuring them for nobody.
 
+use crate::QueueError;
 use crate::address::{QueueAddress, ensure_group, server_ms};
 use crate::registry::{self, Registration};
-use crate::QueueError;
 use gpu::DeviceInfo;
 use redis::Commands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use search::measure::{Job, MeasureError, Measured, Measurer};
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a run's key lives without renewal (renewed every second).
@@ -158,13 +158,12 @@ impl Remote {
         let mut heard = Instant::now();
         while !stop.load(Ordering::Relaxed) && !done.load(Ordering::Relaxed) {
             let options = StreamReadOptions::default().count(256).block(200);
-            let read: Option<StreamReadReply> =
-                con.xread_options(&[&reply], &[&last], &options)?;
+            let read: Option<StreamReadReply> = con.xread_options(&[&reply], &[&last], &options)?;
             for entry in read.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
                 last = entry.id.clone();
-                let text: String = entry
-                    .get("result")
-                    .ok_or_else(|| QueueError::Message(format!("result {} has no body", entry.id)))?;
+                let text: String = entry.get("result").ok_or_else(|| {
+                    QueueError::Message(format!("result {} has no body", entry.id))
+                })?;
                 let measured: Measured = serde_json::from_str(&text)
                     .map_err(|e| QueueError::Message(format!("result {}: {e}", entry.id)))?;
                 heard = Instant::now();
@@ -174,10 +173,7 @@ impl Remote {
             }
             if heard.elapsed() >= SILENCE {
                 let live = registry::live(&mut con, &self.queue)?;
-                let serving = live
-                    .iter()
-                    .filter(|r| r.gpu() == self.target.name)
-                    .count();
+                let serving = live.iter().filter(|r| r.gpu() == self.target.name).count();
                 (self.notice)(&format!(
                     "no result for {} s; {serving} live worker(s) with {} on queue {}: the jobs wait for one",
                     SILENCE.as_secs(),
@@ -212,7 +208,10 @@ impl Measurer for Remote {
         let failed: Mutex<Option<QueueError>> = Mutex::new(None);
         let fail = |e: QueueError| {
             stop.store(true, Ordering::Relaxed);
-            failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+            failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
         };
         let this = &*self;
         let (fail, published_ref) = (&fail, &published);
@@ -229,7 +228,8 @@ impl Measurer for Remote {
             }
         });
         // The run is over: its key and results go; workers drop any job left of it.
-        let _: Result<(), _> = con.del(&[self.queue.tuner(&self.run), self.queue.results(&self.run)]);
+        let _: Result<(), _> =
+            con.del(&[self.queue.tuner(&self.run), self.queue.results(&self.run)]);
         match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(Box::new(e)),
             None => Ok(()),

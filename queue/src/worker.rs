@@ -7,21 +7,21 @@
 //! counts deliveries: a job delivered a third time has killed, or outlived, two workers
 //! and is answered as an `environment` failure instead of being measured again.
 
+use crate::QueueError;
 use crate::address::{GROUP, QueueAddress, ensure_group};
 use crate::registry::{self, Registration, renew_period};
-use crate::QueueError;
 use gpu::{CubinCache, DeviceInfo, ErrorKind, Outcome, Pool};
+use redis::Commands;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamClaimOptions, StreamId,
     StreamPendingCountReply, StreamReadOptions, StreamReadReply,
 };
-use redis::Commands;
 use search::measure::{Job, Local, Measured, Measurer};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Deliveries of one job: the first, and one more after its worker died.
@@ -115,7 +115,10 @@ pub fn serve(
     let failed: Mutex<Option<QueueError>> = Mutex::new(None);
     let fail = |e: QueueError| {
         stop.store(true, Ordering::Relaxed);
-        failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
     };
     let mut local = Local::new(
         pool,
@@ -127,8 +130,7 @@ pub fn serve(
     let (job_tx, job_rx) = channel::<Job>();
     let (result_tx, result_rx) = channel::<Measured>();
     let fetching_done = AtomicBool::new(false);
-    let (cfg, stream, hold, fail, fetching_done) =
-        (&cfg, &stream, &hold, &fail, &fetching_done);
+    let (cfg, stream, hold, fail, fetching_done) = (&cfg, &stream, &hold, &fail, &fetching_done);
     let measured = std::thread::scope(|scope| {
         let measuring = scope.spawn(|| local.serve(job_rx, result_tx, stop));
         // Posts each result, then acknowledges its job.
@@ -161,7 +163,7 @@ pub fn serve(
                     registry::renew(&mut con, &cfg.queue, &mut me)?;
                     let entries: Vec<String> =
                         hold().jobs.values().map(|h| h.entry.clone()).collect();
-                    renew_jobs(&mut con, &stream, &cfg.name, &entries)?;
+                    renew_jobs(&mut con, stream, &cfg.name, &entries)?;
                 }
                 Ok(())
             };
@@ -178,12 +180,20 @@ pub fn serve(
                     continue;
                 }
                 let mut entries = Vec::new();
-                for entry in take_over(&mut con, &stream, &cfg, room)? {
+                for entry in take_over(&mut con, stream, cfg, room)? {
                     if hold().holds_entry(&entry.0.id) {
                         continue; // its own, renewed late
                     }
                     if entry.1 > MAX_DELIVERIES {
-                        give_up(&mut con, &cfg, &stream, &entry.0, &devices[0], &nvrtc, entry.1)?;
+                        give_up(
+                            &mut con,
+                            cfg,
+                            stream,
+                            &entry.0,
+                            &devices[0],
+                            &nvrtc,
+                            entry.1,
+                        )?;
                     } else {
                         entries.push(entry.0);
                     }
@@ -198,7 +208,7 @@ pub fn serve(
                     entries.extend(read.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids));
                 }
                 for entry in entries {
-                    let Some((job, held)) = accept(&mut con, &cfg.queue, &stream, &entry, notice)?
+                    let Some((job, held)) = accept(&mut con, &cfg.queue, stream, &entry, notice)?
                     else {
                         continue;
                     };
@@ -207,7 +217,13 @@ pub fn serve(
                     holding.next += 1;
                     holding.jobs.insert(local_id, held);
                     drop(holding);
-                    if job_tx.send(Job { id: local_id, ..job }).is_err() {
+                    if job_tx
+                        .send(Job {
+                            id: local_id,
+                            ..job
+                        })
+                        .is_err()
+                    {
                         return Ok(());
                     }
                 }
@@ -219,7 +235,9 @@ pub fn serve(
         }
         fetching_done.store(true, Ordering::Relaxed);
         drop(job_tx);
-        measuring.join().expect("the measuring thread does not panic")
+        measuring
+            .join()
+            .expect("the measuring thread does not panic")
     });
     let _ = registry::remove(&mut con, &cfg.queue, &cfg.name);
     if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
@@ -229,7 +247,11 @@ pub fn serve(
 }
 
 /// Whether the tuner of `run` is still there.
-fn run_alive(con: &mut redis::Connection, queue: &QueueAddress, run: &str) -> Result<bool, QueueError> {
+fn run_alive(
+    con: &mut redis::Connection,
+    queue: &QueueAddress,
+    run: &str,
+) -> Result<bool, QueueError> {
     Ok(con.exists(queue.tuner(run))?)
 }
 

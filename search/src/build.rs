@@ -1,12 +1,12 @@
 //! Building candidates: CUDA C from each state, compiled with NVRTC for the device's
-//! architecture on all cores (rayon), through the disk cache of cubins when one is given
-//! (`gpu::CubinCache`: a kernel compiled by any earlier run is read back, not compiled
-//! again), cubins written where the worker reads them. A candidate that does not compile
+//! architecture (one candidate per call, on the caller's build threads), through the
+//! disk cache of cubins when one is given (`gpu::CubinCache`: a kernel compiled by any
+//! earlier run is read back, not compiled again), cubins written where the worker reads
+//! them. A candidate that does not compile
 //! is a result (`compile`), never an abort.
 
 use crate::inject;
 use gpu::{CompiledKernel, CubinCache, ErrorKind, KernelImage, Origin};
-use rayon::prelude::*;
 use records::{CompileInfo, source_hash};
 use schedule::reference::reference_kernel;
 use schedule::{GeneratedKernel, GpuSpec, InvalidState, State, Task, generate};
@@ -137,26 +137,6 @@ pub fn build_candidate(
         build: built.map(|(image, info, _)| (image, info)),
         origin,
     }
-}
-
-/// Builds `states` of `task` in parallel; `injected[i]` is the fault (if any) of state i.
-pub fn build(
-    task: &Task,
-    states: Vec<State>,
-    injected: &[Option<ErrorKind>],
-    gpu: &GpuSpec,
-    arch: &str,
-    dir: &Path,
-    cache: Option<&CubinCache>,
-) -> Vec<Candidate> {
-    states
-        .into_par_iter()
-        .enumerate()
-        .map(|(i, state)| {
-            let fault = injected.get(i).copied().flatten();
-            build_candidate(task, state, fault, gpu, arch, dir, cache)
-        })
-        .collect()
 }
 
 /// Builds the reference kernel of `task`.

@@ -143,6 +143,10 @@ pub enum LocalError {
     Nvrtc(#[from] gpu::nvrtc_lib::NvrtcLibError),
 }
 
+/// A task's reference kernel once built (or why it was not), filled by one builder
+/// while the others of the task wait.
+type ReferenceSlot = Mutex<Option<Result<KernelImage, String>>>;
+
 /// A built candidate waiting for a GPU, with what its result needs.
 struct Ready {
     job: Job,
@@ -176,8 +180,7 @@ impl Measurer for Local<'_> {
         let (ready_tx, ready_rx) = channel::<(Ready, MeasureRequest)>();
         let ready_rx = Mutex::new(ready_rx);
         // Each task's reference kernel, built once, by the first builder that needs it.
-        let references: Mutex<HashMap<String, Arc<Mutex<Option<Result<KernelImage, String>>>>>> =
-            Mutex::new(HashMap::new());
+        let references: Mutex<HashMap<String, Arc<ReferenceSlot>>> = Mutex::new(HashMap::new());
         let reference = |task: &Task| -> Result<KernelImage, String> {
             let slot = Arc::clone(
                 references
@@ -188,8 +191,7 @@ impl Measurer for Local<'_> {
             );
             let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert_with(|| {
-                build::build_reference(task, &arch, workdir, cache)
-                    .map_err(|e| e.to_string())
+                build::build_reference(task, &arch, workdir, cache).map_err(|e| e.to_string())
             })
             .clone()
         };

@@ -504,8 +504,7 @@ pub fn tune(
                         break;
                     }
                     // None: nothing to plan now (a DGD task waits for its round).
-                    let Some(batch) = planner.plan(&mut runs, cfg, &spec, model, &mut stats)
-                    else {
+                    let Some(batch) = planner.plan(&mut runs, cfg, &spec, model, &mut stats) else {
                         break;
                     };
                     let round = InFlight::new(batch, next_id);

@@ -539,7 +539,10 @@ fn print_stats(stats: &TuneStats, builders: Option<usize>, log: &std::path::Path
             .collect();
         let build_cpu: f64 = ms.iter().sum::<f64>() / 1e3;
         let load = match builders {
-            Some(n) => format!(" ({:.0}% of {n} threads)", 100.0 * build_cpu / (wall * n as f64)),
+            Some(n) => format!(
+                " ({:.0}% of {n} threads)",
+                100.0 * build_cpu / (wall * n as f64)
+            ),
             None => String::new(),
         };
         println!(
