@@ -20,7 +20,7 @@ mod worker;
 pub use address::QueueAddress;
 pub use registry::Registration;
 pub use remote::Remote;
-pub use worker::{WorkerConfig, serve};
+pub use worker::{WorkerConfig, host_name, serve};
 
 use thiserror::Error;
 
@@ -51,4 +51,32 @@ pub enum QueueError {
     /// Measuring stopped (a GPU whose worker process cannot be restarted).
     #[error("{0}")]
     Measure(search::measure::MeasureError),
+}
+
+/// The first error of the threads of one serve, which sets `stop` so the others end.
+pub(crate) struct FirstError<'a> {
+    stop: &'a std::sync::atomic::AtomicBool,
+    error: std::sync::Mutex<Option<QueueError>>,
+}
+
+impl<'a> FirstError<'a> {
+    pub(crate) fn new(stop: &'a std::sync::atomic::AtomicBool) -> FirstError<'a> {
+        FirstError {
+            stop,
+            error: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Keeps `e` unless an error came first, and stops the others.
+    pub(crate) fn fail(&self, e: QueueError) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    }
+
+    pub(crate) fn into_inner(self) -> Option<QueueError> {
+        self.error.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
 }

@@ -3,15 +3,14 @@
 //! A key that it renews says that the run is alive; when the tuner dies the key
 //! expires, and workers drop the run's jobs instead of measuring them for nobody.
 
-use crate::QueueError;
 use crate::address::{QueueAddress, ensure_group, server_ms};
 use crate::registry::{self, Registration};
+use crate::{FirstError, QueueError};
 use gpu::DeviceInfo;
 use redis::Commands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use search::measure::{Job, MeasureError, Measured, Measurer};
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -205,14 +204,8 @@ impl Measurer for Remote {
         let mut con = self.queue.connect(Duration::from_secs(10))?;
         ensure_group(&mut con, &self.jobs)?;
         let published = AtomicBool::new(false);
-        let failed: Mutex<Option<QueueError>> = Mutex::new(None);
-        let fail = |e: QueueError| {
-            stop.store(true, Ordering::Relaxed);
-            failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert(e);
-        };
+        let failed = FirstError::new(stop);
+        let fail = |e: QueueError| failed.fail(e);
         let this = &*self;
         let (fail, published_ref) = (&fail, &published);
         std::thread::scope(|scope| {
@@ -230,7 +223,7 @@ impl Measurer for Remote {
         // The run is over: its key and results go; workers drop any job left of it.
         let _: Result<(), _> =
             con.del(&[self.queue.tuner(&self.run), self.queue.results(&self.run)]);
-        match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        match failed.into_inner() {
             Some(e) => Err(Box::new(e)),
             None => Ok(()),
         }

@@ -7,9 +7,9 @@
 //! counts deliveries: a job delivered a third time has killed, or outlived, two workers
 //! and is answered as an `environment` failure instead of being measured again.
 
-use crate::QueueError;
 use crate::address::{GROUP, QueueAddress, ensure_group};
 use crate::registry::{self, Registration, renew_period};
+use crate::{FirstError, QueueError};
 use gpu::{CubinCache, DeviceInfo, ErrorKind, Outcome, Pool};
 use redis::Commands;
 use redis::streams::{
@@ -43,7 +43,7 @@ pub struct WorkerConfig {
 }
 
 /// This host's name.
-pub(crate) fn host_name() -> String {
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()
@@ -112,14 +112,8 @@ pub fn serve(
     let capacity = cfg.builders + 2 * devices.len();
     let holding = Mutex::new(Holding::default());
     let hold = || holding.lock().unwrap_or_else(|p| p.into_inner());
-    let failed: Mutex<Option<QueueError>> = Mutex::new(None);
-    let fail = |e: QueueError| {
-        stop.store(true, Ordering::Relaxed);
-        failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(e);
-    };
+    let failed = FirstError::new(stop);
+    let fail = |e: QueueError| failed.fail(e);
     let mut local = Local::new(
         pool,
         cfg.builders,
@@ -240,7 +234,7 @@ pub fn serve(
             .expect("the measuring thread does not panic")
     });
     let _ = registry::remove(&mut con, &cfg.queue, &cfg.name);
-    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = failed.into_inner() {
         return Err(e);
     }
     measured.map_err(QueueError::Measure)

@@ -532,28 +532,20 @@ pub fn tune(
                 let Ok(m) = result_rx.recv() else {
                     return Ok(()); // the measurer stopped
                 };
-                let Some(round) = rounds.iter_mut().find(|r| r.holds(m.id)) else {
-                    stats.duplicates += 1;
-                    continue;
-                };
-                let slot = &mut round.results[(m.id - round.first_id) as usize];
-                if slot.is_some() {
-                    stats.duplicates += 1;
+                if !attach(&mut rounds, m, &mut stats) {
                     continue;
                 }
                 progress.measured();
-                stats.count(&m);
-                *slot = Some(m);
                 // Rounds end in the order they were planned, so that what the model
                 // and the task scheduler learn, and so the candidates drawn next, do
                 // not depend on which GPU finished first.
                 while rounds.front().is_some_and(InFlight::complete) {
                     let round = rounds.pop_front().expect("a front round");
-                    let records = round.records();
+                    let (batch, records) = round.into_records();
                     log.append(&records)?;
                     done += records.len();
                     finish_round(
-                        &round.batch,
+                        &batch,
                         &records,
                         &mut runs,
                         &mut planner,
@@ -587,17 +579,11 @@ pub fn tune(
         // Keep every measurement that came in: the rounds in flight, in order, with the
         // candidates never measured left out (a resumed run plans them afresh).
         for m in late {
-            if let Some(round) = rounds.iter_mut().find(|r| r.holds(m.id)) {
-                let slot = &mut round.results[(m.id - round.first_id) as usize];
-                if slot.is_none() {
-                    stats.count(&m);
-                    *slot = Some(m);
-                }
-            }
+            attach(&mut rounds, m, &mut stats);
         }
         let mut recorded = done;
         for round in rounds {
-            let records = round.records();
+            let (_, records) = round.into_records();
             log.append(&records)?;
             recorded += records.len();
         }
@@ -635,17 +621,36 @@ impl InFlight {
         self.results.iter().all(Option::is_some)
     }
 
-    /// The records of the candidates with a result, in the round's order.
-    fn records(&self) -> Vec<Record> {
+    /// The round's batch and the records of its candidates with a result, in order.
+    fn into_records(self) -> (Batch, Vec<Record>) {
         let b = &self.batch;
-        self.results
-            .iter()
+        let records = self
+            .results
+            .into_iter()
             .enumerate()
-            .filter_map(|(k, m)| {
-                let m = m.clone()?;
-                Some(record(&b.task, b.states[k].clone(), b.injected[k], m))
-            })
-            .collect()
+            .filter_map(|(k, m)| Some(record(&b.task, b.states[k].clone(), b.injected[k], m?)))
+            .collect();
+        (self.batch, records)
+    }
+}
+
+/// Puts a result into its round and counts it: false (and counted as a duplicate) when
+/// its job is not in flight or already has one.
+fn attach(rounds: &mut VecDeque<InFlight>, m: Measured, stats: &mut TuneStats) -> bool {
+    let slot = rounds
+        .iter_mut()
+        .find(|r| r.holds(m.id))
+        .map(|r| &mut r.results[(m.id - r.first_id) as usize]);
+    match slot {
+        Some(slot @ None) => {
+            stats.count(&m);
+            *slot = Some(m);
+            true
+        }
+        _ => {
+            stats.duplicates += 1;
+            false
+        }
     }
 }
 

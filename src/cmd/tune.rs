@@ -407,10 +407,7 @@ pub fn run_search(
         }
         None => {
             let mut pool = start_pool(devices, args.simulate).map_err(unavailable)?;
-            // Builds take every core but one per GPU, which its worker's launches need.
-            let builders = rayon::current_num_threads()
-                .saturating_sub(devices.len())
-                .max(1);
+            let builders = build_threads(devices.len());
             let mut local = Local::new(
                 &mut pool,
                 builders,
@@ -444,8 +441,14 @@ pub fn run_search(
     Ok(())
 }
 
+/// Build threads beside `gpus` measuring processes: every core but one per GPU, which
+/// its worker's launches need.
+pub(crate) fn build_threads(gpus: usize) -> usize {
+    rayon::current_num_threads().saturating_sub(gpus).max(1)
+}
+
 /// Starts a measurement worker on each of `devices` and says which GPUs they hold.
-fn start_pool(devices: &[u32], simulate: bool) -> Result<Pool> {
+pub(crate) fn start_pool(devices: &[u32], simulate: bool) -> Result<Pool> {
     let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
     let mut worker_args = vec!["worker".to_string()];
     if simulate {

@@ -4,8 +4,7 @@
 //! starts per GPU and talks to over stdin/stdout (`--device N`, one device).
 //! `--simulate` answers without a GPU (tests of the tuner's side only).
 
-use anyhow::{Context, Result, bail};
-use gpu::{Pool, PoolError, WorkerCommand};
+use anyhow::{Result, bail};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -61,34 +60,17 @@ fn serve(queue: &str, args: &Args) -> Result<()> {
         bail!("--lease must be a positive number of seconds up to a day");
     }
     let cache = crate::cmd::tune::cubin_cache(args.cubin_cache.as_deref(), args.no_cubin_cache)?;
-    let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
-    let mut worker_args = vec!["worker".to_string()];
-    if args.simulate {
-        worker_args.push("--simulate".to_string());
-    }
-    let command = WorkerCommand {
-        program,
-        args: worker_args,
-    };
-    let mut pool = match Pool::start(&command, &args.device) {
-        Ok(pool) => pool,
-        Err(PoolError::Unavailable(message)) => bail!("{message}"),
-        Err(e) => return Err(e.into()),
-    };
+    let mut pool = crate::cmd::tune::start_pool(&args.device, args.simulate)?;
     let workdir = crate::scratch::create()?;
-    let name = args.name.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        format!("{}-{}", host.trim(), std::process::id())
-    });
-    // Builds take every core but one per GPU, which its measuring process needs.
-    let builders = rayon::current_num_threads()
-        .saturating_sub(args.device.len())
-        .max(1);
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", queue::host_name(), std::process::id()));
     let cfg = queue::WorkerConfig {
         queue,
         name,
         lease: Duration::from_secs_f64(args.lease),
-        builders,
+        builders: crate::cmd::tune::build_threads(args.device.len()),
         workdir: workdir.path().to_path_buf(),
         cache,
     };
