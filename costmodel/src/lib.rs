@@ -32,12 +32,38 @@ pub enum ModelError {
     Features { path: String, difference: String },
 }
 
+/// A retraining on all rows a model held when it was asked for, to be run on any thread
+/// (so that a tuner can plan with the model it has while the next one trains) and put
+/// in place with `CostModel::install`.
+pub struct Fit(Box<dyn FnOnce() -> Result<Fitted, ModelError> + Send>);
+
+impl Fit {
+    pub fn run(self) -> Result<Fitted, ModelError> {
+        (self.0)()
+    }
+}
+
+/// What a `Fit` trained.
+pub struct Fitted(xgboost_rs::Booster);
+
 /// Predicts the throughput of feature rows; learns from measured ones.
 pub trait CostModel: Send {
     fn name(&self) -> &'static str;
 
-    /// Adds measured rows and retrains.
-    fn update(&mut self, measured: &Dataset) -> Result<(), ModelError>;
+    /// Adds measured rows; returns the retraining they call for (None: nothing to
+    /// learn yet, or a model that does not train).
+    fn learn(&mut self, measured: &Dataset) -> Option<Fit>;
+
+    /// Predicts with what `fitted` learned from now on.
+    fn install(&mut self, fitted: Fitted);
+
+    /// Adds measured rows and retrains at once.
+    fn update(&mut self, measured: &Dataset) -> Result<(), ModelError> {
+        if let Some(fit) = self.learn(measured) {
+            self.install(fit.run()?);
+        }
+        Ok(())
+    }
 
     /// Scores `rows` (flattened, one row per `width` values): higher is faster.
     fn predict(&mut self, rows: &[f32]) -> Vec<f32>;

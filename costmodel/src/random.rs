@@ -1,6 +1,6 @@
 //! The baseline model: seeded uniform random scores, whatever it is told.
 
-use crate::{CostModel, Dataset, ModelError};
+use crate::{CostModel, Dataset, Fit, Fitted, ModelError};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -32,10 +32,12 @@ impl CostModel for RandomModel {
         "random"
     }
 
-    fn update(&mut self, measured: &Dataset) -> Result<(), ModelError> {
+    fn learn(&mut self, measured: &Dataset) -> Option<Fit> {
         self.rows += measured.len();
-        Ok(())
+        None
     }
+
+    fn install(&mut self, _: Fitted) {}
 
     fn predict(&mut self, rows: &[f32]) -> Vec<f32> {
         random_scores(&mut self.rng, rows.len() / self.width.max(1))

@@ -14,7 +14,7 @@
 //! (`--model-in`, e.g. from another network's log) keeps learning from both.
 
 use crate::random::random_scores;
-use crate::{CostModel, Dataset, ModelError};
+use crate::{CostModel, Dataset, Fit, Fitted, ModelError};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -131,32 +131,31 @@ impl XgbModel {
         })
     }
 
-    fn train(&mut self) -> Result<(), ModelError> {
-        let labels = self.data.labels();
-        let mut dtrain = DMatrix::from_dense(&self.data.rows, self.data.len()).map_err(xgb_err)?;
-        dtrain.set_labels(&labels).map_err(xgb_err)?;
-        dtrain.set_weights(&labels).map_err(xgb_err)?;
-        let p = self.params;
-        let config: HashMap<String, String> = [
-            ("objective", "reg:squarederror".to_string()),
-            ("max_depth", p.max_depth.to_string()),
-            ("eta", p.eta.to_string()),
-            ("gamma", p.gamma.to_string()),
-            ("min_child_weight", p.min_child_weight.to_string()),
-            ("verbosity", "0".to_string()),
-            ("tree_method", "hist".to_string()),
-            ("nthread", training_threads().to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        let mut booster = Booster::new_with_json_config(&[&dtrain], config).map_err(xgb_err)?;
-        for round in 0..p.rounds {
-            booster.update(&dtrain, round as i32).map_err(xgb_err)?;
-        }
-        self.booster = Some(booster);
-        Ok(())
+}
+
+/// Trains a booster on `rows` (flattened, `n` rows) with Ansor's label and row weight.
+fn train(rows: &[f32], n: usize, labels: &[f32], p: XgbParams) -> Result<Booster, ModelError> {
+    let mut dtrain = DMatrix::from_dense(rows, n).map_err(xgb_err)?;
+    dtrain.set_labels(labels).map_err(xgb_err)?;
+    dtrain.set_weights(labels).map_err(xgb_err)?;
+    let config: HashMap<String, String> = [
+        ("objective", "reg:squarederror".to_string()),
+        ("max_depth", p.max_depth.to_string()),
+        ("eta", p.eta.to_string()),
+        ("gamma", p.gamma.to_string()),
+        ("min_child_weight", p.min_child_weight.to_string()),
+        ("verbosity", "0".to_string()),
+        ("tree_method", "hist".to_string()),
+        ("nthread", training_threads().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let mut booster = Booster::new_with_json_config(&[&dtrain], config).map_err(xgb_err)?;
+    for round in 0..p.rounds {
+        booster.update(&dtrain, round as i32).map_err(xgb_err)?;
     }
+    Ok(booster)
 }
 
 /// Threads of one training: at most 8. With all 16 cores of the H100 machine, OpenMP's
@@ -189,13 +188,25 @@ impl CostModel for XgbModel {
         "xgboost"
     }
 
-    fn update(&mut self, measured: &Dataset) -> Result<(), ModelError> {
+    fn learn(&mut self, measured: &Dataset) -> Option<Fit> {
         self.data.extend(measured);
         // Nothing to learn from until some candidate of some task succeeded.
-        if self.data.len() > self.params.min_rows && self.data.us.iter().any(Option::is_some) {
-            self.train()?;
+        if self.data.len() <= self.params.min_rows || self.data.us.iter().all(Option::is_none) {
+            return None;
         }
-        Ok(())
+        let (rows, n, labels, params) = (
+            self.data.rows.clone(),
+            self.data.len(),
+            self.data.labels(),
+            self.params,
+        );
+        Some(Fit(Box::new(move || {
+            train(&rows, n, &labels, params).map(Fitted)
+        })))
+    }
+
+    fn install(&mut self, fitted: Fitted) {
+        self.booster = Some(fitted.0);
     }
 
     fn predict(&mut self, rows: &[f32]) -> Vec<f32> {

@@ -1,8 +1,9 @@
 //! The tuning loop, in rounds: choose a task, propose a batch of candidates for it,
-//! build them, measure them on the worker pool, append their records, retrain the cost
-//! model. While a round is measured, the CPU trains the model on the round before and
-//! plans and builds the next round (so a proposal sees the model and the measurements
-//! up to the round before the one in flight).
+//! hand them to the measurer (which builds and measures them), append their records,
+//! retrain the cost model. Several rounds are in flight, enough to keep every GPU busy;
+//! a round is planned when the oldest one finishes, and retraining runs on a thread of
+//! its own while the next round is proposed (see `trainer`), so a proposal sees the
+//! measurements of every finished round and the model trained on all but the last.
 //!
 //! `random` gives each task a fair share of the trials, round-robin; the model-guided
 //! strategies let the gradient task scheduler spend the total. Resuming counts what the
@@ -12,6 +13,7 @@ use crate::dgd::{Dgd, DgdParams};
 use crate::evolution::{self, EvolutionParams, TaskSpace};
 use crate::measure::{Job, MeasureError, Measured, Measurer};
 use crate::scheduler::{Objective, SchedTask, TaskScheduler};
+use crate::trainer::Trainer;
 use costmodel::{CostModel, Dataset, ModelError};
 use features::FeatureExtractor;
 use gpu::{ErrorKind, TimingConfig};
@@ -89,9 +91,10 @@ pub struct Status {
     /// The task's share (fair-share allocation only).
     pub task_trials: Option<usize>,
     pub round: usize,
-    /// Time the last round spent proposing (sampling, features, prediction) and training.
+    /// Time the last round spent proposing (sampling, features, prediction) and, before
+    /// that, waiting for the model to finish training.
     pub propose_ms: f64,
-    pub train_ms: f64,
+    pub wait_ms: f64,
     pub best_us: Option<f64>,
     pub best_tflops: Option<f64>,
     pub done: usize,
@@ -123,17 +126,26 @@ pub struct TuneStats {
     /// Tasks with no new distinct valid state left to draw.
     pub exhausted: Vec<String>,
     pub stopped_by_budget: bool,
-    /// Per round: proposal and training time (the tuner's own CPU work).
+    /// Per round: the tuner's own time.
     pub rounds: Vec<RoundStats>,
+    /// Time spent retraining the model (on its own thread), and how many times.
+    pub training: Duration,
+    pub retrainings: usize,
+    /// Time the tuner waited for a retraining at the end of the run.
+    pub final_wait: Duration,
 }
 
-/// The tuner's own work in one round.
+/// The tuner's own time in one round.
 #[derive(Debug, Clone)]
 pub struct RoundStats {
     pub task: String,
     pub candidates: usize,
+    /// Waiting for the model's retraining before proposing.
+    pub wait_ms: f64,
+    /// Sampling, features, prediction.
     pub propose_ms: f64,
-    pub train_ms: f64,
+    /// Learning from the finished round (training rows, DGD's observations).
+    pub learn_ms: f64,
 }
 
 /// Splits `total` trials over `n` tasks as evenly as possible (earlier tasks get the
@@ -208,6 +220,7 @@ struct Batch {
     task: Task,
     states: Vec<State>,
     injected: Vec<Option<ErrorKind>>,
+    wait_ms: f64,
     propose_ms: f64,
 }
 
@@ -344,6 +357,7 @@ impl Planner {
                 task: run.task,
                 states,
                 injected,
+                wait_ms: 0.0,
                 propose_ms: started.elapsed().as_secs_f64() * 1e3,
             });
         }
@@ -493,8 +507,10 @@ pub fn tune(
     let mut unlearned = Dataset::new(features::FEATURE_COUNT);
     let mut rounds: VecDeque<InFlight> = VecDeque::new();
     let mut planning = true;
+    let mut rounds_planned = 0usize;
     let (failure, served) = std::thread::scope(|scope| {
         let server = scope.spawn(|| measurer.serve(job_rx, result_tx, &stop));
+        let mut trainer = Trainer::spawn(scope);
         let failure = (|| -> Result<(), TuneError> {
             loop {
                 while planning && rounds.len() < depth {
@@ -503,10 +519,17 @@ pub fn tune(
                         planning = false;
                         break;
                     }
+                    // Round p is planned when round p - depth has finished: with the
+                    // retrainings asked for up to the round before that one.
+                    let waited =
+                        trainer.catch_up(model, rounds_planned.saturating_sub(depth))?;
                     // None: nothing to plan now (a DGD task waits for its round).
-                    let Some(batch) = planner.plan(&mut runs, cfg, &spec, model, &mut stats) else {
+                    let Some(mut batch) = planner.plan(&mut runs, cfg, &spec, model, &mut stats)
+                    else {
                         break;
                     };
+                    batch.wait_ms = waited.as_secs_f64() * 1e3;
+                    rounds_planned += 1;
                     let round = InFlight::new(batch, next_id);
                     for (k, state) in round.batch.states.iter().enumerate() {
                         let job = Job {
@@ -550,6 +573,7 @@ pub fn tune(
                         &mut runs,
                         &mut planner,
                         &mut unlearned,
+                        &mut trainer,
                         &mut stats,
                         cfg,
                         &spec,
@@ -563,6 +587,14 @@ pub fn tune(
                 }
             }
         })();
+        // The model learns everything asked of it before the run ends.
+        let failure = failure.and_then(|()| {
+            stats.final_wait = trainer.finish(model)?;
+            stats.training = trainer.training;
+            stats.retrainings = trainer.installed;
+            Ok(())
+        });
+        drop(trainer);
         // Whatever ended the loop, the measurer ends too: no more jobs, and on an
         // error of the tuner's own, no more measurements.
         if failure.is_err() {
@@ -683,6 +715,7 @@ fn finish_round(
     runs: &mut [TaskRun],
     planner: &mut Planner,
     unlearned: &mut Dataset,
+    trainer: &mut Trainer,
     stats: &mut TuneStats,
     cfg: &TuneConfig,
     spec: &GpuSpec,
@@ -707,10 +740,11 @@ fn finish_round(
     if cfg.strategy != Strategy::Random {
         // Learnt once a batch's worth of rows has come in (every round for evolution;
         // every few windows for DGD, whose rounds are small), while the GPUs measure
-        // the rounds still in flight.
+        // the rounds still in flight and the tuner proposes the next. The retraining
+        // is tagged with the rounds finished, this one included.
         unlearned.extend(&dataset(run, records));
         if unlearned.len() >= cfg.batch {
-            model.update(unlearned)?;
+            trainer.learn(model, unlearned, stats.rounds.len() + 1);
             *unlearned = Dataset::new(features::FEATURE_COUNT);
         }
     }
@@ -726,13 +760,13 @@ fn finish_round(
             .collect();
         run.dgd.observe(&results, &space, &run.measured, model);
     }
-    let train_ms = t.elapsed().as_secs_f64() * 1e3;
     let key = batch.task.key();
     stats.rounds.push(RoundStats {
         task: key.clone(),
         candidates: records.len(),
+        wait_ms: batch.wait_ms,
         propose_ms: batch.propose_ms,
-        train_ms,
+        learn_ms: t.elapsed().as_secs_f64() * 1e3,
     });
     progress.status(&Status {
         task: key,
@@ -740,7 +774,7 @@ fn finish_round(
         task_trials: (cfg.strategy == Strategy::Random).then_some(run.trials),
         round: stats.rounds.len(),
         propose_ms: batch.propose_ms,
-        train_ms,
+        wait_ms: batch.wait_ms,
         best_us: run.best_us,
         best_tflops: run
             .best_us

@@ -179,8 +179,8 @@ impl Progress for Bar {
             None => format!("{} trials", s.task_done),
         };
         let line = format!(
-            "round {} {} {trials}: {best} (propose {:.0} ms, train {:.0} ms)",
-            s.round, s.task, s.propose_ms, s.train_ms
+            "round {} {} {trials}: {best} (waited {:.0} ms for the model, proposed in {:.0} ms)",
+            s.round, s.task, s.wait_ms, s.propose_ms
         );
         if self.bar.is_hidden() || self.verbose {
             self.bar
@@ -561,15 +561,23 @@ fn print_stats(stats: &TuneStats, builders: Option<usize>, log: &std::path::Path
             stats.duplicates
         );
     }
-    let propose: f64 = stats.rounds.iter().map(|r| r.propose_ms).sum();
-    let train: f64 = stats.rounds.iter().map(|r| r.train_ms).sum();
+    let sum = |f: fn(&search::tune::RoundStats) -> f64| stats.rounds.iter().map(f).sum::<f64>();
+    let (wait, propose, learn) = (
+        sum(|r| r.wait_ms) + stats.final_wait.as_secs_f64() * 1e3,
+        sum(|r| r.propose_ms),
+        sum(|r| r.learn_ms),
+    );
     if !stats.rounds.is_empty() {
         println!(
-            "search overhead: {} rounds, proposing {:.1} s (sampling, features, prediction), training {:.1} s; {:.0} ms per round",
+            "search overhead: {} rounds, the tuner's own {:.1} s ({:.0} ms per round: proposing {:.1} s, waiting for the model {:.1} s, learning {:.1} s); training {:.1} s on its own thread ({} retrainings)",
             stats.rounds.len(),
+            (wait + propose + learn) / 1e3,
+            (wait + propose + learn) / stats.rounds.len() as f64,
             propose / 1e3,
-            train / 1e3,
-            (propose + train) / stats.rounds.len() as f64
+            wait / 1e3,
+            learn / 1e3,
+            stats.training.as_secs_f64(),
+            stats.retrainings
         );
     }
     if stats.stopped_by_budget {

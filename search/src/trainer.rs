@@ -1,0 +1,172 @@
+//! Retrains the cost model on a thread of its own, so that proposing the next round
+//! does not wait for training on the last one.
+//!
+//! Which model a round is planned with must not depend on how fast training happens to
+//! be, or the candidates drawn would change from run to run. So each retraining is
+//! tagged with the number of rounds finished when it was asked for, and a round is
+//! planned with every retraining tagged up to a fixed count (`Trainer::catch_up`),
+//! waiting for it if it is still running. The tuner asks for one round less than it
+//! could: the retraining on the round that just finished runs while the next round is
+//! proposed, instead of before it.
+
+use costmodel::{CostModel, Dataset, Fit, Fitted, ModelError};
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::{Scope, ScopedJoinHandle};
+use std::time::{Duration, Instant};
+
+type Trained = (Result<Fitted, ModelError>, Duration);
+
+pub(crate) struct Trainer<'scope> {
+    fits: Option<Sender<Fit>>,
+    trained: Receiver<Trained>,
+    thread: Option<ScopedJoinHandle<'scope, ()>>,
+    /// Tags of the retrainings asked for and not yet installed, oldest first.
+    pending: VecDeque<usize>,
+    /// Time the training thread spent training.
+    pub(crate) training: Duration,
+    /// Retrainings installed.
+    pub(crate) installed: usize,
+}
+
+impl<'scope> Trainer<'scope> {
+    pub(crate) fn spawn<'env>(scope: &'scope Scope<'scope, 'env>) -> Self {
+        let (fits, jobs) = channel::<Fit>();
+        let (done, trained) = channel::<Trained>();
+        let thread = scope.spawn(move || {
+            for fit in jobs {
+                let started = Instant::now();
+                let fitted = fit.run();
+                if done.send((fitted, started.elapsed())).is_err() {
+                    return;
+                }
+            }
+        });
+        Trainer {
+            fits: Some(fits),
+            trained,
+            thread: Some(thread),
+            pending: VecDeque::new(),
+            training: Duration::ZERO,
+            installed: 0,
+        }
+    }
+
+    /// Adds `rows` to the model and starts the retraining they call for, tagged `tag`.
+    pub(crate) fn learn(&mut self, model: &mut dyn CostModel, rows: &Dataset, tag: usize) {
+        let Some(fit) = model.learn(rows) else {
+            return;
+        };
+        // Should the thread have died, `catch_up` finds its answer missing and says so.
+        if let Some(fits) = &self.fits {
+            let _ = fits.send(fit);
+        }
+        self.pending.push_back(tag);
+    }
+
+    /// Installs every retraining tagged `through` or lower, in order, waiting for those
+    /// still running; returns the time waited.
+    pub(crate) fn catch_up(
+        &mut self,
+        model: &mut dyn CostModel,
+        through: usize,
+    ) -> Result<Duration, ModelError> {
+        let started = Instant::now();
+        while self.pending.front().is_some_and(|&tag| tag <= through) {
+            self.pending.pop_front();
+            let Ok((fitted, took)) = self.trained.recv() else {
+                return Err(ModelError::Xgboost(
+                    "the training thread ended unexpectedly".to_string(),
+                ));
+            };
+            self.training += took;
+            model.install(fitted?);
+            self.installed += 1;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Installs every retraining asked for and ends the training thread; returns the
+    /// time waited.
+    pub(crate) fn finish(&mut self, model: &mut dyn CostModel) -> Result<Duration, ModelError> {
+        let waited = self.catch_up(model, usize::MAX)?;
+        self.stop();
+        Ok(waited)
+    }
+
+    fn stop(&mut self) {
+        self.fits = None;
+        if let Some(thread) = self.thread.take() {
+            // A panic in XGBoost's training is reported by the scope that owns the thread.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Trainer<'_> {
+    /// Ends the training thread (after the retraining it is running, whose result is
+    /// dropped) when the tuner stops early.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use costmodel::{XgbModel, XgbParams};
+
+    fn rows(n: usize, offset: usize) -> Dataset {
+        let mut d = Dataset::new(2);
+        for i in offset..offset + n {
+            let x = (i % 9) as f32;
+            d.push(&[x, (i % 4) as f32], "t", Some(5.0 + f64::from(x)));
+        }
+        d
+    }
+
+    fn model() -> XgbModel {
+        let params = XgbParams {
+            rounds: 20,
+            ..XgbParams::default()
+        };
+        XgbModel::new(vec!["x".into(), "y".into()], params, 3)
+    }
+
+    #[test]
+    fn a_round_sees_exactly_the_retrainings_up_to_its_tag() {
+        let probe = [1.0, 0.0, 8.0, 3.0];
+        // The same rows learnt at once, as the reference.
+        let mut reference = model();
+        reference.update(&rows(150, 0)).unwrap();
+        let after_first = reference.predict(&probe);
+        reference.update(&rows(150, 150)).unwrap();
+        let after_second = reference.predict(&probe);
+
+        let mut m = model();
+        std::thread::scope(|scope| {
+            let mut trainer = Trainer::spawn(scope);
+            trainer.learn(&mut m, &rows(150, 0), 1);
+            trainer.learn(&mut m, &rows(150, 150), 2);
+            trainer.catch_up(&mut m, 0).unwrap();
+            assert_eq!(trainer.installed, 0);
+            trainer.catch_up(&mut m, 1).unwrap();
+            assert_eq!(m.predict(&probe), after_first, "only the first retraining");
+            trainer.finish(&mut m).unwrap();
+            assert_eq!(m.predict(&probe), after_second);
+        });
+    }
+
+    #[test]
+    fn too_few_rows_start_no_retraining_and_dropping_ends_the_thread() {
+        let mut m = model();
+        std::thread::scope(|scope| {
+            let mut trainer = Trainer::spawn(scope);
+            trainer.learn(&mut m, &rows(50, 0), 1);
+            assert!(trainer.pending.is_empty());
+            trainer.learn(&mut m, &rows(100, 50), 2);
+            assert_eq!(trainer.pending.len(), 1);
+            // Dropped with a retraining in flight: the scope still ends.
+        });
+    }
+}
