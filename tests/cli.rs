@@ -1,28 +1,14 @@
 //! The command line: the "done when" commands, and bad input getting one clear
 //! error line and a non-zero exit, never a panic.
 
+mod common;
+
+use common::{fails, tilesched};
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn tilesched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tilesched"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Runs a command that must fail: exactly one line on stderr, no panic.
-fn fails(args: &[&str]) -> String {
-    let o = tilesched(args);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "{args:?} succeeded");
-    assert_eq!(err.lines().count(), 1, "{args:?} printed:\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
 }
 
 #[test]

@@ -8,39 +8,13 @@
 //! trial. Logs that are not regular files are refused in one line; gzipped logs read
 //! as they are, and are never appended to.
 
+mod common;
+
+use common::{fails, ok_err, tilesched};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn tilesched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tilesched"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-/// Runs a command that must succeed without a panic; returns stdout and stderr.
-fn ok(args: &[&str]) -> (String, String) {
-    let o = tilesched(args);
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    );
-    assert!(o.status.success(), "{args:?}\n{out}\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    (out, err)
-}
-
-/// Runs a command that must fail: exactly one line on stderr, no panic.
-fn fails(args: &[&str]) -> String {
-    let o = tilesched(args);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "{args:?} succeeded");
-    assert_eq!(err.lines().count(), 1, "{args:?} printed:\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
-}
+use std::process::Command;
 
 const TASK: &str = "matmul_m64_n64_k32";
 
@@ -133,7 +107,7 @@ fn damaged_lines(real: &Value) -> Vec<String> {
 /// records and the number of damaged lines.
 fn damaged_log(dir: &Path) -> (PathBuf, Vec<Value>, usize) {
     let log = dir.join("L.jsonl");
-    ok(&strs(&tune_args(&log, "6")));
+    ok_err(&strs(&tune_args(&log, "6")));
     let real = parsed(&log);
     assert_eq!(real.len(), 6);
     let lines = damaged_lines(fastest(&real));
@@ -170,7 +144,7 @@ fn damaged_records_are_skipped_by_best_export_and_resume_and_never_best() {
     let best_us = median(best_real).unwrap();
 
     // `best`: one row, the real fastest record; the damaged ones counted in the warning.
-    let (table, err) = ok(&["best", "--log", log_s]);
+    let (table, err) = ok_err(&["best", "--log", log_s]);
     assert_one_warning(&err, &log, damaged);
     let rows: Vec<&str> = table.lines().skip(1).collect();
     assert_eq!(rows.len(), 1, "{table}");
@@ -178,7 +152,7 @@ fn damaged_records_are_skipped_by_best_export_and_resume_and_never_best() {
     let cells: Vec<&str> = rows[0].split_whitespace().collect();
     assert_eq!(cells[1], format!("{best_us:.2}"), "{table}");
     assert_eq!(cells[3], "6", "damaged records are not trials: {table}");
-    let (json, _) = ok(&["best", "--log", log_s, "--json"]);
+    let (json, _) = ok_err(&["best", "--log", log_s, "--json"]);
     let best: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(best.as_array().unwrap().len(), 1);
     assert_eq!(best[0]["state"], best_real["state"]);
@@ -197,7 +171,7 @@ fn damaged_records_are_skipped_by_best_export_and_resume_and_never_best() {
 
     // `export`: the real fastest kernel, not a damaged faster one.
     let out = tmp.path().join("k.cu");
-    let (_, err) = ok(&[
+    let (_, err) = ok_err(&[
         "export",
         "--log",
         log_s,
@@ -227,7 +201,7 @@ fn damaged_records_are_skipped_by_best_export_and_resume_and_never_best() {
     // `tune --resume`: the 6 real records are the trials done (3 more to reach 9), no
     // damaged state is re-measured or seeds anything, and the table's best is real.
     let before = std::fs::read_to_string(&log).unwrap().lines().count();
-    let (table, err) = ok(&strs(
+    let (table, err) = ok_err(&strs(
         &[tune_args(&log, "9"), vec!["--resume".to_string()]].concat(),
     ));
     assert_one_warning(&err, &log, damaged);
@@ -263,7 +237,7 @@ fn damaged_records_are_skipped_by_best_export_and_resume_and_never_best() {
                 .to_vec(),
         ]
         .concat();
-        let (_, err) = ok(&strs(&args));
+        let (_, err) = ok_err(&strs(&args));
         assert_one_warning(&err, &log, damaged);
     }
     let text = std::fs::read_to_string(&log).unwrap();
@@ -277,7 +251,7 @@ fn damaged_records_are_skipped_by_best_export_and_resume_and_never_best() {
     let states: HashSet<String> = valid.iter().map(|r| r["state"].to_string()).collect();
     assert_eq!(states.len(), 17, "no state measured twice");
     // Read again, the log still warns about exactly the damaged lines.
-    let (table, err) = ok(&["best", "--log", log_s]);
+    let (table, err) = ok_err(&["best", "--log", log_s]);
     assert_one_warning(&err, &log, damaged);
     let row = table.lines().find(|l| l.starts_with(TASK)).unwrap();
     let cells: Vec<&str> = row.split_whitespace().collect();
@@ -320,12 +294,12 @@ fn gzipped_logs_are_read_as_they_are_and_never_appended_to() {
     std::fs::write(&gz, &compressed.stdout).unwrap();
     let gz_s = gz.to_str().unwrap();
 
-    let (plain_table, _) = ok(&["best", "--log", log.to_str().unwrap()]);
-    let (table, err) = ok(&["best", "--log", gz_s]);
+    let (plain_table, _) = ok_err(&["best", "--log", log.to_str().unwrap()]);
+    let (table, err) = ok_err(&["best", "--log", gz_s]);
     assert_eq!(table, plain_table);
     assert_one_warning(&err, &gz, damaged);
     let out = tmp.path().join("k.cu");
-    ok(&[
+    ok_err(&[
         "export",
         "--log",
         gz_s,

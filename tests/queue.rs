@@ -5,8 +5,10 @@
 //! measurement is lost or recorded twice, and a job that outlives two workers is an
 //! `environment` failure.
 
+mod common;
+
+use common::records;
 use redis::streams::StreamPendingCountReply;
-use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -129,15 +131,6 @@ fn finish(tune: Child) -> String {
     assert!(o.status.success(), "{out}\n{err}");
     assert!(!err.contains("panicked"), "{err}");
     out
-}
-
-fn records(log: &Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        // While the tuner runs, the last line may be half written.
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 /// Waits (up to 30 s) until `what` holds.

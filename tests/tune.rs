@@ -4,36 +4,13 @@
 //! worker and a wrong answer each become a record of the right kind while the run goes
 //! on; resuming never re-measures; a log is never overwritten.
 
+mod common;
+
+use common::{ok, records, tilesched};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Output};
-
-fn tilesched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tilesched"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = tilesched(args);
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert!(o.status.success(), "{args:?}\n{out}\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    out
-}
-
-fn records(log: &Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn error_kind(r: &Value) -> Option<&str> {
     r["result"]["error"]["kind"].as_str()

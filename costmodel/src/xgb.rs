@@ -130,7 +130,6 @@ impl XgbModel {
             rng: ChaCha8Rng::seed_from_u64(seed),
         })
     }
-
 }
 
 /// Trains a booster on `rows` (flattened, `n` rows) with Ansor's label and row weight.

@@ -22,6 +22,21 @@ pub enum CompileError {
     Cubin(#[from] cubin::CubinError),
 }
 
+/// Lets the calling thread's compiles give way to the rest of the machine (nice +10 for
+/// this thread alone, which is how Linux keeps nice values). Build threads fill every
+/// core but have slack, while the tuner's proposal and the model's training decide when
+/// the next round is ready: on an H100 host whose 14 build threads were all busy, at
+/// the same priority, a retraining took up to 7 s instead of 0.2 s and the tuner
+/// waited 11.5 s of a 45 s run for the model.
+pub fn compile_in_background() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority only reads its plain integer arguments; `who` 0 is the calling
+    // thread. Failing leaves the priority as it was, which is harmless.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
+}
+
 /// A compiled kernel: the cubin and what the compiler says it uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompiledKernel {
@@ -170,4 +185,30 @@ pub fn compile_ptx(source: &str, kernel: &str, arch: &str) -> Result<String, Com
     let ptx = output(&program, "ptx", sys::nvrtcGetPTXSize, sys::nvrtcGetPTX)?;
     let text: Vec<u8> = ptx.into_iter().take_while(|&c| c != 0).collect();
     String::from_utf8(text).map_err(|e| nvrtc_err("ptx text", e))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The nice value of the calling thread, from /proc (field 19 of its stat line).
+    #[cfg(target_os = "linux")]
+    fn nice() -> i64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        // The command name (field 2) may hold spaces; the fields after it do not.
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        after_name.split(' ').nth(16).unwrap().parse().unwrap()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn background_compiles_lower_only_their_own_thread() {
+        let before = nice();
+        let lowered = std::thread::spawn(|| {
+            super::compile_in_background();
+            nice()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, (before + 10).min(19));
+        assert_eq!(nice(), before, "the calling thread keeps its priority");
+    }
 }

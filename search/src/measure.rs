@@ -196,6 +196,7 @@ impl Measurer for Local<'_> {
             .clone()
         };
         let build_loop = |to_measure: Sender<(Ready, MeasureRequest)>| {
+            gpu::compile::compile_in_background();
             loop {
                 if stop.load(Ordering::Relaxed) {
                     break;

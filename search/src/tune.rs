@@ -521,8 +521,7 @@ pub fn tune(
                     }
                     // Round p is planned when round p - depth has finished: with the
                     // retrainings asked for up to the round before that one.
-                    let waited =
-                        trainer.catch_up(model, rounds_planned.saturating_sub(depth))?;
+                    let waited = trainer.catch_up(model, rounds_planned.saturating_sub(depth))?;
                     // None: nothing to plan now (a DGD task waits for its round).
                     let Some(mut batch) = planner.plan(&mut runs, cfg, &spec, model, &mut stats)
                     else {
