@@ -933,3 +933,62 @@ fn a_second_device_halves_the_wall_time_and_candidates_do_not_depend_on_timing()
     assert_eq!(states.len(), 32);
     assert_eq!(states, again);
 }
+
+#[test]
+fn a_model_retrained_while_the_next_round_is_proposed_draws_the_same_candidates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    // 240 trials in rounds of 8 with three rounds in flight (two simulated devices):
+    // XGBoost retrains from the 13th round on (over 100 rows), on its own thread, and
+    // rounds 17 to 30 are planned with what it learnt.
+    let run = |name: &str, train_delay_ms: &str| {
+        let log = tmp.path().join(name);
+        let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+            .env(search::trainer::SIMULATED_TRAIN_ENV, train_delay_ms)
+            .args([
+                "tune",
+                "matmul",
+                "--shape",
+                "96,80,64",
+                "--simulate",
+                "--trials",
+                "240",
+                "--measure-batch",
+                "8",
+                "--population",
+                "64",
+                "--device",
+                "0,1",
+                "--model-lag",
+                "1",
+                "--cubin-cache",
+                cache.to_str().unwrap(),
+                "--log",
+                log.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let states: Vec<String> = records(&log)
+            .iter()
+            .map(|r| r["state"].to_string())
+            .collect();
+        (out, states)
+    };
+    let (out, first) = run("first.jsonl", "0");
+    // Every retraining a second late, while the second run's rounds, built from the
+    // cache, go by in a few milliseconds: a round planned with whatever model happened
+    // to be ready would see an older one than in the first run.
+    let (slow, second) = run("second.jsonl", "1000");
+    assert!(out.contains("on its own thread ("), "{out}");
+    assert!(!out.contains("(0 retrainings)"), "{out}");
+    assert!(slow.contains("waiting for the model"), "{slow}");
+    assert_eq!(first.len(), 240);
+    let differing = first.iter().zip(&second).filter(|(a, b)| a != b).count();
+    assert_eq!(differing, 0, "candidates differ between the runs");
+}

@@ -13,7 +13,7 @@ pub mod inject;
 pub mod measure;
 pub mod mutate;
 pub mod scheduler;
-mod trainer;
+pub mod trainer;
 pub mod tune;
 
 pub use measure::{Job, Local, Measured, Measurer};

@@ -1,9 +1,10 @@
 //! The tuning loop, in rounds: choose a task, propose a batch of candidates for it,
 //! hand them to the measurer (which builds and measures them), append their records,
 //! retrain the cost model. Several rounds are in flight, enough to keep every GPU busy;
-//! a round is planned when the oldest one finishes, and retraining runs on a thread of
-//! its own while the next round is proposed (see `trainer`), so a proposal sees the
-//! measurements of every finished round and the model trained on all but the last.
+//! a round is planned when the oldest one finishes, with the measurements of every
+//! finished round, and the model retrained on them on a thread of its own (see
+//! `trainer`): waited for, or with `model_lag` 1 trained on all but the last while the
+//! round is proposed.
 //!
 //! `random` gives each task a fair share of the trials, round-robin; the model-guided
 //! strategies let the gradient task scheduler spend the total. Resuming counts what the
@@ -73,6 +74,9 @@ pub struct TuneConfig {
     pub inject: BTreeMap<usize, ErrorKind>,
     /// Rounds handed to the measurer at once [default: one per GPU, plus one].
     pub rounds_in_flight: Option<usize>,
+    /// Retrainings a round's model may lag behind the rounds finished when it is
+    /// planned: 0 waits for the retraining on the last one; 1 proposes while it runs.
+    pub model_lag: usize,
     pub strategy: Strategy,
     pub evolution: EvolutionParams,
     pub dgd: DgdParams,
@@ -519,9 +523,11 @@ pub fn tune(
                         planning = false;
                         break;
                     }
-                    // Round p is planned when round p - depth has finished: with the
-                    // retrainings asked for up to the round before that one.
-                    let waited = trainer.catch_up(model, rounds_planned.saturating_sub(depth))?;
+                    // Round p is planned when round p - depth has finished (p - depth + 1
+                    // rounds finished): with the retrainings asked for up to then, less
+                    // the lag.
+                    let through = (rounds_planned + 1).saturating_sub(depth + cfg.model_lag);
+                    let waited = trainer.catch_up(model, through)?;
                     // None: nothing to plan now (a DGD task waits for its round).
                     let Some(mut batch) = planner.plan(&mut runs, cfg, &spec, model, &mut stats)
                     else {

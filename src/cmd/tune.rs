@@ -91,6 +91,12 @@ pub struct SearchArgs {
     /// Population of the evolutionary search (Ansor: 2048).
     #[arg(long, default_value_t = 2048)]
     population: usize,
+    /// Plan each round with a model this many retrainings old (0 or 1): 1 trains on the
+    /// last finished round while the next is proposed, for many GPUs whose rounds go by
+    /// faster than a retraining; 0 waits for it (the candidates are the same run after
+    /// run either way).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    model_lag: u8,
     /// Print one line per round (task, candidates, proposal and training time, best).
     #[arg(long)]
     verbose: bool,
@@ -353,6 +359,7 @@ pub fn run_search(
         timeout: Duration::from_secs_f64(args.timeout),
         inject,
         rounds_in_flight: None,
+        model_lag: usize::from(args.model_lag),
         strategy,
         evolution: EvolutionParams {
             population: args.population.max(1),
