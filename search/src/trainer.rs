@@ -5,12 +5,10 @@
 //! be, or the candidates drawn would change from run to run. So each retraining is
 //! tagged with the number of rounds finished when it was asked for, and a round is
 //! planned with every retraining tagged up to a fixed count (`Trainer::catch_up`),
-//! waiting for it if it is still running. With a lag of one round, the retraining on
-//! the round that just finished runs while the next round is proposed, instead of
-//! before it. The cost, measured on an H100: in 4 runs of 1536 trials over resnet's 13
-//! conv2d tasks, a task's only round, planned early, came from a model not yet trained
-//! (5.6 µs worse on that task each time, the other tasks' sum within noise), so the
-//! tuner waits for the freshest model unless asked otherwise.
+//! waiting for it if it is still running. With a lag of one round (`--model-lag 1`), the
+//! retraining on the round that just finished runs while the next round is proposed,
+//! instead of before it, at the price of a model one round older (for many GPUs, whose
+//! rounds go by faster than a retraining); by default the tuner waits for the freshest.
 
 use costmodel::{CostModel, Dataset, Fit, Fitted, ModelError};
 use std::collections::VecDeque;
