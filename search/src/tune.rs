@@ -754,6 +754,12 @@ fn finish_round(
         }
     }
     if cfg.strategy == Strategy::Dgd {
+        // DGD ranks its next steps with the model: at lag 0, the one trained on this
+        // round too (retrainings are tagged with the rounds finished).
+        trainer.catch_up(
+            model,
+            (stats.rounds.len() + 1).saturating_sub(cfg.model_lag),
+        )?;
         let space = TaskSpace {
             contraction: &run.contraction,
             gpu: spec,

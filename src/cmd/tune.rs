@@ -97,7 +97,7 @@ pub struct SearchArgs {
     /// run either way).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     model_lag: u8,
-    /// Print one line per round (task, candidates, proposal and training time, best).
+    /// Print one line per round (task, candidates, best, wait for the model, proposal time).
     #[arg(long)]
     verbose: bool,
     /// Measurement trials over all tasks [default: 200 per task].
