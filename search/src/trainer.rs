@@ -109,15 +109,15 @@ impl<'scope> Trainer<'scope> {
     fn stop(&mut self) {
         self.fits = None;
         if let Some(thread) = self.thread.take() {
-            // A panic in XGBoost's training is reported by the scope that owns the thread.
+            // A panic in training has already shown as `catch_up`'s missing answer.
             let _ = thread.join();
         }
     }
 }
 
 impl Drop for Trainer<'_> {
-    /// Ends the training thread (after the retraining it is running, whose result is
-    /// dropped) when the tuner stops early.
+    /// Ends the training thread when the tuner stops early, once it has run the
+    /// retrainings already asked for (their results are dropped).
     fn drop(&mut self) {
         self.stop();
     }
