@@ -96,16 +96,36 @@ impl Drop for Server {
     }
 }
 
+/// A worker host's process, killed when dropped (also when a test fails).
+struct Worker(Child);
+
+impl Worker {
+    /// SIGKILL: nothing of it runs after.
+    fn kill(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A worker host with a simulated GPU taking `measure_ms` per candidate.
-fn worker(queue: &str, name: &str, measure_ms: u64, cache: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tilesched"))
-        .args(["worker", "--queue", queue, "--simulate", "--name", name])
-        .args(["--lease", "1", "--cubin-cache", cache.to_str().unwrap()])
-        .env(gpu::worker::SIMULATED_MEASURE_ENV, measure_ms.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+fn worker(queue: &str, name: &str, measure_ms: u64, cache: &Path) -> Worker {
+    Worker(
+        Command::new(env!("CARGO_BIN_EXE_tilesched"))
+            .args(["worker", "--queue", queue, "--simulate", "--name", name])
+            .args(["--lease", "1", "--cubin-cache", cache.to_str().unwrap()])
+            .env(gpu::worker::SIMULATED_MEASURE_ENV, measure_ms.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// The tuner on `queue`, in the background.
@@ -142,8 +162,8 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn signal(child: &Child, name: &str) {
-    let pid = child.id().to_string();
+fn signal(worker: &Worker, name: &str) {
+    let pid = worker.0.id().to_string();
     assert!(
         Command::new("kill")
             .args([name, &pid])
@@ -173,21 +193,18 @@ fn a_worker_killed_mid_job_loses_no_measurement_and_duplicates_none() {
     let cache = tmp.path().join("cubins");
     let queue = server.queue("killed");
     let mut a = worker(&queue, "a", 200, &cache);
-    let mut b = worker(&queue, "b", 200, &cache);
+    let _b = worker(&queue, "b", 200, &cache);
     let log = tmp.path().join("killed.jsonl");
     let tune = tuner(&queue, &log, 32, &[]);
     // Kill A (SIGKILL: nothing of it runs after) while it holds jobs and some are in.
     wait_until("worker a holds jobs after a round is in", || {
         records(&log).len() >= 4 && server.held("killed", "a") > 0
     });
-    a.kill().unwrap();
-    a.wait().unwrap();
+    a.kill();
     let out = finish(tune);
     assert_complete(&log, 32);
     // B took over A's jobs once their lease ran out, and both devices are in the table.
     assert!(out.contains("b GPU 0") && out.contains("a GPU 0"), "{out}");
-    b.kill().unwrap();
-    b.wait().unwrap();
 }
 
 #[test]
@@ -199,7 +216,7 @@ fn a_worker_that_never_acknowledges_loses_its_jobs_and_its_late_answers_are_igno
     let cache = tmp.path().join("cubins");
     let queue = server.queue("stopped");
     let a = worker(&queue, "a", 200, &cache);
-    let b = worker(&queue, "b", 200, &cache);
+    let _b = worker(&queue, "b", 200, &cache);
     let log = tmp.path().join("stopped.jsonl");
     let tune = tuner(&queue, &log, 32, &[]);
     // SIGSTOP: A keeps its connection and its jobs but neither answers nor renews.
@@ -213,10 +230,6 @@ fn a_worker_that_never_acknowledges_loses_its_jobs_and_its_late_answers_are_igno
     let out = finish(tune);
     assert_complete(&log, 32);
     assert!(out.contains("b GPU 0"), "{out}");
-    for mut w in [a, b] {
-        w.kill().unwrap();
-        w.wait().unwrap();
-    }
 }
 
 #[test]
@@ -232,16 +245,14 @@ fn a_job_that_outlives_two_workers_is_an_environment_failure() {
     let mut a = worker(&queue, "a", 60_000, &cache);
     let tune = tuner(&queue, &log, 1, &["--timeout", "120"]);
     wait_until("worker a holds the job", || server.held("twice", "a") == 1);
-    a.kill().unwrap();
-    a.wait().unwrap();
+    a.kill();
     let mut b = worker(&queue, "b", 60_000, &cache);
     wait_until("worker b took the job over", || {
         server.held("twice", "b") == 1
     });
-    b.kill().unwrap();
-    b.wait().unwrap();
+    b.kill();
     // The third worker to get it answers it as the environment's failure.
-    let mut c = worker(&queue, "c", 0, &cache);
+    let _c = worker(&queue, "c", 0, &cache);
     finish(tune);
     let kept = records(&log);
     assert_eq!(kept.len(), 1);
@@ -252,8 +263,6 @@ fn a_job_that_outlives_two_workers_is_an_environment_failure() {
     );
     let message = kept[0]["result"]["error"]["message"].as_str().unwrap();
     assert!(message.contains("delivered 3 times"), "{message}");
-    c.kill().unwrap();
-    c.wait().unwrap();
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{ok, records, tilesched};
+use common::{ok, ok_env, records, states, tilesched};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
@@ -134,10 +134,7 @@ fn resume_continues_without_remeasuring_and_logs_are_never_overwritten() {
         "--log",
         fresh.to_str().unwrap(),
     ]);
-    let fresh_ids: HashSet<String> = self::records(&fresh)
-        .iter()
-        .map(|r| r["state"].to_string())
-        .collect();
+    let fresh_ids: HashSet<String> = states(&fresh).into_iter().collect();
     assert_eq!(ids, fresh_ids);
 }
 
@@ -755,8 +752,8 @@ fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("slow.jsonl");
     // Preparing the task (inputs, reference) takes 2.5 s; each candidate may take 1 s.
-    let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
-        .args([
+    ok_env(
+        &[
             "tune",
             "matmul",
             "--shape",
@@ -764,8 +761,6 @@ fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
             "--simulate",
             "--trials",
             "4",
-        ])
-        .args([
             "--search",
             "random",
             "--timeout",
@@ -773,12 +768,10 @@ fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
             "--min-time-ms",
             "1",
             "--log",
-        ])
-        .arg(&log)
-        .env(gpu::worker::SIMULATED_PREPARE_ENV, "2500")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            log.to_str().unwrap(),
+        ],
+        &[(gpu::worker::SIMULATED_PREPARE_ENV, "2500")],
+    );
     let kept = records(&log);
     assert_eq!(kept.len(), 4);
     for r in kept {
@@ -876,38 +869,29 @@ fn a_second_device_halves_the_wall_time_and_candidates_do_not_depend_on_timing()
     // cache, so that this 2-core machine's builds do not hide what the GPUs do.
     let run = |name: &str, devices: &str| {
         let log = tmp.path().join(name);
-        let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
-            .args(["tune", "matmul", "--shape", "96,80,64", "--simulate"])
-            .args([
+        let out = ok_env(
+            &[
+                "tune",
+                "matmul",
+                "--shape",
+                "96,80,64",
+                "--simulate",
                 "--trials",
                 "32",
                 "--measure-batch",
                 "4",
                 "--population",
                 "64",
-            ])
-            .args([
                 "--device",
                 devices,
                 "--cubin-cache",
                 cache.to_str().unwrap(),
-            ])
-            .arg("--log")
-            .arg(&log)
-            .env(gpu::worker::SIMULATED_MEASURE_ENV, "150")
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert!(
-            o.status.success(),
-            "{out}{}",
-            String::from_utf8_lossy(&o.stderr)
+                "--log",
+                log.to_str().unwrap(),
+            ],
+            &[(gpu::worker::SIMULATED_MEASURE_ENV, "150")],
         );
-        let states: Vec<String> = records(&log)
-            .iter()
-            .map(|r| r["state"].to_string())
-            .collect();
-        (out, states)
+        (out, states(&log))
     };
     // Rounds in flight follow the number of devices, so the two runs draw different
     // candidates: warm the cache with both.
@@ -943,9 +927,8 @@ fn a_model_retrained_while_the_next_round_is_proposed_draws_the_same_candidates(
     // rounds 17 to 30 are planned with what it learnt.
     let run = |name: &str, train_delay_ms: &str| {
         let log = tmp.path().join(name);
-        let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
-            .env(search::trainer::SIMULATED_TRAIN_ENV, train_delay_ms)
-            .args([
+        let out = ok_env(
+            &[
                 "tune",
                 "matmul",
                 "--shape",
@@ -965,20 +948,10 @@ fn a_model_retrained_while_the_next_round_is_proposed_draws_the_same_candidates(
                 cache.to_str().unwrap(),
                 "--log",
                 log.to_str().unwrap(),
-            ])
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert!(
-            o.status.success(),
-            "{out}{}",
-            String::from_utf8_lossy(&o.stderr)
+            ],
+            &[(search::trainer::SIMULATED_TRAIN_ENV, train_delay_ms)],
         );
-        let states: Vec<String> = records(&log)
-            .iter()
-            .map(|r| r["state"].to_string())
-            .collect();
-        (out, states)
+        (out, states(&log))
     };
     let (out, first) = run("first.jsonl", "0");
     // Every retraining a second late, while the second run's rounds, built from the

@@ -8,15 +8,22 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 pub fn tilesched(args: &[&str]) -> Output {
+    tilesched_env(args, &[])
+}
+
+/// Runs the binary with `env` added to its environment.
+pub fn tilesched_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tilesched"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("the binary runs")
 }
 
-/// Runs a command that must succeed without a panic; returns stdout and stderr.
-pub fn ok_err(args: &[&str]) -> (String, String) {
-    let o = tilesched(args);
+/// Runs a command (with `env` added) that must succeed without a panic; returns stdout
+/// and stderr.
+pub fn ok_env_err(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let o = tilesched_env(args, env);
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
@@ -26,9 +33,19 @@ pub fn ok_err(args: &[&str]) -> (String, String) {
     (out, err)
 }
 
+/// Runs a command that must succeed without a panic; returns stdout and stderr.
+pub fn ok_err(args: &[&str]) -> (String, String) {
+    ok_env_err(args, &[])
+}
+
 /// Runs a command that must succeed without a panic; returns stdout.
 pub fn ok(args: &[&str]) -> String {
     ok_err(args).0
+}
+
+/// Runs a command (with `env` added) that must succeed without a panic; returns stdout.
+pub fn ok_env(args: &[&str], env: &[(&str, &str)]) -> String {
+    ok_env_err(args, env).0
 }
 
 /// Runs a command that must fail: exactly one line on stderr, no panic.
@@ -52,5 +69,13 @@ pub fn records(log: &Path) -> Vec<Value> {
     complete
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The states of a log's records, in order, as JSON text.
+pub fn states(log: &Path) -> Vec<String> {
+    records(log)
+        .iter()
+        .map(|r| r["state"].to_string())
         .collect()
 }
