@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fails, tilesched};
+use common::{fails, tilesched, tilesched_env};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -207,6 +207,10 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
             "bench conv2d --network resnet --log /dev/null --out OUT/bench",
             "no GPU",
         ),
+        (
+            "bench conv2d --network resnet --log /dev/null --peer tvm",
+            "invalid value 'tvm' for '--peer",
+        ),
     ];
     for (command, expected) in cases {
         let args: Vec<&str> = command
@@ -217,6 +221,38 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
         assert!(err.contains(expected), "{command}: {err}");
     }
     assert!(!tmp.path().join("bench").exists());
+}
+
+/// `--peer torch` needs a python3 with torch on PATH: without one, one line before any
+/// GPU work, for each way it can be missing.
+#[test]
+fn peer_without_torch_is_one_clear_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let empty = tempfile::tempdir().unwrap();
+    let no_torch = tempfile::tempdir().unwrap();
+    let python = no_torch.path().join("python3");
+    std::fs::write(&python, "#!/bin/sh\nexit 1\n").unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (path, expected) in [
+        (empty.path(), "no python3 on PATH"),
+        (no_torch.path(), "cannot import torch"),
+    ] {
+        let args = [
+            "bench",
+            "conv2d",
+            "--network",
+            "resnet",
+            "--log",
+            "/dev/null",
+            "--peer",
+            "torch",
+        ];
+        let o = tilesched_env(&args, &[("PATH", path.to_str().unwrap())]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(expected), "{err}");
+    }
 }
 
 #[test]

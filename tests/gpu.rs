@@ -672,7 +672,12 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
         rounds: 1,
         cudnn: None,
         cublas: None,
-        algorithms: 4,
+        choices: benchmarks::baseline::Choices {
+            engines: 8,
+            algorithms: 4,
+            handles: 1,
+            lt_algorithms: 8,
+        },
         seed: 1,
     };
     let mut session = Session::new(options).unwrap();

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Exports torchvision's ResNet-50 and MobileNetV2 to ONNX for `tilesched --onnx`.
+"""Exports torchvision models to ONNX for `tilesched --onnx`.
 
 Usage (on a machine with torch, torchvision and onnx; no network, no weights needed):
 
-    python3 benchmarks/onnx/export.py OUT_DIR [--models resnet50 mobilenet_v2]
+    python3 benchmarks/onnx/export.py OUT_DIR [--models resnet50 mobilenet_v2
+        resnext50_32x4d convnext_tiny vit_b_16 efficientnet_b0]
 
 Writes OUT_DIR/<model>.onnx at batch 1, 3x224x224, opset 17, with the weights in
 OUT_DIR/<model>.onnx.data beside it (ONNX external data): the importer needs only the
@@ -21,6 +22,10 @@ Prints each model's node counts by op type and checks the property each model is
   that 53 BatchNormalization nodes came out.
 - mobilenet_v2: the usual inference graph (eval mode, constant folding on): BN folded
   into the convolutions' bias, ReLU6 as Clip (which tilesched does not fuse).
+- resnext50_32x4d, convnext_tiny, vit_b_16, efficientnet_b0: the usual inference graph
+  as well, each checked for what it brings: grouped 3x3 convolutions (32 groups),
+  7x7 depthwise convolutions and Linear layers, the transformer's matmuls, and
+  EfficientNet-B0's 81 convolutions (depthwise 3x3 and 5x5, squeeze-excitation 1x1).
 """
 
 import argparse
@@ -66,12 +71,35 @@ def op_counts(model):
     return collections.Counter(node.op_type for node in model.graph.node)
 
 
+def conv_groups(model):
+    """The `group` attribute of every Conv node (1 where absent)."""
+    groups = []
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            g = [a.i for a in node.attribute if a.name == "group"]
+            groups.append(g[0] if g else 1)
+    return groups
+
+
+# What each model is exported for, checked on the graph: (counts, conv groups,
+# convs with a bias input) -> ok.
+CHECKS = {
+    "resnet50": lambda c, g, b: c.get("BatchNormalization", 0) == 53 and len(g) == 53 and b == 0,
+    "mobilenet_v2": lambda c, g, b: c.get("BatchNormalization", 0) == 0 and len(g) == 52 and b == 52,
+    "resnext50_32x4d": lambda c, g, b: len(g) == 53 and g.count(32) == 16 and b == 53,
+    "convnext_tiny": lambda c, g, b: sum(1 for x in g if x > 1) == 18
+    and c.get("MatMul", 0) + c.get("Gemm", 0) >= 36,
+    "vit_b_16": lambda c, g, b: len(g) == 1 and c.get("MatMul", 0) + c.get("Gemm", 0) >= 48,
+    "efficientnet_b0": lambda c, g, b: len(g) == 81 and b == 81,
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument(
         "--models", nargs="+", default=["resnet50", "mobilenet_v2"],
-        choices=["resnet50", "mobilenet_v2"],
+        choices=sorted(CHECKS),
     )
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
@@ -102,10 +130,9 @@ def main():
               f"{os.path.getsize(path)} bytes of graph")
         print("  nodes: " + ", ".join(f"{n} {op}" for op, n in counts.most_common()))
         print(f"  Conv: {convs}, of which with a bias input: {with_bias}")
-        if name == "resnet50":
-            ok = counts.get("BatchNormalization", 0) == 53 and convs == 53 and with_bias == 0
-        else:
-            ok = counts.get("BatchNormalization", 0) == 0 and convs == 52 and with_bias == 52
+        groups = conv_groups(model)
+        print(f"  Conv groups other than 1: {sorted(set(x for x in groups if x > 1))}")
+        ok = CHECKS[name](counts, groups, with_bias)
         print(f"  check: {'ok' if ok else 'FAILED'}")
         failed |= not ok
     sys.exit(1 if failed else 0)

@@ -1,7 +1,9 @@
 //! The cuBLAS baselines for matmul and batch matmul, on the measuring context's stream:
 //! the plain call (`cublasSgemm` for float32, `cublasGemmEx` otherwise; the strided
 //! batched forms for batch matmul) and cuBLASLt's `cublasLtMatmul` with the algorithms
-//! its heuristic proposes (the session times both and keeps the faster).
+//! its heuristic proposes (the session times both and keeps the faster). A task with a
+//! fused bias or ReLU goes to cuBLASLt alone, with the epilogue in the call
+//! (`CUBLASLT_EPILOGUE_BIAS`, `RELU`, `RELU_BIAS`), as PyTorch's `addmm` reaches it.
 //!
 //! Per element type (see [`GemmTypes::for_types`]): float32 with cuBLAS's default math
 //! (no TF32); TF32 as float32 data with `CUBLAS_COMPUTE_32F_FAST_TF32`; fp16 and bf16
@@ -18,7 +20,7 @@
 
 use crate::vendor::{self, Library, VendorError, Version};
 use gpu::cuda::{Buffer, Context};
-use schedule::DType;
+use schedule::{DType, Epilogue};
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::OnceLock;
 
@@ -36,6 +38,14 @@ const COMPUTE_32F: c_int = 68;
 const COMPUTE_32F_FAST_TF32: c_int = 77;
 const GEMM_DEFAULT: c_int = -1;
 const DEFAULT_MATH: c_int = 0;
+// cublasLtMatmulDescAttributes_t
+const DESC_EPILOGUE: c_int = 7;
+const DESC_BIAS_POINTER: c_int = 8;
+const DESC_BIAS_DATA_TYPE: c_int = 26;
+// cublasLtEpilogue_t
+const EPILOGUE_RELU: u32 = 2;
+const EPILOGUE_BIAS: u32 = 4;
+const EPILOGUE_RELU_BIAS: u32 = 6;
 // cublasLtMatrixLayoutAttribute_t
 const LAYOUT_BATCH_COUNT: c_int = 5;
 const LAYOUT_STRIDED_BATCH_OFFSET: c_int = 6;
@@ -97,6 +107,7 @@ functions! {
     fn cublasLtDestroy(Handle) -> Status;
     fn cublasLtMatmulDescCreate(*mut Handle, c_int, c_int) -> Status;
     fn cublasLtMatmulDescDestroy(Handle) -> Status;
+    fn cublasLtMatmulDescSetAttribute(Handle, c_int, *const c_void, usize) -> Status;
     fn cublasLtMatrixLayoutCreate(*mut Handle, c_int, u64, u64, i64) -> Status;
     fn cublasLtMatrixLayoutDestroy(Handle) -> Status;
     fn cublasLtMatrixLayoutSetAttribute(Handle, c_int, *const c_void, usize) -> Status;
@@ -475,8 +486,18 @@ pub struct LtCandidate {
     pub rank: usize,
 }
 
-/// A matmul described to cuBLASLt: the operation, the three layouts and a preference
-/// bounding the workspace.
+/// `cublasLtEpilogue_t` of a task's epilogue; `None` for none.
+fn lt_epilogue(epilogue: Epilogue) -> Option<u32> {
+    match (epilogue.bias, epilogue.relu) {
+        (false, false) => None,
+        (true, false) => Some(EPILOGUE_BIAS),
+        (false, true) => Some(EPILOGUE_RELU),
+        (true, true) => Some(EPILOGUE_RELU_BIAS),
+    }
+}
+
+/// A matmul described to cuBLASLt: the operation (with its epilogue), the three layouts
+/// and a preference bounding the workspace.
 pub struct LtMatmul {
     api: &'static LtApi,
     handle: Handle,
@@ -487,15 +508,19 @@ pub struct LtMatmul {
     stream: *mut c_void,
     shape: Gemm,
     types: GemmTypes,
+    epilogue: Epilogue,
     version: String,
 }
 
 impl LtMatmul {
-    /// Describes `shape` in `types`; algorithms may use up to `max_workspace` bytes.
+    /// Describes `shape` in `types` with `epilogue` (a bias per column of the output,
+    /// shared by every batch, of type [`LtMatmul::bias_dtype`]); algorithms may use up
+    /// to `max_workspace` bytes.
     pub fn new(
         ctx: &Context,
         shape: Gemm,
         types: GemmTypes,
+        epilogue: Epilogue,
         max_workspace: usize,
     ) -> Result<LtMatmul, VendorError> {
         let api = lt_api()?;
@@ -508,6 +533,7 @@ impl LtMatmul {
             stream: ctx.raw_stream().cast(),
             shape,
             types,
+            epilogue,
             // SAFETY: no arguments; callable once the library is loaded.
             version: Version::from_code(unsafe { (api.cublasLtGetVersion)() }).to_string(),
         };
@@ -528,6 +554,29 @@ impl LtMatmul {
                 "cublasLtMatmulDescCreate",
                 (api.cublasLtMatmulDescCreate)(&mut this.desc, types.compute, R_32F),
             )?;
+            if let Some(kind) = lt_epilogue(epilogue) {
+                check(
+                    "cublasLtMatmulDescSetAttribute(EPILOGUE)",
+                    (api.cublasLtMatmulDescSetAttribute)(
+                        this.desc,
+                        DESC_EPILOGUE,
+                        (&kind as *const u32).cast(),
+                        4,
+                    ),
+                )?;
+            }
+            if epilogue.bias {
+                let bias_type = data_type(this.bias_dtype());
+                check(
+                    "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)",
+                    (api.cublasLtMatmulDescSetAttribute)(
+                        this.desc,
+                        DESC_BIAS_DATA_TYPE,
+                        (&bias_type as *const c_int).cast(),
+                        4,
+                    ),
+                )?;
+            }
             for (layout, (dtype, rows, cols, ld, stride)) in this.layouts.iter_mut().zip(dims) {
                 check(
                     "cublasLtMatrixLayoutCreate",
@@ -574,6 +623,17 @@ impl LtMatmul {
         Ok(this)
     }
 
+    /// The bias's element type: the output's where that is float32 (cuBLASLt takes no
+    /// half bias with a float32 output: the caller converts it once, as weights are),
+    /// else the input's.
+    pub fn bias_dtype(&self) -> DType {
+        if self.types.output == R_32F {
+            DType::F32
+        } else {
+            self.types.dtype
+        }
+    }
+
     /// Up to `count` algorithms from cuBLASLt's heuristic, its best first.
     pub fn heuristics(&self, count: usize) -> Result<Vec<LtCandidate>, VendorError> {
         let api = self.api;
@@ -608,15 +668,37 @@ impl LtMatmul {
             .collect())
     }
 
-    /// Enqueues `c = a·b` with `candidate` (buffers A, B, C; `workspace` holds at least
-    /// the candidate's need).
+    /// Enqueues `c = a·b` and the epilogue with `candidate` (buffers A, B, C; the bias
+    /// when the epilogue adds one; `workspace` holds at least the candidate's need).
     pub fn run(
         &self,
         candidate: &LtCandidate,
         buffers: [&Buffer; 3],
+        bias: Option<&Buffer>,
         workspace: &Buffer,
     ) -> Result<(), VendorError> {
         check_sizes(self.shape, &self.types, buffers)?;
+        if self.epilogue.bias {
+            let bias = bias.filter(|b| {
+                b.bytes() >= self.shape.n as usize * self.bias_dtype().bytes() as usize
+            });
+            let Some(bias) = bias else {
+                return Err(VendorError::Call {
+                    call: "cublasLtMatmul",
+                    status: "no bias buffer of N elements for a matmul with a bias".to_string(),
+                });
+            };
+            let pointer = bias.device_ptr();
+            // SAFETY: live descriptor; the attribute takes a device pointer by value.
+            check("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", unsafe {
+                (self.api.cublasLtMatmulDescSetAttribute)(
+                    self.desc,
+                    DESC_BIAS_POINTER,
+                    (&pointer as *const u64).cast(),
+                    8,
+                )
+            })?;
+        }
         if workspace.bytes() < candidate.workspace_bytes {
             return Err(VendorError::Call {
                 call: "cublasLtMatmul",
@@ -650,16 +732,27 @@ impl LtMatmul {
         })
     }
 
-    /// e.g. `cuBLASLt 13.1.0 cublasLtMatmul heuristic #2 COMPUTE_32F fp16`.
+    /// e.g. `cuBLASLt 13.1.0 cublasLtMatmul heuristic #2 COMPUTE_32F fp16` (with
+    /// `EPILOGUE_RELU_BIAS` and the like where the task has one).
     pub fn describe(&self, candidate: &LtCandidate) -> String {
-        format!(
-            "cuBLASLt {} cublasLtMatmul heuristic #{} {} {}",
-            self.version,
-            candidate.rank + 1,
-            self.types.compute_label(),
-            self.types.types_label()
-        )
+        lt_routine(&self.version, candidate.rank, &self.types, self.epilogue)
     }
+}
+
+/// `cuBLASLt <version> cublasLtMatmul heuristic #<rank + 1> [EPILOGUE_…] <compute> <types>`.
+fn lt_routine(version: &str, rank: usize, types: &GemmTypes, epilogue: Epilogue) -> String {
+    let epilogue = match lt_epilogue(epilogue) {
+        Some(EPILOGUE_BIAS) => " EPILOGUE_BIAS",
+        Some(EPILOGUE_RELU) => " EPILOGUE_RELU",
+        Some(_) => " EPILOGUE_RELU_BIAS",
+        None => "",
+    };
+    format!(
+        "cuBLASLt {version} cublasLtMatmul heuristic #{}{epilogue} {} {}",
+        rank + 1,
+        types.compute_label(),
+        types.types_label()
+    )
 }
 
 impl Drop for LtMatmul {
@@ -709,6 +802,24 @@ mod tests {
         assert_eq!(t(DType::Bf16, DType::Bf16).types_label(), "bf16");
         assert_eq!(t(DType::Tf32, DType::F32).types_label(), "tf32");
         assert_eq!(tf32.compute_label(), "COMPUTE_32F_FAST_TF32");
+    }
+
+    #[test]
+    fn epilogues_name_the_lt_call() {
+        let fp16 = GemmTypes::for_types(DType::Fp16, DType::Fp16);
+        let e = |bias, relu| Epilogue { bias, relu };
+        assert_eq!(lt_epilogue(e(false, false)), None);
+        assert_eq!(lt_epilogue(e(true, false)), Some(EPILOGUE_BIAS));
+        assert_eq!(lt_epilogue(e(false, true)), Some(EPILOGUE_RELU));
+        assert_eq!(lt_epilogue(e(true, true)), Some(EPILOGUE_RELU_BIAS));
+        assert_eq!(
+            lt_routine("13.1.0", 1, &fp16, e(true, true)),
+            "cuBLASLt 13.1.0 cublasLtMatmul heuristic #2 EPILOGUE_RELU_BIAS COMPUTE_32F fp16"
+        );
+        assert_eq!(
+            lt_routine("13.1.0", 0, &fp16, e(false, false)),
+            "cuBLASLt 13.1.0 cublasLtMatmul heuristic #1 COMPUTE_32F fp16"
+        );
     }
 
     #[test]

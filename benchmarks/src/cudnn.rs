@@ -142,6 +142,48 @@ fn api() -> Result<&'static Api, VendorError> {
     Ok(API.get_or_init(|| resolved))
 }
 
+/// `Ok` for success, else the call's name with cuDNN's text for the status (shared with
+/// the graph API, whose calls return the same `cudnnStatus_t`).
+pub(crate) fn check_status(call: &'static str, status: Status) -> Result<(), VendorError> {
+    check(api()?, call, status)
+}
+
+/// A cuDNN handle bound to a context's stream, destroyed on drop (the graph API's
+/// plans and executions take one).
+pub(crate) struct CudnnHandle {
+    api: &'static Api,
+    pub(crate) raw: Handle,
+}
+
+impl CudnnHandle {
+    pub(crate) fn new(ctx: &Context) -> Result<CudnnHandle, VendorError> {
+        let api = api()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a handle; cuDNN initializes it on the current context.
+        check(api, "cudnnCreate", unsafe { (api.cudnnCreate)(&mut raw) })?;
+        let this = CudnnHandle { api, raw };
+        // SAFETY: live handle; the raw stream belongs to the current context.
+        check(api, "cudnnSetStream", unsafe {
+            (api.cudnnSetStream)(this.raw, ctx.raw_stream().cast())
+        })?;
+        Ok(this)
+    }
+
+    /// The loaded cuDNN's version, e.g. "9.19.0".
+    pub(crate) fn version(&self) -> String {
+        version_of(self.api)
+    }
+}
+
+impl Drop for CudnnHandle {
+    fn drop(&mut self) {
+        // SAFETY: created by `new`, destroyed once.
+        unsafe {
+            (self.api.cudnnDestroy)(self.raw);
+        }
+    }
+}
+
 fn check(api: &Api, call: &'static str, status: Status) -> Result<(), VendorError> {
     if status == SUCCESS {
         return Ok(());
@@ -572,7 +614,7 @@ impl CudnnConv {
         self.epilogue(buffers[2], bias)
     }
 
-    fn epilogue(&self, y: &Buffer, bias: Option<&Buffer>) -> Result<(), VendorError> {
+    pub(crate) fn epilogue(&self, y: &Buffer, bias: Option<&Buffer>) -> Result<(), VendorError> {
         let api = self.api;
         let (one, zero) = (1.0f32, 0.0f32);
         if self.has_bias() {

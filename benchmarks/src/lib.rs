@@ -36,6 +36,7 @@ macro_rules! functions {
 pub mod baseline;
 pub mod cublas;
 pub mod cudnn;
+pub mod cudnn_graph;
 pub mod curves;
 pub mod host;
 pub mod peaks;

@@ -8,6 +8,12 @@
 //! Totals weight each task by its count in the network (the time of one forward pass);
 //! geometric means are over tasks, unweighted (each distinct shape is one data point),
 //! and only over tasks where both sides ran.
+//!
+//! No silent weak baseline: a row of a tensor-core type (TF32, fp16, bf16) is flagged
+//! when its vendor routine does not run on tensor cores, or when the vendor's time is
+//! bimodal over our rounds (p90/p10 above [`BIMODAL_RATIO`]). Flagged rows stay in the
+//! table but out of the headline (totals, geometric mean, slowest), which says how many
+//! rows it covers; the flagged rows' own geometric mean is reported beside it.
 
 use crate::peaks::Peaks;
 use gpu::DeviceInfo;
@@ -69,6 +75,18 @@ pub struct Measured {
     /// compute type, types (and layout), e.g. `cuDNN 9.19.0 IMPLICIT_PRECOMP_GEMM
     /// tensor-op fp16 NHWC` or `cuBLAS 13.1.0 cublasGemmEx COMPUTE_32F bf16`.
     pub vendor_algorithm: Option<String>,
+    /// Whether the vendor routine runs on tensor cores, as the library says (absent in
+    /// reports from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor_tensor_cores: Option<bool>,
+    /// For a task with a bias or ReLU: whether the vendor's timed call includes them
+    /// (a fused graph or cuBLASLt epilogue) or not (a legacy convolution alone: our
+    /// speedup is then a lower bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor_times_epilogue: Option<bool>,
+    /// Vendor alternatives timed by our protocol for this task.
+    #[serde(default)]
+    pub vendor_timed: usize,
     /// The vendor's alternatives tried for this task (cuDNN: each algorithm its find
     /// returned, with our protocol's time and cuDNN's own), so the choice can be checked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -106,6 +124,31 @@ impl Measured {
     }
 }
 
+/// p90/p10 of the vendor's samples above which its time counts as bimodal.
+pub const BIMODAL_RATIO: f64 = 1.5;
+
+/// Why a row cannot be trusted for the headline (empty: it can). Rules apply to rows of
+/// a tensor-core type: the vendor off tensor cores, or bimodal.
+pub fn flags(m: &Measured) -> Vec<String> {
+    let mut flags = Vec::new();
+    if !matches!(m.dtype, DType::Tf32 | DType::Fp16 | DType::Bf16) {
+        return flags;
+    }
+    if m.vendor_tensor_cores == Some(false) {
+        flags.push("vendor not on tensor cores".to_string());
+    }
+    if let Some(v) = m.vendor
+        && v.p10_us > 0.0
+        && v.p90_us / v.p10_us > BIMODAL_RATIO
+    {
+        flags.push(format!(
+            "vendor bimodal (p90/p10 {:.2})",
+            v.p90_us / v.p10_us
+        ));
+    }
+    flags
+}
+
 /// A task's row: what was measured and what follows from it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
@@ -119,6 +162,9 @@ pub struct Row {
     /// roofline µs / our µs (1.0 = at the floor).
     pub ours_roofline_fraction: Option<f64>,
     pub vendor_roofline_fraction: Option<f64>,
+    /// Why the row is kept out of the headline (see [`flags`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
 }
 
 impl Row {
@@ -134,18 +180,27 @@ impl Row {
             vendor_tflops: vendor.as_ref().map(tflops),
             ours_roofline_fraction: ours.map(|o| roofline_us / o.median_us),
             vendor_roofline_fraction: vendor.map(|v| roofline_us / v.median_us),
+            flags: flags(&measured),
             measured,
         }
     }
 }
 
-/// Totals and means over the rows.
+/// Totals and means over the rows: the headline covers the compared rows that are not
+/// flagged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub tasks: usize,
     /// Tasks where both sides ran (the rest have a `problem`).
     pub compared: usize,
-    /// Count-weighted sums over the compared tasks.
+    /// Compared tasks flagged (see [`flags`]), kept out of everything below but
+    /// `flagged_geomean_speedup`.
+    #[serde(default)]
+    pub flagged: usize,
+    /// The flagged tasks' own geometric mean speedup.
+    #[serde(default)]
+    pub flagged_geomean_speedup: Option<f64>,
+    /// Count-weighted sums over the compared, unflagged tasks.
     pub ours_total_us: f64,
     pub vendor_total_us: f64,
     pub roofline_total_us: f64,
@@ -169,7 +224,10 @@ pub fn geomean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
 
 impl Summary {
     pub fn of(rows: &[Row]) -> Summary {
-        let compared: Vec<&Row> = rows.iter().filter(|r| r.speedup.is_some()).collect();
+        let (flagged, compared): (Vec<&Row>, Vec<&Row>) = rows
+            .iter()
+            .filter(|r| r.speedup.is_some())
+            .partition(|r| !r.flags.is_empty());
         let weighted = |f: &dyn Fn(&Row) -> f64| {
             compared
                 .iter()
@@ -183,7 +241,9 @@ impl Summary {
             .min_by(|a, b| a.speedup.unwrap().total_cmp(&b.speedup.unwrap()));
         Summary {
             tasks: rows.len(),
-            compared: compared.len(),
+            compared: compared.len() + flagged.len(),
+            flagged: flagged.len(),
+            flagged_geomean_speedup: geomean(flagged.iter().filter_map(|r| r.speedup)),
             ours_total_us,
             vendor_total_us,
             roofline_total_us: weighted(&|r| r.roofline_us),
@@ -328,28 +388,37 @@ impl Report {
             },
             self.peaks.bandwidth_gbs
         );
-        if self.rows.iter().any(|r| {
-            let t = &r.measured.task;
-            t.contains("_bias") || t.contains("_relu")
-        }) {
+        if self
+            .rows
+            .iter()
+            .any(|r| r.measured.vendor_times_epilogue.is_some())
+        {
             let _ = writeln!(
                 md,
-                "Tasks with a fused epilogue (`_bias`, `_relu`): our time includes it; the vendor's is its convolution alone (its bias add and ReLU run for the correctness check, untimed), so those speedups are lower bounds.\n"
+                "Tasks with a fused epilogue (`_bias`, `_relu`): our time includes it, and so does the vendor's where its routine fuses it (a cuDNN graph with pointwise operations, a cuBLASLt epilogue). Rows noted `epilogue untimed` time the vendor's convolution alone (its bias add and ReLU run for the correctness check only): their speedups are lower bounds.\n"
             );
         }
         let _ = writeln!(
             md,
-            "| task | types | × | ours µs | vendor µs | speedup | ours TFLOP/s | vendor TFLOP/s | roofline µs | ours % roofline | vendor % roofline | vendor routine | trials |"
+            "Flagged rows (notes) are kept out of the headline: a TF32, fp16 or bf16 row whose vendor routine does not run on tensor cores, or whose vendor time is bimodal over the rounds (p90/p10 > {BIMODAL_RATIO}).\n"
         );
         let _ = writeln!(
             md,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+            "| task | types | × | ours µs | vendor µs | speedup | ours TFLOP/s | vendor TFLOP/s | roofline µs | ours % roofline | vendor % roofline | vendor routine | trials | notes |"
+        );
+        let _ = writeln!(
+            md,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
         );
         for r in &self.rows {
             let m = &r.measured;
+            let mut notes = r.flags.clone();
+            if m.vendor_times_epilogue == Some(false) {
+                notes.push("epilogue untimed".to_string());
+            }
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
                 m.task,
                 m.types(),
                 m.count,
@@ -363,14 +432,20 @@ impl Report {
                 pct(r.ours_roofline_fraction),
                 pct(r.vendor_roofline_fraction),
                 m.vendor_algorithm.as_deref().unwrap_or("-"),
-                m.trials
+                m.trials,
+                notes.join("; ")
             );
         }
+        let headline = s.compared - s.flagged;
         let _ = writeln!(
             md,
-            "| **total** (count-weighted, {} of {} tasks) | | | **{:.2}** | **{:.2}** | **{}** | | | {:.2} | | | | |",
-            s.compared,
+            "| **total** (count-weighted, {headline} of {} tasks{}) | | | **{:.2}** | **{:.2}** | **{}** | | | {:.2} | | | | | |",
             s.tasks,
+            if s.flagged > 0 {
+                format!("; {} flagged left out", s.flagged)
+            } else {
+                String::new()
+            },
             s.ours_total_us,
             s.vendor_total_us,
             s.total_speedup
@@ -379,10 +454,9 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "\nGeometric mean speedup {} over {} tasks; slowest {} ({}); {} task(s) slower than the vendor. Geometric mean fraction of the roofline: ours {}, vendor {}.",
+            "\nGeometric mean speedup {} over {headline} tasks; slowest {} ({}); {} task(s) slower than the vendor. Geometric mean fraction of the roofline: ours {}, vendor {}.",
             s.geomean_speedup
                 .map_or_else(|| "-".to_string(), |v| format!("{v:.2}x")),
-            s.compared,
             s.min_speedup
                 .map_or_else(|| "-".to_string(), |v| format!("{v:.2}x")),
             s.min_speedup_task.as_deref().unwrap_or("-"),
@@ -390,6 +464,21 @@ impl Report {
             pct(s.geomean_ours_roofline_fraction),
             pct(s.geomean_vendor_roofline_fraction)
         );
+        if s.flagged > 0 {
+            let _ = writeln!(
+                md,
+                "\nFlagged, left out of the above: {} task(s), geometric mean speedup {} ({}).",
+                s.flagged,
+                s.flagged_geomean_speedup
+                    .map_or_else(|| "-".to_string(), |v| format!("{v:.2}x")),
+                self.rows
+                    .iter()
+                    .filter(|r| r.speedup.is_some() && !r.flags.is_empty())
+                    .map(|r| r.measured.task.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if self
             .rows
             .iter()
@@ -397,7 +486,7 @@ impl Report {
         {
             let _ = writeln!(
                 md,
-                "\nVendor algorithms tried (our protocol; the fastest is used):\n"
+                "\nVendor alternatives (our protocol; the fastest is used):\n"
             );
             for r in self
                 .rows
@@ -406,8 +495,9 @@ impl Report {
             {
                 let _ = writeln!(
                     md,
-                    "- {}: {}",
+                    "- {} ({} timed): {}",
                     r.measured.task,
+                    r.measured.vendor_timed,
                     r.measured.vendor_candidates.join("; ")
                 );
             }
@@ -462,6 +552,9 @@ mod tests {
             vendor: vendor.map(side),
             vendor_algorithm: vendor
                 .map(|_| "cuDNN 9.19.0 IMPLICIT_PRECOMP_GEMM tensor-op fp16 NHWC".to_string()),
+            vendor_tensor_cores: vendor.map(|_| true),
+            vendor_times_epilogue: None,
+            vendor_timed: 1,
             vendor_candidates: vec![
                 "handle 1: IMPLICIT_PRECOMP_GEMM tensor-op 20.00 µs (cuDNN's find: 18.00 µs)"
                     .into(),
@@ -547,6 +640,56 @@ mod tests {
         assert_eq!(s.min_speedup_task.as_deref(), Some("conv_b"));
         assert_eq!(s.slower_than_vendor, 1);
         assert!((s.roofline_total_us - 12.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn weak_or_bimodal_vendors_are_flagged_and_left_out_of_the_headline() {
+        let mut weak = measured("conv_weak", 1, Some(10.0), Some(100.0));
+        weak.vendor_tensor_cores = Some(false);
+        let mut bimodal = measured("conv_bimodal", 1, Some(10.0), Some(30.0));
+        bimodal.vendor = Some(Side {
+            median_us: 30.0,
+            p10_us: 10.0,
+            p90_us: 40.0,
+            samples: 10,
+        });
+        let mut edge = measured("conv_edge", 1, Some(10.0), Some(20.0));
+        edge.vendor = Some(Side {
+            median_us: 20.0,
+            p10_us: 20.0,
+            p90_us: 30.0,
+            samples: 10,
+        });
+        // A float32 row has no tensor-core routine to miss.
+        let mut f32_row = measured("conv_f32", 1, Some(10.0), Some(5.0));
+        (f32_row.dtype, f32_row.out_dtype) = (DType::F32, DType::F32);
+        f32_row.vendor_tensor_cores = Some(false);
+        let rows: Vec<Row> = [weak, bimodal, edge, f32_row]
+            .into_iter()
+            .map(|m| Row::new(m, &peaks()))
+            .collect();
+        assert_eq!(rows[0].flags, ["vendor not on tensor cores"]);
+        assert_eq!(rows[1].flags, ["vendor bimodal (p90/p10 4.00)"]);
+        assert!(rows[2].flags.is_empty(), "p90/p10 = 1.5 is not bimodal");
+        assert!(rows[3].flags.is_empty());
+        let s = Summary::of(&rows);
+        assert_eq!((s.compared, s.flagged), (4, 2));
+        // The headline: 2x and 0.5x.
+        assert!((s.geomean_speedup.unwrap() - 1.0).abs() < 1e-12);
+        assert!((s.total_speedup.unwrap() - 25.0 / 20.0).abs() < 1e-12);
+        assert_eq!(s.min_speedup_task.as_deref(), Some("conv_f32"));
+        assert!((s.flagged_geomean_speedup.unwrap() - 30f64.sqrt()).abs() < 1e-9);
+        let report = Report {
+            summary: s,
+            rows,
+            ..report()
+        };
+        let md = report.to_markdown();
+        assert!(md.contains("2 of 4 tasks; 2 flagged left out"), "{md}");
+        assert!(
+            md.contains("Flagged, left out of the above: 2 task(s), geometric mean speedup 5.48x (conv_weak, conv_bimodal)."),
+            "{md}"
+        );
     }
 
     #[test]

@@ -13,7 +13,8 @@
 use crate::baseline::{self, Choices};
 use crate::peaks::{self, Peaks};
 use crate::report::{Measured, Side};
-use crate::vendor::{self, VendorError};
+use crate::vendor;
+use crate::vendor::VendorError;
 use gpu::buffers::{BufferSets, ReferenceError};
 use gpu::cuda::{Context, CudaError, Module};
 use gpu::timing::{self, SPIN_PTX, TimingConfig};
@@ -63,9 +64,8 @@ pub struct Options {
     pub rounds: u32,
     pub cudnn: Option<PathBuf>,
     pub cublas: Option<PathBuf>,
-    /// cuDNN algorithms timed by our protocol to pick the fastest (cuDNN's own
-    /// benchmark orders them; ours decides).
-    pub algorithms: usize,
+    /// How many vendor alternatives are timed per task.
+    pub choices: Choices,
     pub seed: u64,
 }
 
@@ -128,7 +128,12 @@ impl Session {
             Operator::Conv2d(_) => &self.options.cudnn,
             _ => &self.options.cublas,
         };
-        vendor::load(baseline::library_for(op), given.as_deref())?;
+        let lib = baseline::library_for(op);
+        vendor::load(lib, given.as_deref())?;
+        if lib == vendor::Library::Cudnn {
+            // The graph API is the baseline's first source: without it, stop here.
+            crate::cudnn_graph::require()?;
+        }
         Ok(())
     }
 
@@ -222,7 +227,7 @@ impl Session {
                     let mut failure = None;
                     let t =
                         timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &round, |i| {
-                            if let Err(e) = vendor.run_timed(operands(i).0) {
+                            if let Err(e) = vendor.run_timed(operands(i)) {
                                 failure.get_or_insert(e);
                             }
                             Ok(())
@@ -238,6 +243,9 @@ impl Session {
             ours: Side::from_samples(&our_samples),
             vendor: Side::from_samples(&vendor_samples),
             vendor_algorithm: Some(vendor.describe()),
+            vendor_tensor_cores: Some(vendor.tensor_cores(task)),
+            vendor_times_epilogue: vendor.times_epilogue(task),
+            vendor_timed: prepared.timed,
             vendor_candidates: prepared.candidates.clone(),
             vendor_max_abs_error: Some(vendor_max_abs_error),
             problems,
@@ -311,10 +319,7 @@ impl Session {
             &protocol,
             task,
             &|i| operands(sets, task, i),
-            Choices {
-                algorithms: self.options.algorithms,
-                ..Default::default()
-            },
+            self.options.choices,
         )?;
         Ok((expected, prepared))
     }
@@ -352,6 +357,9 @@ pub struct TaskTimes {
     pub ours: Option<Side>,
     pub vendor: Option<Side>,
     pub vendor_algorithm: Option<String>,
+    pub vendor_tensor_cores: Option<bool>,
+    pub vendor_times_epilogue: Option<bool>,
+    pub vendor_timed: usize,
     pub vendor_candidates: Vec<String>,
     pub vendor_max_abs_error: Option<f64>,
     pub problems: Vec<String>,
@@ -368,6 +376,9 @@ impl TaskTimes {
             ours: self.ours,
             vendor: self.vendor,
             vendor_algorithm: self.vendor_algorithm,
+            vendor_tensor_cores: self.vendor_tensor_cores,
+            vendor_times_epilogue: self.vendor_times_epilogue,
+            vendor_timed: self.vendor_timed,
             vendor_candidates: self.vendor_candidates,
             vendor_max_abs_error: self.vendor_max_abs_error,
             problem: (!problems.is_empty()).then(|| problems.join("; ")),

@@ -1,7 +1,10 @@
 //! The vendor baselines on a real GPU: library discovery loads the newest copy (and the
 //! version it reports is the one its files state), each dtype's cuDNN and cuBLAS /
 //! cuBLASLt routine agrees exactly with a CPU reference on small-integer inputs (sums
-//! stay far inside every type's exact range), and the `mma.sync` peaks run.
+//! stay far inside every type's exact range), every engine of cuDNN's graph API that the
+//! baseline would time does too (fused bias and ReLU, a half input with a float32
+//! output, groups, dilation, asymmetric padding), as do cuBLASLt's epilogues, and the
+//! `mma.sync` peaks run.
 //!
 //! Run on the GPU machine with `--ignored --test-threads 1 --nocapture` (the printed
 //! routines, candidates and versions are the record of what ran).
@@ -71,6 +74,18 @@ fn run_baseline(
     operands: [&Buffer; 3],
     out_len: usize,
 ) -> (Vec<f32>, String) {
+    run_baseline_with(ctx, device, task, (operands, None), out_len, 1)
+}
+
+/// `run_baseline` with a bias and `handles` legacy cuDNN handles (0: the graph API alone).
+fn run_baseline_with(
+    ctx: &Context,
+    device: &DeviceInfo,
+    task: &Task,
+    (operands, bias): ([&Buffer; 3], Option<&Buffer>),
+    out_len: usize,
+    handles: usize,
+) -> (Vec<f32>, String) {
     let spin_module = ctx.load(SPIN_PTX.as_bytes()).unwrap();
     let spin = spin_module.function("tilesched_spin", 0).unwrap();
     let protocol = Protocol {
@@ -80,18 +95,24 @@ fn run_baseline(
         timing: quick(),
     };
     let choices = Choices {
+        engines: 8,
         algorithms: 8,
-        handles: 1,
+        handles,
         lt_algorithms: 4,
     };
-    let prepared = baseline::prepare(&protocol, task, &|_| (operands, None), choices)
+    let prepared = baseline::prepare(&protocol, task, &|_| (operands, bias), choices)
         .unwrap_or_else(|e| panic!("{}: {e}", task.key()));
-    println!("{}: {}", task.key(), prepared.baseline.describe());
+    println!(
+        "{}: {} ({} timed)",
+        task.key(),
+        prepared.baseline.describe(),
+        prepared.timed
+    );
     for line in &prepared.candidates {
         println!("  {line}");
     }
     ctx.poison(operands[2]).unwrap();
-    prepared.baseline.run((operands, None)).unwrap();
+    prepared.baseline.run((operands, bias)).unwrap();
     ctx.synchronize().unwrap();
     let got = host::download(ctx, operands[2], out_len, task.out_dtype).unwrap();
     (got, prepared.baseline.describe())
@@ -134,9 +155,11 @@ fn conv_reference(s: &Conv2d, layout: Layout, x: &[f32], w: &[f32]) -> Vec<f32> 
         Layout::Nchw => (((b * c + ci) * h + y) * wd + xx) as usize,
         Layout::Nhwc => (((b * h + y) * wd + xx) * c + ci) as usize,
     };
+    // Grouped: output channel ki reads the C/G input channels of its group.
+    let (cg, kg) = (c / s.groups, k / s.groups);
     let wi = |ki: u32, ci: u32, ri: u32, si: u32| match layout {
-        Layout::Nchw => (((ki * c + ci) * r + ri) * ss + si) as usize,
-        Layout::Nhwc => (((ki * r + ri) * ss + si) * c + ci) as usize,
+        Layout::Nchw => (((ki * cg + ci) * r + ri) * ss + si) as usize,
+        Layout::Nhwc => (((ki * r + ri) * ss + si) * cg + ci) as usize,
     };
     let yi = |b: u32, ki: u32, pi: u32, qi: u32| match layout {
         Layout::Nchw => (((b * k + ki) * p + pi) * q + qi) as usize,
@@ -148,7 +171,9 @@ fn conv_reference(s: &Conv2d, layout: Layout, x: &[f32], w: &[f32]) -> Vec<f32> 
             for pi in 0..p {
                 for qi in 0..q {
                     let mut acc = 0.0f64;
-                    for ci in 0..c {
+                    let first = (ki / kg) * cg;
+                    for cj in 0..cg {
+                        let ci = first + cj;
                         for ri in 0..r {
                             for si in 0..ss {
                                 let iy = (pi * s.stride_h + ri * s.dilation_h) as i64
@@ -159,7 +184,7 @@ fn conv_reference(s: &Conv2d, layout: Layout, x: &[f32], w: &[f32]) -> Vec<f32> 
                                     continue;
                                 }
                                 acc += f64::from(x[xi(b, ci, iy as u32, ix as u32)])
-                                    * f64::from(w[wi(ki, ci, ri, si)]);
+                                    * f64::from(w[wi(ki, cj, ri, si)]);
                             }
                         }
                     }
@@ -214,6 +239,179 @@ fn cudnn_tf32_and_f32_convs_are_exact() {
     check_conv(DType::F32, Layout::Nchw);
 }
 
+/// The task's bias (per output channel, the last index in NHWC) and ReLU on `y`.
+fn apply_epilogue(
+    y: &mut [f32],
+    epilogue: Epilogue,
+    bias: &[f32],
+    channel: impl Fn(usize) -> usize,
+) {
+    for (i, v) in y.iter_mut().enumerate() {
+        if epilogue.bias {
+            *v += bias[channel(i)];
+        }
+        if epilogue.relu {
+            *v = v.max(0.0);
+        }
+    }
+}
+
+/// A conv2d through the baseline's graph-API path alone (no legacy handle), checked
+/// exactly against the CPU, with the routine it chose.
+fn check_graph_conv(
+    shape: Conv2d,
+    epilogue: Epilogue,
+    dtype: DType,
+    out_dtype: DType,
+    layout: Layout,
+) -> String {
+    let (ctx, device) = context();
+    load(Library::Cudnn);
+    let task = Task {
+        op: Operator::Conv2d(shape),
+        epilogue,
+        dtype,
+        out_dtype,
+        layout,
+    };
+    let s = shape;
+    let (p, q) = s.output_size().unwrap();
+    let x = values((s.n * s.c * s.h * s.w) as usize, 1, 11);
+    let w = values((s.k * (s.c / s.groups) * s.r * s.s) as usize, 1, 12);
+    let bias = values(s.k as usize, 3, 13);
+    let mut expected = conv_reference(&s, layout, &x, &w);
+    let (k, pq) = (s.k as usize, (p * q) as usize);
+    apply_epilogue(&mut expected, epilogue, &bias, |i| match layout {
+        Layout::Nchw => (i / pq) % k,
+        Layout::Nhwc => i % k,
+    });
+    let xb = host::upload(&ctx, &x, dtype).unwrap();
+    let wb = host::upload(&ctx, &w, dtype).unwrap();
+    let bb = host::upload(&ctx, &bias, dtype).unwrap();
+    let out_len = (s.n * s.k * p * q) as usize;
+    let yb = host::alloc(&ctx, out_len, out_dtype).unwrap();
+    let (got, routine) = run_baseline_with(
+        &ctx,
+        &device,
+        &task,
+        ([&xb, &wb, &yb], epilogue.bias.then_some(&bb)),
+        out_len,
+        0,
+    );
+    assert!(routine.contains(" graph eng"), "{routine}");
+    let wrong = expected.iter().zip(&got).filter(|(e, g)| e != g).count();
+    assert_eq!(
+        wrong,
+        0,
+        "{} with {routine}: {wrong} of {out_len} differ (first: {:?})",
+        task.key(),
+        expected.iter().zip(&got).find(|(e, g)| e != g)
+    );
+    routine
+}
+
+#[test]
+#[ignore = "needs a GPU and cuDNN 9"]
+fn cudnn_graph_engines_are_exact() {
+    let plain = Epilogue::default();
+    let fused = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    // A 1x1 fp16 NHWC convolution: the case the legacy find served with non-tensor-core
+    // algorithms. The graph must give a tensor-core engine.
+    let one = Conv2d::new(1, 64, 14, 14, 128, 1, 1, 1, 0);
+    let r = check_graph_conv(one, plain, DType::Fp16, DType::Fp16, Layout::Nhwc);
+    assert!(r.contains("(tensor-core"), "{r}");
+    // Bias and ReLU fused into the graph on half data.
+    // |sum| <= 16·9 + 3: exact in bf16 (256).
+    let three = Conv2d::new(2, 16, 12, 10, 48, 3, 3, 1, 1);
+    let r = check_graph_conv(three, fused, DType::Bf16, DType::Bf16, Layout::Nhwc);
+    println!("bf16 conv+bias+relu: {r}");
+    let r = check_graph_conv(three, fused, DType::Fp16, DType::Fp16, Layout::Nhwc);
+    println!("fp16 conv+bias+relu: {r}");
+    // A half input with a float32 output: no legacy routine exists.
+    let r = check_graph_conv(three, plain, DType::Fp16, DType::F32, Layout::Nhwc);
+    assert!(r.contains("fp16→f32"), "{r}");
+    // Grouped, dilated and asymmetrically padded, in float32 NCHW (no tensor cores).
+    let mut odd = Conv2d::new(1, 32, 15, 13, 64, 3, 3, 2, 1);
+    odd.groups = 4;
+    odd.dilation_w = 2;
+    odd.pad_bottom = Some(2);
+    let r = check_graph_conv(odd, plain, DType::F32, DType::F32, Layout::Nchw);
+    assert!(r.contains("(no-tensor-core"), "float32 stays off TF32: {r}");
+    // Depthwise, fp16 NHWC with a bias.
+    let mut depthwise = Conv2d::new(1, 32, 14, 14, 32, 3, 3, 1, 1);
+    depthwise.groups = 32;
+    let bias = Epilogue {
+        bias: true,
+        relu: false,
+    };
+    check_graph_conv(depthwise, bias, DType::Fp16, DType::Fp16, Layout::Nhwc);
+}
+
+/// cuBLASLt with the task's epilogue in the call, exact against the CPU.
+fn check_lt_epilogue(op: Operator, epilogue: Epilogue, dtype: DType, out_dtype: DType) {
+    let (ctx, device) = context();
+    load(Library::Cublas);
+    let (batch, m, n, k) = match op {
+        Operator::Matmul { m, n, k } => (1, m, n, k),
+        Operator::BatchMatmul { b, m, n, k } => (b, m, n, k),
+        Operator::Conv2d(_) => unreachable!(),
+    };
+    let task = Task {
+        op,
+        epilogue,
+        dtype,
+        out_dtype,
+        layout: Layout::Nchw,
+    };
+    let a = values((batch * m * k) as usize, 2, 21);
+    let b = values((batch * k * n) as usize, 2, 22);
+    let bias = values(n as usize, 3, 23);
+    let mut expected = matmul_reference(batch, m, n, k, &a, &b);
+    apply_epilogue(&mut expected, epilogue, &bias, |i| i % n as usize);
+    let ab = host::upload(&ctx, &a, dtype).unwrap();
+    let bb = host::upload(&ctx, &b, dtype).unwrap();
+    let biasb = host::upload(&ctx, &bias, dtype).unwrap();
+    let out_len = (batch * m * n) as usize;
+    let cb = host::alloc(&ctx, out_len, out_dtype).unwrap();
+    let (got, routine) = run_baseline_with(
+        &ctx,
+        &device,
+        &task,
+        ([&ab, &bb, &cb], epilogue.bias.then_some(&biasb)),
+        out_len,
+        1,
+    );
+    assert!(routine.contains("EPILOGUE_"), "{routine}");
+    assert_eq!(expected, got, "{}: {routine}", task.key());
+}
+
+#[test]
+#[ignore = "needs a GPU and cuBLAS"]
+fn cublaslt_epilogues_are_exact() {
+    let e = |bias, relu| Epilogue { bias, relu };
+    let mm = Operator::Matmul {
+        m: 96,
+        n: 80,
+        k: 64,
+    };
+    // |sum| <= 64·4 + 3 = 259: exact in fp16 and f32 outputs.
+    check_lt_epilogue(mm, e(true, false), DType::Fp16, DType::Fp16);
+    check_lt_epilogue(mm, e(true, true), DType::Fp16, DType::Fp16);
+    check_lt_epilogue(mm, e(false, true), DType::Fp16, DType::Fp16);
+    check_lt_epilogue(mm, e(true, true), DType::Fp16, DType::F32);
+    check_lt_epilogue(mm, e(true, true), DType::F32, DType::F32);
+    let bmm = Operator::BatchMatmul {
+        b: 3,
+        m: 32,
+        n: 48,
+        k: 40,
+    };
+    check_lt_epilogue(bmm, e(true, true), DType::Fp16, DType::Fp16);
+}
+
 fn matmul_reference(batch: u32, m: u32, n: u32, k: u32, a: &[f32], b: &[f32]) -> Vec<f32> {
     let (m, n, k) = (m as usize, n as usize, k as usize);
     let mut c = vec![0.0f32; batch as usize * m * n];
@@ -262,12 +460,13 @@ fn check_matmul(op: Operator, dtype: DType, out_dtype: DType, range: i32) {
 
     let shape = benchmarks::cublas::Gemm { batch, m, n, k };
     let types = benchmarks::cublas::GemmTypes::for_types(dtype, out_dtype);
-    let lt = benchmarks::cublas::LtMatmul::new(&ctx, shape, types, 64 << 20).unwrap();
+    let lt = benchmarks::cublas::LtMatmul::new(&ctx, shape, types, Epilogue::default(), 64 << 20)
+        .unwrap();
     let first = lt.heuristics(1).unwrap();
     let first = first.first().expect("cuBLASLt proposes an algorithm");
     let workspace = ctx.alloc(first.workspace_bytes.div_ceil(4).max(1)).unwrap();
     ctx.poison(&cb).unwrap();
-    lt.run(first, [&ab, &bb, &cb], &workspace).unwrap();
+    lt.run(first, [&ab, &bb, &cb], None, &workspace).unwrap();
     ctx.synchronize().unwrap();
     let got = host::download(&ctx, &cb, out_len, out_dtype).unwrap();
     assert_eq!(expected, got, "{}: {}", task.key(), lt.describe(first));

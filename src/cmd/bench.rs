@@ -1,7 +1,9 @@
 //! `tilesched bench <op> (--network NAME | --shape SPEC) --log FILE [--out DIR]`: the
 //! best kernel of each task from a tuning log against cuDNN (conv2d) or cuBLAS (matmul)
 //! side by side on this GPU; prints the table and writes `DIR/bench.json`,
-//! `DIR/bench.md` and the plots.
+//! `DIR/bench.md` and the plots. `--peer torch` then runs the PyTorch peer
+//! (`benchmarks/peer/torch_peer.py`, built into the binary) on the same kernels, from a
+//! deploy cache written to `DIR/peer-kernels`, into `DIR/peer`.
 
 use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
 use anyhow::{Context as _, Result, bail};
@@ -56,12 +58,118 @@ pub struct Args {
     /// Timed launches per side and task at least, over all rounds.
     #[arg(long, default_value_t = 40)]
     min_repeats: u32,
-    /// cuDNN algorithms (in the order of cuDNN's own benchmark) timed by our protocol.
-    #[arg(long, default_value_t = 8)]
+    /// cuDNN graph-API engine configurations (heuristics A, B, fallback) timed by our
+    /// protocol per task.
+    #[arg(long, default_value_t = Choices::default().engines)]
+    engines: usize,
+    /// Legacy cuDNN algorithms (in the order of cuDNN's own benchmark) timed by our
+    /// protocol per handle.
+    #[arg(long, default_value_t = Choices::default().algorithms)]
     algorithms: usize,
+    /// Legacy cuDNN handles, each with its own find (0: the graph API alone).
+    #[arg(long, default_value_t = Choices::default().handles)]
+    handles: usize,
+    /// cuBLASLt heuristic algorithms timed by our protocol per matmul.
+    #[arg(long, default_value_t = Choices::default().lt_algorithms)]
+    lt_algorithms: usize,
+    /// Also time the same kernels beside PyTorch eager and torch.compile, in a python3
+    /// with torch (writes DIR/peer/peer.json and peer.md).
+    #[arg(long, value_enum)]
+    peer: Option<Peer>,
+    /// One more argument for the peer script (repeatable), e.g. `--peer-arg=--no-compile`
+    /// or `--peer-arg=--rounds=2`.
+    #[arg(long = "peer-arg", allow_hyphen_values = true)]
+    peer_args: Vec<String>,
     /// Seed of the input values.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+}
+
+/// A peer framework `--peer` runs our kernels beside.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Peer {
+    Torch,
+}
+
+/// The PyTorch peer script, run with the python3 on PATH.
+const TORCH_PEER: &str = include_str!("../../benchmarks/peer/torch_peer.py");
+
+/// Fails in one line unless `python3` on PATH imports torch with CUDA.
+fn check_torch() -> Result<()> {
+    let probe = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match probe {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) if s.code() == Some(3) => {
+            bail!("--peer torch: the python3 on PATH has torch, but torch sees no CUDA GPU")
+        }
+        Ok(_) => bail!("--peer torch: the python3 on PATH cannot import torch"),
+        Err(e) => bail!("--peer torch: no python3 on PATH ({e})"),
+    }
+}
+
+/// Our kernels into a deploy cache at `dir` for the peer (this GPU's entries, as built
+/// here), and the count of each task in the network.
+fn peer_cache(dir: &Path, prepared: &[Prepared], device: &DeviceInfo) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut cache = runtime::DeployCache::open(dir)?;
+    let mut counts = serde_json::Map::new();
+    for p in prepared {
+        let (Some(ours), Some(best)) = (&p.ours, &p.best) else {
+            continue;
+        };
+        let us = best.median_us().unwrap_or(f64::NAN);
+        cache.store(
+            runtime::NewEntry {
+                gpu: device.name.clone(),
+                compute_capability: device.compute_capability,
+                task: p.task.key(),
+                shape: p.task,
+                kernel: ours.name.clone(),
+                launch: ours.launch,
+                stage1_us: us,
+                final_us: us,
+                stage: runtime::Stage::Stage1,
+                created_by: runtime::TOOL_VERSION.to_string(),
+            },
+            &ours.cubin,
+        )?;
+        counts.insert(p.task.key(), p.count.into());
+    }
+    let counts_path = dir.join("counts.json");
+    write(&counts_path, &serde_json::Value::Object(counts).to_string())?;
+    Ok(counts_path)
+}
+
+/// Runs the PyTorch peer on the deploy cache `kernels` into `out`, with `extra` arguments.
+fn run_peer(kernels: &Path, counts: &Path, out: &Path, extra: &[String]) -> Result<()> {
+    let script = kernels.join("torch_peer.py");
+    write(&script, TORCH_PEER)?;
+    eprintln!(
+        "peer: PyTorch eager and torch.compile beside our kernels (into {})",
+        out.display()
+    );
+    let status = std::process::Command::new("python3")
+        .arg(&script)
+        .arg("--deploy")
+        .arg(kernels)
+        .arg("--counts")
+        .arg(counts)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .status()
+        .context("cannot run python3")?;
+    if !status.success() {
+        bail!("the PyTorch peer failed ({status}); its bench report is written");
+    }
+    Ok(())
 }
 
 /// A task with its best log record and the kernels built for it.
@@ -140,6 +248,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.rounds == 0 || args.min_time_ms.is_nan() || args.min_time_ms < 0.0 {
         bail!("--rounds must be at least 1 and --min-time-ms not negative");
     }
+    if args.peer == Some(Peer::Torch) {
+        check_torch()?;
+    }
     let log = read_log(&args.log)?;
     if let Some(w) = log.warning(&args.log) {
         eprintln!("{w}");
@@ -162,7 +273,12 @@ pub fn run(args: Args) -> Result<()> {
         rounds: args.rounds,
         cudnn: args.cudnn.clone(),
         cublas: args.cublas.clone(),
-        algorithms: args.algorithms,
+        choices: Choices {
+            engines: args.engines,
+            algorithms: args.algorithms,
+            handles: args.handles,
+            lt_algorithms: args.lt_algorithms,
+        },
         seed: args.seed,
     };
     let mut session = Session::new(options.clone())?;
@@ -170,11 +286,7 @@ pub fn run(args: Args) -> Result<()> {
     let first = workloads[0].task;
     session.load_vendor(&first.op)?;
     let library = baseline::library_for(&first.op);
-    let choices = Choices {
-        algorithms: args.algorithms,
-        ..Choices::default()
-    };
-    let vendor = baseline::description(library, &first, choices);
+    let vendor = baseline::description(library, &first, options.choices);
     let vendor_library = baseline::library(library);
     eprintln!(
         "{} ({} SMs); baseline {vendor}",
@@ -222,7 +334,14 @@ pub fn run(args: Args) -> Result<()> {
         peaks.bandwidth_gbs
     );
     let mut rows = Vec::new();
+    let bar = indicatif::ProgressBar::new(prepared.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} tasks {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let started = std::time::Instant::now();
     for p in &prepared {
+        bar.set_message(p.task.key());
         let prob = Problem::for_task(&p.task, options.seed);
         let base = Measured {
             task: p.task.key(),
@@ -238,6 +357,9 @@ pub fn run(args: Args) -> Result<()> {
             ours: None,
             vendor: None,
             vendor_algorithm: None,
+            vendor_tensor_cores: None,
+            vendor_times_epilogue: None,
+            vendor_timed: 0,
             vendor_candidates: Vec::new(),
             vendor_max_abs_error: None,
             problem: p.problem.clone(),
@@ -252,8 +374,8 @@ pub fn run(args: Args) -> Result<()> {
             Err(e) => return Err(e.into()),
         };
         let row = Row::new(measured, &peaks);
-        eprintln!(
-            "{}: ours {} µs, vendor {} µs{}",
+        let line = format!(
+            "{}: ours {} µs, vendor {} µs{} ({} vendor alternatives timed){}",
             row.measured.task,
             row.measured
                 .ours
@@ -261,10 +383,25 @@ pub fn run(args: Args) -> Result<()> {
             row.measured
                 .vendor
                 .map_or("-".to_string(), |s| format!("{:.2}", s.median_us)),
-            row.speedup.map_or(String::new(), |s| format!(" ({s:.2}x)"))
+            row.speedup.map_or(String::new(), |s| format!(" ({s:.2}x)")),
+            row.measured.vendor_timed,
+            if row.flags.is_empty() {
+                String::new()
+            } else {
+                format!(" [flagged: {}]", row.flags.join("; "))
+            }
         );
+        // One line per task whether or not stderr shows the bar.
+        bar.suspend(|| eprintln!("{line}"));
+        bar.inc(1);
         rows.push(row);
     }
+    bar.finish_and_clear();
+    eprintln!(
+        "benched {} tasks in {:.1} s",
+        prepared.len(),
+        started.elapsed().as_secs_f64()
+    );
     let round = options.round_timing();
     let report = Report {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -323,6 +460,11 @@ pub fn run(args: Args) -> Result<()> {
             )
         }
         Err(e) => return Err(e.into()),
+    }
+    if args.peer == Some(Peer::Torch) {
+        let kernels = out.join("peer-kernels");
+        let counts = peer_cache(&kernels, &prepared, &report.device)?;
+        run_peer(&kernels, &counts, &out.join("peer"), &args.peer_args)?;
     }
     let problems = report
         .rows

@@ -39,6 +39,9 @@ pub struct Args {
 #[derive(Serialize)]
 struct Sidecar<'a> {
     task: &'a str,
+    /// The task itself (operator, shape, epilogue, types, layout): what the kernel's
+    /// parameters are, for a launcher such as the PyTorch peer.
+    shape: &'a schedule::Task,
     kernel: &'a str,
     format: Format,
     /// Element types of the inputs and of the output, and the conv2d layout.
@@ -81,6 +84,7 @@ pub fn run(args: Args) -> Result<()> {
     let (kernel, record) = (&best.kernel, best.record);
     let sidecar = Sidecar {
         task: &args.task,
+        shape: &record.shape,
         kernel: &kernel.name,
         format: args.format,
         dtype: record.shape.dtype,
