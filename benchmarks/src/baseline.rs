@@ -64,6 +64,33 @@ impl Protocol<'_> {
     }
 }
 
+impl Protocol<'_> {
+    /// Times each candidate (`run(c, i)` enqueues candidate `c` on the operands of launch
+    /// `i`), adding a line per candidate to `lines` (its `label` and time, or why it
+    /// failed); returns the fastest with its time.
+    fn fastest<C>(
+        &self,
+        candidates: impl IntoIterator<Item = C>,
+        label: impl Fn(&C) -> String,
+        run: impl Fn(&C, usize) -> Result<(), VendorError>,
+        lines: &mut Vec<String>,
+    ) -> Option<(f64, C)> {
+        let mut fastest: Option<(f64, C)> = None;
+        for candidate in candidates {
+            match self.time(|i| run(&candidate, i)) {
+                Ok(us) => {
+                    lines.push(format!("{} {us:.2} µs", label(&candidate)));
+                    if fastest.as_ref().is_none_or(|(f, _)| us < *f) {
+                        fastest = Some((us, candidate));
+                    }
+                }
+                Err(e) => lines.push(format!("{} failed: {e}", label(&candidate))),
+            }
+        }
+        fastest
+    }
+}
+
 /// How many vendor alternatives are tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Choices {
@@ -365,28 +392,16 @@ fn time_graph_engines(
         }
         let need = engines.iter().map(|e| e.workspace_bytes).max().unwrap_or(0);
         let workspace = ctx.alloc(need.div_ceil(4).max(1))?;
-        let mut fastest: Option<(f64, Engine)> = None;
         let timed = engines.len();
-        for engine in engines {
-            let name = format!(
-                "graph {label} {} ({})",
-                engine.info.name(),
-                engine.info.notes()
-            );
-            let run = |i: usize| {
+        let fastest = protocol.fastest(
+            engines,
+            |e| format!("graph {label} {} ({})", e.info.name(), e.info.notes()),
+            |e, i| {
                 let (ops, bias) = operands(i);
-                graph.execute(&engine, &graph_buffers(&graph, ops, bias), &workspace)
-            };
-            match protocol.time(run) {
-                Ok(us) => {
-                    lines.push(format!("{name} {us:.2} µs"));
-                    if fastest.as_ref().is_none_or(|(f, _)| us < *f) {
-                        fastest = Some((us, engine));
-                    }
-                }
-                Err(e) => lines.push(format!("{name} failed: {e}")),
-            }
-        }
+                graph.execute(e, &graph_buffers(&graph, ops, bias), &workspace)
+            },
+            lines,
+        );
         if let Some((us, engine)) = fastest {
             let epilogue = if graph.spec.computes_epilogue {
                 None
@@ -437,23 +452,20 @@ fn prepare_cudnn(
             continue;
         };
         let workspace = ctx.alloc(need.div_ceil(4).max(1))?;
-        let mut fastest: Option<(f64, Algorithm)> = None;
-        for algorithm in found {
-            timed += 1;
-            let label = format!("{} {}", algorithm.name(), algorithm.math.label());
-            match protocol.time(|i| conv.convolve(&algorithm, operands(i).0, &workspace)) {
-                Ok(us) => {
-                    lines.push(format!(
-                        "legacy handle {handle}: {label} {us:.2} µs (cuDNN's find: {:.2} µs)",
-                        f64::from(algorithm.find_ms) * 1e3
-                    ));
-                    if fastest.is_none_or(|(f, _)| us < f) {
-                        fastest = Some((us, algorithm));
-                    }
-                }
-                Err(e) => lines.push(format!("legacy handle {handle}: {label} failed: {e}")),
-            }
-        }
+        timed += found.len();
+        let fastest = protocol.fastest(
+            found,
+            |a| {
+                format!(
+                    "legacy handle {handle}: {} {} (cuDNN's find: {:.2} µs)",
+                    a.name(),
+                    a.math.label(),
+                    f64::from(a.find_ms) * 1e3
+                )
+            },
+            |a, i| conv.convolve(a, operands(i).0, &workspace),
+            &mut lines,
+        );
         if let Some((us, algorithm)) = fastest {
             keep(&mut best, us, || Baseline::Cudnn {
                 conv,
@@ -516,24 +528,16 @@ fn prepare_cublas(
                     }
                     _ => None,
                 };
-                let mut fastest: Option<(f64, LtCandidate)> = None;
-                for candidate in found {
-                    timed += 1;
-                    let name = lt.describe(&candidate);
-                    let run = |i: usize| {
+                timed += found.len();
+                let fastest = protocol.fastest(
+                    found,
+                    |c| lt.describe(c),
+                    |c, i| {
                         let (ops, bias) = operands(i);
-                        lt.run(&candidate, ops, converted.as_ref().or(bias), &workspace)
-                    };
-                    match protocol.time(run) {
-                        Ok(us) => {
-                            lines.push(format!("{name} {us:.2} µs"));
-                            if fastest.is_none_or(|(f, _)| us < f) {
-                                fastest = Some((us, candidate));
-                            }
-                        }
-                        Err(e) => lines.push(format!("{name} failed: {e}")),
-                    }
-                }
+                        lt.run(c, ops, converted.as_ref().or(bias), &workspace)
+                    },
+                    &mut lines,
+                );
                 if let Some((us, candidate)) = fastest {
                     keep(&mut best, us, || Baseline::CublasLt {
                         lt,

@@ -598,6 +598,35 @@ impl Desc {
         check_status(call, unsafe { (self.api.cudnnBackendFinalize)(self.raw) })
     }
 
+    /// Reads up to `requested` elements of attribute `name` into `array`; returns how
+    /// many the attribute holds.
+    ///
+    /// # Safety
+    ///
+    /// `array` has room for `requested` elements of `ty`'s C type (null when 0).
+    unsafe fn get_into(
+        &self,
+        call: &'static str,
+        name: c_int,
+        ty: c_int,
+        requested: usize,
+        array: *mut c_void,
+    ) -> Result<usize, VendorError> {
+        let mut count = 0i64;
+        // SAFETY: as the caller guarantees; `count` is a live out-pointer.
+        check_status(call, unsafe {
+            (self.api.cudnnBackendGetAttribute)(
+                self.raw,
+                name,
+                ty,
+                requested as i64,
+                &mut count,
+                array,
+            )
+        })?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
     /// Up to `max` elements of attribute `name` (plain values, not descriptors).
     fn get<T: Copy + Default>(
         &self,
@@ -607,37 +636,17 @@ impl Desc {
         max: usize,
     ) -> Result<Vec<T>, VendorError> {
         let mut values = vec![T::default(); max.max(1)];
-        let mut count = 0i64;
-        // SAFETY: `values` has room for `max` elements of the attribute's C type.
-        check_status(call, unsafe {
-            (self.api.cudnnBackendGetAttribute)(
-                self.raw,
-                name,
-                ty,
-                values.len() as i64,
-                &mut count,
-                values.as_mut_ptr().cast(),
-            )
-        })?;
-        values.truncate(count.clamp(0, max as i64) as usize);
+        // SAFETY: `values` has room for its length in elements of the attribute's C type.
+        let count =
+            unsafe { self.get_into(call, name, ty, values.len(), values.as_mut_ptr().cast()) }?;
+        values.truncate(count.min(max));
         Ok(values)
     }
 
     /// The number of elements attribute `name` holds.
     fn count(&self, call: &'static str, name: c_int, ty: c_int) -> Result<usize, VendorError> {
-        let mut count = 0i64;
         // SAFETY: a request of zero elements writes only the count.
-        check_status(call, unsafe {
-            (self.api.cudnnBackendGetAttribute)(
-                self.raw,
-                name,
-                ty,
-                0,
-                &mut count,
-                std::ptr::null_mut(),
-            )
-        })?;
-        Ok(usize::try_from(count).unwrap_or(0))
+        unsafe { self.get_into(call, name, ty, 0, std::ptr::null_mut()) }
     }
 
     /// Up to `max` descriptors of attribute `name`, each of type `kind` (cuDNN fills
@@ -653,19 +662,17 @@ impl Desc {
             .map(|_| Desc::new(self.api, kind))
             .collect::<Result<Vec<_>, _>>()?;
         let mut raws: Vec<Raw> = descs.iter().map(|d| d.raw).collect();
-        let mut count = 0i64;
-        // SAFETY: `raws` are live descriptors of the element type, `max` of them.
-        check_status(call, unsafe {
-            (self.api.cudnnBackendGetAttribute)(
-                self.raw,
+        // SAFETY: `raws` are live descriptors of the element type, as many as asked for.
+        let count = unsafe {
+            self.get_into(
+                call,
                 name,
                 TYPE_BACKEND_DESCRIPTOR,
-                raws.len() as i64,
-                &mut count,
+                raws.len(),
                 raws.as_mut_ptr().cast(),
             )
-        })?;
-        descs.truncate(count.clamp(0, max as i64) as usize);
+        }?;
+        descs.truncate(count.min(max));
         Ok(descs)
     }
 }

@@ -256,6 +256,22 @@ fn apply_epilogue(
     }
 }
 
+/// Uploads the two factors and the bias in the task's input type and runs the task's
+/// baseline on them (see `run_baseline_with`, `handles` legacy cuDNN handles).
+fn baseline_on(
+    task: &Task,
+    [a, b, bias]: [&[f32]; 3],
+    out_len: usize,
+    handles: usize,
+) -> (Vec<f32>, String) {
+    let (ctx, device) = context();
+    let upload = |v: &[f32]| host::upload(&ctx, v, task.dtype).unwrap();
+    let (ab, bb, biasb) = (upload(a), upload(b), upload(bias));
+    let cb = host::alloc(&ctx, out_len, task.out_dtype).unwrap();
+    let operands = ([&ab, &bb, &cb], task.epilogue.bias.then_some(&biasb));
+    run_baseline_with(&ctx, &device, task, operands, out_len, handles)
+}
+
 /// A conv2d through the baseline's graph-API path alone (no legacy handle), checked
 /// exactly against the CPU, with the routine it chose.
 fn check_graph_conv(
@@ -265,7 +281,6 @@ fn check_graph_conv(
     out_dtype: DType,
     layout: Layout,
 ) -> String {
-    let (ctx, device) = context();
     load(Library::Cudnn);
     let task = Task {
         op: Operator::Conv2d(shape),
@@ -285,19 +300,8 @@ fn check_graph_conv(
         Layout::Nchw => (i / pq) % k,
         Layout::Nhwc => i % k,
     });
-    let xb = host::upload(&ctx, &x, dtype).unwrap();
-    let wb = host::upload(&ctx, &w, dtype).unwrap();
-    let bb = host::upload(&ctx, &bias, dtype).unwrap();
     let out_len = (s.n * s.k * p * q) as usize;
-    let yb = host::alloc(&ctx, out_len, out_dtype).unwrap();
-    let (got, routine) = run_baseline_with(
-        &ctx,
-        &device,
-        &task,
-        ([&xb, &wb, &yb], epilogue.bias.then_some(&bb)),
-        out_len,
-        0,
-    );
+    let (got, routine) = baseline_on(&task, [&x, &w, &bias], out_len, 0);
     assert!(routine.contains(" graph eng"), "{routine}");
     let wrong = expected.iter().zip(&got).filter(|(e, g)| e != g).count();
     assert_eq!(
@@ -352,7 +356,6 @@ fn cudnn_graph_engines_are_exact() {
 
 /// cuBLASLt with the task's epilogue in the call, exact against the CPU.
 fn check_lt_epilogue(op: Operator, epilogue: Epilogue, dtype: DType, out_dtype: DType) {
-    let (ctx, device) = context();
     load(Library::Cublas);
     let (batch, m, n, k) = match op {
         Operator::Matmul { m, n, k } => (1, m, n, k),
@@ -371,19 +374,8 @@ fn check_lt_epilogue(op: Operator, epilogue: Epilogue, dtype: DType, out_dtype: 
     let bias = values(n as usize, 3, 23);
     let mut expected = matmul_reference(batch, m, n, k, &a, &b);
     apply_epilogue(&mut expected, epilogue, &bias, |i| i % n as usize);
-    let ab = host::upload(&ctx, &a, dtype).unwrap();
-    let bb = host::upload(&ctx, &b, dtype).unwrap();
-    let biasb = host::upload(&ctx, &bias, dtype).unwrap();
     let out_len = (batch * m * n) as usize;
-    let cb = host::alloc(&ctx, out_len, out_dtype).unwrap();
-    let (got, routine) = run_baseline_with(
-        &ctx,
-        &device,
-        &task,
-        ([&ab, &bb, &cb], epilogue.bias.then_some(&biasb)),
-        out_len,
-        1,
-    );
+    let (got, routine) = baseline_on(&task, [&a, &b, &bias], out_len, 1);
     assert!(routine.contains("EPILOGUE_"), "{routine}");
     assert_eq!(expected, got, "{}: {routine}", task.key());
 }

@@ -5,6 +5,7 @@
 //! (`benchmarks/peer/torch_peer.py`, built into the binary) on the same kernels, from a
 //! deploy cache written to `DIR/peer-kernels`, into `DIR/peer`.
 
+use crate::cmd::peer;
 use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
 use anyhow::{Context as _, Result, bail};
 use benchmarks::baseline::{self, Choices};
@@ -75,7 +76,7 @@ pub struct Args {
     /// Also time the same kernels beside PyTorch eager and torch.compile, in a python3
     /// with torch (writes DIR/peer/peer.json and peer.md).
     #[arg(long, value_enum)]
-    peer: Option<Peer>,
+    peer: Option<peer::Peer>,
     /// One more argument for the peer script (repeatable), e.g. `--peer-arg=--no-compile`
     /// or `--peer-arg=--rounds=2`.
     #[arg(long = "peer-arg", allow_hyphen_values = true)]
@@ -83,93 +84,6 @@ pub struct Args {
     /// Seed of the input values.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-}
-
-/// A peer framework `--peer` runs our kernels beside.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Peer {
-    Torch,
-}
-
-/// The PyTorch peer script, run with the python3 on PATH.
-const TORCH_PEER: &str = include_str!("../../benchmarks/peer/torch_peer.py");
-
-/// Fails in one line unless `python3` on PATH imports torch with CUDA.
-fn check_torch() -> Result<()> {
-    let probe = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status();
-    match probe {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) if s.code() == Some(3) => {
-            bail!("--peer torch: the python3 on PATH has torch, but torch sees no CUDA GPU")
-        }
-        Ok(_) => bail!("--peer torch: the python3 on PATH cannot import torch"),
-        Err(e) => bail!("--peer torch: no python3 on PATH ({e})"),
-    }
-}
-
-/// Our kernels into a deploy cache at `dir` for the peer (this GPU's entries, as built
-/// here), and the count of each task in the network.
-fn peer_cache(dir: &Path, prepared: &[Prepared], device: &DeviceInfo) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut cache = runtime::DeployCache::open(dir)?;
-    let mut counts = serde_json::Map::new();
-    for p in prepared {
-        let (Some(ours), Some(best)) = (&p.ours, &p.best) else {
-            continue;
-        };
-        let us = best.median_us().unwrap_or(f64::NAN);
-        cache.store(
-            runtime::NewEntry {
-                gpu: device.name.clone(),
-                compute_capability: device.compute_capability,
-                task: p.task.key(),
-                shape: p.task,
-                kernel: ours.name.clone(),
-                launch: ours.launch,
-                stage1_us: us,
-                final_us: us,
-                stage: runtime::Stage::Stage1,
-                created_by: runtime::TOOL_VERSION.to_string(),
-            },
-            &ours.cubin,
-        )?;
-        counts.insert(p.task.key(), p.count.into());
-    }
-    let counts_path = dir.join("counts.json");
-    write(&counts_path, &serde_json::Value::Object(counts).to_string())?;
-    Ok(counts_path)
-}
-
-/// Runs the PyTorch peer on the deploy cache `kernels` into `out`, with `extra` arguments.
-fn run_peer(kernels: &Path, counts: &Path, out: &Path, extra: &[String]) -> Result<()> {
-    let script = kernels.join("torch_peer.py");
-    write(&script, TORCH_PEER)?;
-    eprintln!(
-        "peer: PyTorch eager and torch.compile beside our kernels (into {})",
-        out.display()
-    );
-    let status = std::process::Command::new("python3")
-        .arg(&script)
-        .arg("--deploy")
-        .arg(kernels)
-        .arg("--counts")
-        .arg(counts)
-        .arg("--out")
-        .arg(out)
-        .args(extra)
-        .status()
-        .context("cannot run python3")?;
-    if !status.success() {
-        bail!("the PyTorch peer failed ({status}); its bench report is written");
-    }
-    Ok(())
 }
 
 /// A task with its best log record and the kernels built for it.
@@ -248,8 +162,8 @@ pub fn run(args: Args) -> Result<()> {
     if args.rounds == 0 || args.min_time_ms.is_nan() || args.min_time_ms < 0.0 {
         bail!("--rounds must be at least 1 and --min-time-ms not negative");
     }
-    if args.peer == Some(Peer::Torch) {
-        check_torch()?;
+    if args.peer == Some(peer::Peer::Torch) {
+        peer::check_torch()?;
     }
     let log = read_log(&args.log)?;
     if let Some(w) = log.warning(&args.log) {
@@ -461,10 +375,14 @@ pub fn run(args: Args) -> Result<()> {
         }
         Err(e) => return Err(e.into()),
     }
-    if args.peer == Some(Peer::Torch) {
+    if args.peer == Some(peer::Peer::Torch) {
         let kernels = out.join("peer-kernels");
-        let counts = peer_cache(&kernels, &prepared, &report.device)?;
-        run_peer(&kernels, &counts, &out.join("peer"), &args.peer_args)?;
+        let ours = prepared.iter().filter_map(|p| {
+            let us = p.best.as_ref()?.median_us()?;
+            Some((p.task, p.count, p.ours.as_ref()?, us))
+        });
+        let counts = peer::write_cache(&kernels, ours, &report.device)?;
+        peer::run(&kernels, &counts, &out.join("peer"), &args.peer_args)?;
     }
     let problems = report
         .rows

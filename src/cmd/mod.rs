@@ -7,6 +7,7 @@ pub mod deploy;
 pub mod export;
 pub mod features;
 pub mod model;
+pub mod peer;
 pub mod pipeline;
 pub mod sass;
 pub mod tasks;
