@@ -49,7 +49,49 @@ enum Command {
     Worker(cmd::worker::Args),
 }
 
+/// Exits quietly when stdout's reader has gone (`tilesched workloads | head`): `print!`
+/// panics on a broken pipe, and that panic, from any thread, ends the process with
+/// status 0 and no text, as other command-line tools do. Every other panic keeps the
+/// default report.
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        // std's text: "failed printing to stdout: Broken pipe (os error 32)".
+        if message.starts_with("failed printing to stdout")
+            && message.to_lowercase().contains("broken pipe")
+        {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
+/// An error and its causes on one line, each cause left out where the message before it
+/// already says it (a `thiserror` message that prints its source, an I/O error wrapped
+/// twice): "cannot read x: Is a directory (os error 21)", not that twice.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
 fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -86,8 +128,27 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_already_said_are_left_out() {
+        let io = std::io::Error::other("Is a directory (os error 21)");
+        let e = anyhow::Error::new(io).context("cannot read x: Is a directory (os error 21)");
+        assert_eq!(one_line(&e), "cannot read x: Is a directory (os error 21)");
+        let e = anyhow::anyhow!("unexpected end of file")
+            .context("reading the reply: unexpected end of file")
+            .context("queue redis://h/q");
+        assert_eq!(
+            one_line(&e),
+            "queue redis://h/q: reading the reply: unexpected end of file"
+        );
     }
 }

@@ -585,4 +585,101 @@ fn onnx_input_errors_are_one_line() {
         "--onnx",
         RESNET50_ONNX,
     ]);
+    // --input with --onnx reaches every command that takes --onnx (clap once refused the
+    // pair on tune, bench and pipeline): here each gets as far as wanting a GPU or a log.
+    for command in ["tune", "bench", "pipeline"] {
+        let mut args = vec![
+            command,
+            "conv2d",
+            "--onnx",
+            RESNET50_ONNX,
+            "--input",
+            "input=2,3,224,224",
+            "--log",
+            "/nonexistent/dir/l.jsonl",
+        ];
+        if command == "pipeline" {
+            args.extend(["--cache", "/nonexistent/dir/cache"]);
+        }
+        let o = tilesched(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{command}");
+        assert!(!err.contains("cannot be used with"), "{command}: {err}");
+        assert!(
+            err.contains("conv2d_n2_") || err.contains("l.jsonl"),
+            "{command}: {err}"
+        );
+    }
+    let err = fails(&["bench", "conv2d", "--log", "/dev/null"]);
+    assert!(err.contains("give the tasks"), "{err}");
+}
+
+/// A reader that goes away (`tilesched workloads | head -1`) ends the command quietly:
+/// status 0, nothing on stderr (it once panicked with "failed printing to stdout").
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::process::Stdio;
+    for args in [
+        &["workloads"][..],
+        &["workloads", "--network", "resnet50"][..],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Closed before the child writes: its first line meets a broken pipe.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {:?} {err}", o.status);
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}
+
+/// Model paths that are not regular files, and sampling without bound, are refused in
+/// one line each (a FIFO once hung, `/dev/zero` read until memory ran out, a directory
+/// said "Is a directory" twice).
+#[test]
+fn bad_models_and_samples_are_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let csv = tmp.path().join("f.csv");
+    for (args, expected) in [
+        (
+            vec!["workloads", "--onnx", "/dev/zero"],
+            "/dev/zero is not a regular file",
+        ),
+        (vec!["workloads", "--onnx", dir], "is not a regular file"),
+        (
+            vec![
+                "codegen",
+                "matmul",
+                "--shape",
+                "64,64,64",
+                "--sample",
+                "1000000000",
+                "--out",
+                dir,
+            ],
+            "--sample must be between 1 and 100000 (got 1000000000)",
+        ),
+        (
+            vec![
+                "features",
+                "matmul",
+                "--shape",
+                "64,64,64",
+                "--sample",
+                "1000000000",
+                "--out",
+                csv.to_str().unwrap(),
+            ],
+            "--sample must be between 1 and 100000",
+        ),
+    ] {
+        let err = fails(&args);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
 }

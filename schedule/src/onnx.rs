@@ -59,6 +59,12 @@ pub enum OnnxError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{path} is not a regular file (a FIFO, device or directory): give the model file")]
+    NotAFile { path: String },
+    #[error(
+        "{path} is {bytes} bytes, over ONNX's 2 GiB protobuf limit: a model that large keeps its weights as external data"
+    )]
+    TooLarge { path: String, bytes: u64 },
     #[error("{model} is not an ONNX model: {reason}")]
     Decode { model: String, reason: String },
     #[error("{model} has no graph")]
@@ -82,6 +88,14 @@ pub enum OnnxError {
         name: String,
         dim: usize,
         what: String,
+    },
+    #[error(
+        "input '{name}' dimension {dim} is {value}, not a size tilesched takes (1 to 4294967295): give its shape with --input {name}=D1,D2,..."
+    )]
+    DimRange {
+        name: String,
+        dim: usize,
+        value: i64,
     },
     #[error("input '{name}' is not a tensor with a known element type")]
     NotATensor { name: String },
@@ -194,10 +208,7 @@ impl OnnxModel {
 /// keeps its declared shape, a symbolic first dimension taking `batch`.
 pub fn import(path: &Path, inputs: &[InputShape], batch: u32) -> Result<OnnxModel, OnnxError> {
     let label = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| OnnxError::Read {
-        path: label.clone(),
-        source,
-    })?;
+    let bytes = read_model(path, &label)?;
     // External data (models over 2 GB) is resolved beside the model file.
     let dir = path.parent().and_then(Path::to_str).map(|d| {
         if d.is_empty() {
@@ -209,6 +220,40 @@ pub fn import(path: &Path, inputs: &[InputShape], batch: u32) -> Result<OnnxMode
     let proto = decode(&bytes, &label)?;
     drop(bytes);
     import_proto(proto, dir.as_deref(), &label, inputs, batch)
+}
+
+/// The largest model file read: protobuf cannot encode a message over 2 GiB.
+const MAX_MODEL_BYTES: u64 = 2 << 30;
+
+/// A model file's bytes: a regular file only (a FIFO would block, a device never end),
+/// of at most [`MAX_MODEL_BYTES`], however it grows while being read.
+fn read_model(path: &Path, label: &str) -> Result<Vec<u8>, OnnxError> {
+    use std::io::Read;
+    let read_error = |source| OnnxError::Read {
+        path: label.to_string(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(read_error)?;
+    if !meta.is_file() {
+        return Err(OnnxError::NotAFile {
+            path: label.to_string(),
+        });
+    }
+    let too_large = |bytes| OnnxError::TooLarge {
+        path: label.to_string(),
+        bytes,
+    };
+    if meta.len() > MAX_MODEL_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_MODEL_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_MODEL_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// Imports a model from its protobuf bytes (see [`import`]).
@@ -373,6 +418,13 @@ fn fix_inputs(
                     Some(dimension::Value::DimValue(v)) if *v > 0 && *v <= i64::from(u32::MAX) => {
                         Ok(*v as u32)
                     }
+                    // A fixed size out of range is the model's, not to be replaced.
+                    Some(dimension::Value::DimValue(v)) => Err(OnnxError::DimRange {
+                        name: input.name.clone(),
+                        dim: i,
+                        value: *v,
+                    }),
+                    // Only a symbolic (or unnamed) batch takes --batch.
                     _ if i == 0 => Ok(batch),
                     other => Err(OnnxError::UnknownDim {
                         name: input.name.clone(),
@@ -400,6 +452,17 @@ fn fix_inputs(
 /// Turns weights into typed inputs, drops declared intermediate shapes (they may name
 /// the symbolic batch that the inputs no longer have) and checks what tract would
 /// otherwise unwrap.
+/// Operators with a sliding window (`strides`, `dilations`, `pads`, `kernel_shape`).
+const WINDOWED: [&str; 7] = [
+    "Conv",
+    "ConvTranspose",
+    "ConvInteger",
+    "QLinearConv",
+    "MaxPool",
+    "AveragePool",
+    "LpPool",
+];
+
 fn prepare_for_tract(graph: &mut pb::GraphProto) -> Result<(), OnnxError> {
     for t in &graph.initializer {
         if !valid_type(t.data_type) {
@@ -460,6 +523,23 @@ fn prepare_for_tract(graph: &mut pb::GraphProto) -> Result<(), OnnxError> {
                 Some(AttributeType::Tensor) if attr.t.is_none() => return bad("holds no tensor"),
                 Some(AttributeType::Graph) if attr.g.is_none() => return bad("holds no graph"),
                 _ => {}
+            }
+            // Window attributes tract divides by or allocates from (a zero stride once
+            // made it divide by zero), on the windowed operators (an old `Pad`'s pads may
+            // be negative: they crop).
+            let windowed = WINDOWED.contains(&node.op_type.as_str());
+            let least = match attr.name.as_str() {
+                "strides" | "dilations" | "kernel_shape" if windowed => Some(1),
+                "pads" if windowed => Some(0),
+                _ => None,
+            };
+            if let Some(least) = least
+                && let Some(v) = attr.ints.iter().find(|&&v| v < least)
+            {
+                return bad(&format!("is {v}; each value must be at least {least}"));
+            }
+            if windowed && attr.name == "group" && attr.i < 1 {
+                return bad(&format!("is {}; it must be at least 1", attr.i));
             }
             for t in attr.t.iter().chain(&attr.tensors) {
                 if !valid_type(t.data_type) {
@@ -523,7 +603,11 @@ struct Shapes {
 impl Shapes {
     fn infer(proto: &pb::ModelProto, dir: Option<&str>) -> Result<Shapes, OnnxError> {
         // tract unwraps on a few malformed inputs that the checks above may not cover: a
-        // malformed model must be an error, never a crash of the caller.
+        // malformed model must be an error, never a crash of the caller, and the panic's
+        // own text (and Rust's backtrace note) must not reach the user, so the panic
+        // hook is silenced while tract runs (an import runs before any other thread).
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
         let parsed = catch_unwind(AssertUnwindSafe(|| {
             tract_onnx::onnx().parse(proto, dir).map(|parsed| {
                 let mut model = parsed.model;
@@ -531,6 +615,7 @@ impl Shapes {
                 (model, parsed.outlets_by_name, error)
             })
         }));
+        std::panic::set_hook(hook);
         match parsed {
             Ok(Ok((model, outlets, error))) => Ok(Shapes {
                 model,

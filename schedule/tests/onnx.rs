@@ -6,6 +6,7 @@ use prost::Message;
 use schedule::network::network;
 use schedule::onnx::{InputShape, OnnxError, import, import_bytes, parse_input};
 use schedule::{Epilogue, Task, Workload, parse_shape};
+use std::path::Path;
 use tract_onnx::pb::{
     self, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
     TensorShapeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType,
@@ -1143,4 +1144,101 @@ fn a_shape_tract_cannot_infer_names_the_node_that_needs_it() {
         "{line}"
     );
     assert!(!line.contains('\n'), "{line}");
+}
+
+/// Window attributes tract would divide by (a zero stride made it panic) are refused
+/// before tract sees the model, in one line naming the node and the attribute.
+#[test]
+fn window_attributes_are_checked_before_tract() {
+    let conv_with = |attrs: Vec<AttributeProto>| {
+        import_bytes(
+            &model()
+                .x(&[1, 3, 8, 8])
+                .weight("w", &[8, 3, 3, 3])
+                .node("Conv", &["x", "w"], &["y"], attrs)
+                .output("y")
+                .bytes(),
+            &[],
+            1,
+        )
+    };
+    for (attrs, name) in [
+        (vec![ints("strides", &[0, 0])], "strides"),
+        (vec![ints("dilations", &[1, 0])], "dilations"),
+        (vec![ints("pads", &[0, -1, 0, 0])], "pads"),
+        (vec![int("group", 0)], "group"),
+        (vec![ints("kernel_shape", &[0, 3])], "kernel_shape"),
+    ] {
+        let e = conv_with(attrs).unwrap_err();
+        let line = e.to_string();
+        assert!(matches!(e, OnnxError::Malformed(_)), "{line}");
+        assert!(line.contains(&format!("attribute '{name}'")), "{line}");
+        assert!(line.contains("at least"), "{line}");
+    }
+    // The same attributes elsewhere are not windows: a Pad (opset < 11) may crop.
+    let pad = import_bytes(
+        &model()
+            .x(&[1, 3, 8, 8])
+            .node(
+                "Pad",
+                &["x"],
+                &["y"],
+                vec![ints("pads", &[0, 0, -1, 0, 0, 0, 0, 0])],
+            )
+            .output("y")
+            .bytes(),
+        &[],
+        1,
+    );
+    assert!(
+        !matches!(&pad, Err(OnnxError::Malformed(m)) if m.contains("at least")),
+        "{:?}",
+        pad.err().map(|e| e.to_string())
+    );
+}
+
+/// A model path must be a regular file of at most 2 GiB: a FIFO would block the read, a
+/// device would never end it, a directory is no model.
+#[test]
+fn model_files_are_regular_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.onnx");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let huge = dir.path().join("huge.onnx");
+    // Sparse: 3 GiB of nothing on disk.
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    for path in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
+        let e = import(path, &[], 1).unwrap_err();
+        assert!(matches!(e, OnnxError::NotAFile { .. }), "{e}");
+    }
+    let e = import(&huge, &[], 1).unwrap_err();
+    assert!(matches!(e, OnnxError::TooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("3221225472 bytes"), "{e}");
+}
+
+/// A fixed batch out of range (2^40, 0, negative) is the model's error, never replaced by
+/// `--batch` as a symbolic one is; `--input` overrides it.
+#[test]
+fn an_out_of_range_fixed_batch_is_refused_not_replaced() {
+    for batch in [1i64 << 40, 0, -3] {
+        let bytes = model()
+            .input("x", &[D::V(batch), D::V(3), D::V(8), D::V(8)])
+            .weight("w", &[8, 3, 3, 3])
+            .node("Conv", &["x", "w"], &["y"], vec![])
+            .output("y")
+            .bytes();
+        let e = import_bytes(&bytes, &[], 1).unwrap_err();
+        assert!(matches!(e, OnnxError::DimRange { .. }), "{batch}: {e}");
+        assert!(e.to_string().contains(&format!("is {batch},")), "{e}");
+        let given = [parse_input("x=2,3,8,8").unwrap()];
+        let m = import_bytes(&bytes, &given, 1).unwrap();
+        assert_eq!(m.inputs[0].shape, [2, 3, 8, 8]);
+    }
 }

@@ -92,9 +92,7 @@ pub fn run(args: Args) -> Result<()> {
             OPERATORS.join(", ")
         );
     }
-    if args.sample == 0 {
-        bail!("--sample must be at least 1");
-    }
+    crate::cmd::tasks::check_sample(args.sample)?;
     if let Some(arch) = &args.compile {
         gpu::compile::check_arch(arch)?;
     }

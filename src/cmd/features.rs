@@ -84,6 +84,7 @@ pub fn run(args: Args) -> Result<()> {
             bail!("give --log FILE, or an operator with --shape SPEC");
         };
         check_op(op)?;
+        crate::cmd::tasks::check_sample(args.sample)?;
         let gpu = GpuSpec::builtin(&args.gpu)
             .with_context(|| format!("unknown GPU '{}' (expected h100 or h200)", args.gpu))?;
         let task = args

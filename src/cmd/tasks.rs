@@ -8,22 +8,23 @@ use schedule::{
 };
 use std::path::{Path, PathBuf};
 
-/// `--network NAME`, `--shape SPEC` or `--onnx FILE` (exactly one), with the shape's
-/// epilogue.
+/// `--network NAME`, `--shape SPEC` or `--onnx FILE` (exactly one: the group "tasks",
+/// whose presence `resolve` checks), and `--input` for the model (outside the group, so
+/// that it goes with `--onnx`).
 #[derive(clap::Args, Debug)]
-#[group(required = true, multiple = false, id = "tasks")]
+#[group(skip)]
 pub struct TaskArgs {
     /// Tune every task of this operator in a network (resnet, resnet50, resnet18,
     /// mobilenet_v2, yolo, bert-base).
-    #[arg(long)]
+    #[arg(long, group = "tasks")]
     pub network: Option<String>,
     /// A shape: N,C,H,W,K,R,S,stride,pad (or key=value) for conv2d, M,N,K for matmul,
     /// B,M,N,K for batch_matmul; repeat it for several tasks.
-    #[arg(long)]
+    #[arg(long, group = "tasks")]
     pub shape: Vec<String>,
     /// The tasks of an ONNX model: every Conv, MatMul and Gemm (with a following bias
     /// add and Relu fused), counted; nodes it does not tune are listed.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", group = "tasks")]
     pub onnx: Option<PathBuf>,
     /// Fix an ONNX input's shape, NAME=N,C,H,W (repeatable); inputs not named keep the
     /// model's shape, a symbolic batch taking --batch.
@@ -184,10 +185,9 @@ pub fn resolve(
             .unwrap_or_else(|| "model".to_string());
         return Ok((tasks, format!("{op}-{stem}")));
     }
-    let name = args
-        .network
-        .as_deref()
-        .expect("clap requires one of the three");
+    let Some(name) = args.network.as_deref() else {
+        bail!("give the tasks: --network NAME, --shape SPEC or --onnx FILE");
+    };
     let tasks = types.apply_all(
         network(name, batch)?
             .into_iter()
@@ -203,4 +203,16 @@ pub fn resolve(
 fn of_op(task: &Task, op: &str) -> bool {
     let t = task.op.name();
     t == op || (op == "matmul" && t == "batch_matmul")
+}
+
+/// The most states `codegen` and `features` sample in one run: a bound on the work
+/// (each state is generated, and for `codegen` written and compiled).
+pub const MAX_SAMPLE: usize = 100_000;
+
+/// Refuses a `--sample` count of 0 or over [`MAX_SAMPLE`], in one line.
+pub fn check_sample(n: usize) -> Result<()> {
+    if n == 0 || n > MAX_SAMPLE {
+        bail!("--sample must be between 1 and {MAX_SAMPLE} (got {n})");
+    }
+    Ok(())
 }

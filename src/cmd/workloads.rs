@@ -57,32 +57,57 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// A header with the set's totals, then one line per task.
-fn print_set(name: &str, batch: Option<u32>, workloads: &[Workload]) {
+/// The set's header line: its totals, or that it has no task.
+fn header(name: &str, batch: Option<u32>, workloads: &[Workload]) -> String {
+    let batch = batch.map(|b| format!(", batch {b}")).unwrap_or_default();
+    if workloads.is_empty() {
+        return format!("# {name}{batch}: no tunable node (Conv, MatMul, Gemm): nothing to tune");
+    }
     let layers: u32 = workloads.iter().map(|w| w.count).sum();
-    let gflop: f64 = workloads
+    let gflop = workloads
         .iter()
         .map(|w| w.task.flops() as f64 * f64::from(w.count))
         .sum::<f64>()
         / 1e9;
-    {
-        let batch = batch.map(|b| format!(", batch {b}")).unwrap_or_default();
+    format!(
+        "# {name}{batch}: {} tasks, {layers} layers, {gflop:.3} GFLOP per pass",
+        workloads.len()
+    )
+}
+
+/// A header with the set's totals, then one line per task.
+fn print_set(name: &str, batch: Option<u32>, workloads: &[Workload]) {
+    println!("{}", header(name, batch, workloads));
+    if workloads.is_empty() {
+        return;
+    }
+    println!(
+        "{:<56} {:<26} {:>9} {:>5}",
+        "# key", "shape", "GFLOP", "count"
+    );
+    for w in workloads {
         println!(
-            "# {name}{batch}: {} tasks, {layers} layers, {gflop:.3} GFLOP per pass",
-            workloads.len()
+            "{:<56} {:<26} {:>9.4} {:>5}",
+            w.task.key(),
+            w.task.shape_spec(),
+            w.task.flops() as f64 / 1e9,
+            w.count
         );
-        println!(
-            "{:<56} {:<26} {:>9} {:>5}",
-            "# key", "shape", "GFLOP", "count"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_model_says_so() {
+        assert_eq!(
+            header("m.onnx", Some(1), &[]),
+            "# m.onnx, batch 1: no tunable node (Conv, MatMul, Gemm): nothing to tune"
         );
-        for w in workloads {
-            println!(
-                "{:<56} {:<26} {:>9.4} {:>5}",
-                w.task.key(),
-                w.task.shape_spec(),
-                w.task.flops() as f64 / 1e9,
-                w.count
-            );
-        }
+        let w = schedule::network::network("resnet", 1).unwrap();
+        let h = header("resnet", None, &w);
+        assert!(h.starts_with("# resnet: 13 tasks, 13 layers, "), "{h}");
     }
 }
