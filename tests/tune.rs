@@ -965,3 +965,47 @@ fn a_model_retrained_while_the_next_round_is_proposed_draws_the_same_candidates(
     let differing = first.iter().zip(&second).filter(|(a, b)| a != b).count();
     assert_eq!(differing, 0, "candidates differ between the runs");
 }
+
+/// Under `--time-budget`, every task's first round is sized from the budget and the task
+/// count (`search::tune::first_round`: 5 tasks, 5 s, one device: 10 candidates), so that a
+/// model's tasks all get measured early; then the gradient allocation takes over with
+/// full rounds. Rounds end in plan order, so the log shows each task's first round as one
+/// block of 10.
+#[test]
+fn a_time_budget_sizes_first_rounds_to_reach_every_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("budget.jsonl");
+    ok(&[
+        "tune",
+        "matmul",
+        "--network",
+        "bert-base",
+        "--simulate",
+        "--trials",
+        "100000",
+        "--time-budget",
+        "5",
+        "--population",
+        "64",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let records = records(&log);
+    let tasks: Vec<&str> = records
+        .iter()
+        .map(|r| r["task"].as_str().unwrap())
+        .collect();
+    // The first pass: blocks of 10 records of one task each, each task once. (With full
+    // first rounds, the first 20 records would all be one task's.)
+    let mut first_pass: Vec<&str> = Vec::new();
+    for block in tasks.chunks(10) {
+        if block.len() < 10
+            || block.iter().any(|t| *t != block[0])
+            || first_pass.contains(&block[0])
+        {
+            break;
+        }
+        first_pass.push(block[0]);
+    }
+    assert!(first_pass.len() >= 2, "{tasks:?}");
+}

@@ -118,6 +118,26 @@ pub fn tune_table(summaries: &[TaskSummary]) -> String {
         trials,
         errors_text(&all_errors)
     );
+    // Every task left without a kernel, and why.
+    let missing: Vec<String> = summaries
+        .iter()
+        .filter(|s| s.best.is_none())
+        .map(|s| {
+            let why = if s.trials == 0 {
+                "not measured (the trials or the time budget ran out first)".to_string()
+            } else {
+                format!(
+                    "{} trials, none correct ({})",
+                    s.trials,
+                    errors_text(&s.errors)
+                )
+            };
+            format!("{}: {why}", s.task)
+        })
+        .collect();
+    if !missing.is_empty() {
+        let _ = writeln!(out, "without a kernel: {}", missing.join("; "));
+    }
     out
 }
 
