@@ -612,6 +612,45 @@ fn a_worker_killed_from_outside_is_the_environments_fault_and_resume_measures_ag
     assert_eq!(after.len(), 7);
     assert_eq!(after[6]["state"], first[2]["state"]);
     assert_eq!(error_kind(&after[6]), None, "{}", after[6]);
+    // The end table counts the candidate once, as measured: 6 trials, no environment
+    // failure (it once said "7 ... environment 1").
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("matmul_m64_n64_k32"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(fields[3], "6", "{row}");
+    assert!(!row.contains("environment"), "{row}");
+}
+
+/// `model eval` neither trains on nor scores spoiled records, as `tune` does not learn
+/// from them: 16 records, 2 spoiled, a quarter of the 14 held out, 10 trained on.
+#[test]
+fn model_eval_leaves_spoiled_records_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("spoiled.jsonl");
+    let log_s = log.to_str().unwrap();
+    let o = tune_scripted(
+        tmp.path(),
+        "",
+        &[
+            "--trials",
+            "16",
+            "--inject-fault",
+            "environment@1,environment@5",
+            "--log",
+            log_s,
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let spoiled = records(&log)
+        .iter()
+        .filter(|r| error_kind(r) == Some("environment"))
+        .count();
+    assert_eq!(spoiled, 2);
+    let out = ok(&["model", "eval", "--log", log_s, "--holdout", "0.25"]);
+    assert!(out.starts_with("trained on 10 records"), "{out}");
 }
 
 #[test]

@@ -77,6 +77,13 @@ impl Record {
         }
     }
 
+    /// The environment spoiled the measurement (a worker lost, a device gone): the
+    /// record says nothing of the candidate, so no model learns from it and no summary
+    /// counts it once the candidate was measured again.
+    pub fn spoiled(&self) -> bool {
+        self.error_kind() == Some(ErrorKind::Environment)
+    }
+
     pub fn error_kind(&self) -> Option<ErrorKind> {
         match &self.result {
             Outcome::Ok(_) => None,

@@ -38,7 +38,17 @@ pub fn summarize<'a>(records: &'a [Record], order: &[String]) -> Vec<TaskSummary
     }
     keys.into_iter()
         .map(|task| {
-            let mine: Vec<&Record> = records.iter().filter(|r| r.task == task).collect();
+            // A spoiled record whose candidate was measured again (a resumed run) is
+            // not a trial of its own.
+            let remeasured: std::collections::HashSet<String> = records
+                .iter()
+                .filter(|r| r.task == task && !r.spoiled())
+                .map(|r| r.state.id())
+                .collect();
+            let mine: Vec<&Record> = records
+                .iter()
+                .filter(|r| r.task == task && !(r.spoiled() && remeasured.contains(&r.state.id())))
+                .collect();
             let mut errors = BTreeMap::new();
             for kind in mine.iter().filter_map(|r| r.error_kind()) {
                 *errors.entry(kind).or_insert(0) += 1;

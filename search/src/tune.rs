@@ -401,7 +401,7 @@ fn seeds_kept(cfg: &TuneConfig) -> usize {
 /// The model's training rows for records of `run`'s task.
 fn dataset(run: &TaskRun, records: &[Record]) -> Dataset {
     let mut d = Dataset::new(features::FEATURE_COUNT);
-    for r in records {
+    for r in records.iter().filter(|r| !r.spoiled()) {
         d.push(&run.extractor.extract(&r.state), &r.task, r.median_us());
     }
     d
@@ -430,13 +430,12 @@ pub fn tune(
         .zip(fair_shares(cfg.trials, tasks.len()))
         .map(|(task, trials)| {
             let key = task.key();
-            let spoiled = |r: &Record| r.error_kind() == Some(ErrorKind::Environment);
             let mine: Vec<&Record> = prior
                 .iter()
-                .filter(|r| r.task == key && !spoiled(r))
+                .filter(|r| r.task == key && !r.spoiled())
                 .collect();
             let mut retry: Vec<State> = Vec::new();
-            for r in prior.iter().filter(|r| r.task == key && spoiled(r)) {
+            for r in prior.iter().filter(|r| r.task == key && r.spoiled()) {
                 let measured_since = mine.iter().any(|m| m.state.id() == r.state.id());
                 if !measured_since && !retry.iter().any(|s| s.id() == r.state.id()) {
                     retry.push(r.state.clone());
@@ -481,11 +480,7 @@ pub fn tune(
     let mut known = Dataset::new(features::FEATURE_COUNT);
     for run in &runs {
         let key = run.task.key();
-        let mine: Vec<Record> = prior
-            .iter()
-            .filter(|r| r.task == key && r.error_kind() != Some(ErrorKind::Environment))
-            .cloned()
-            .collect();
+        let mine: Vec<Record> = prior.iter().filter(|r| r.task == key).cloned().collect();
         known.extend(&dataset(run, &mine));
     }
     if !known.is_empty() && cfg.strategy != Strategy::Random {
@@ -507,9 +502,7 @@ pub fn tune(
     for (i, run) in runs.iter().enumerate() {
         if run.done > 0 {
             let key = run.task.key();
-            let mine = prior
-                .iter()
-                .filter(|r| r.task == key && r.error_kind() != Some(ErrorKind::Environment));
+            let mine = prior.iter().filter(|r| r.task == key && !r.spoiled());
             scheduler.replay(i, mine.map(Record::median_us));
         }
     }

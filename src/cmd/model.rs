@@ -52,7 +52,8 @@ pub fn run(command: Command) -> Result<()> {
     }
     // Per task: record indices in a seeded order; the first share is held out.
     let mut by_task: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, r) in log.records.iter().enumerate() {
+    // A spoiled measurement says nothing of its candidate: neither trained on nor scored.
+    for (i, r) in log.records.iter().enumerate().filter(|(_, r)| !r.spoiled()) {
         by_task.entry(r.task.as_str()).or_default().push(i);
     }
     let mut train = Dataset::new(FEATURE_COUNT);
