@@ -12,7 +12,11 @@ pub mod validate;
 
 pub use kernel::{BestKernel, KernelError, Staleness, best_kernel, best_record, best_regenerated};
 pub use record::{
-    CompileInfo, Log, LogError, LogWriter, Record, is_compressed, now, read_log, source_hash,
+    CompileInfo, Log, LogError, LogSink, LogWriter, Record, Skipped, is_compressed, now, read_log,
+    read_log_into, source_hash,
 };
-pub use report::{TaskSummary, best_table, summarize, tune_table};
+pub use report::{
+    LogSummary, Summarizer, TaskSummary, TaskTally, best_table, summarize, summarize_log,
+    tune_table,
+};
 pub use validate::{InvalidRecord, check_record};

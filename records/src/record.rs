@@ -150,44 +150,68 @@ pub struct Log {
 impl Log {
     /// One line for people about skipped lines, if any.
     pub fn warning(&self, path: &Path) -> Option<String> {
-        let first = self.skipped.first()?;
-        Some(format!(
-            "warning: {}: skipped {} malformed line(s) (first: line {}: {})",
-            path.display(),
+        Some(skipped_warning(
+            path,
             self.skipped.len(),
-            first.line,
-            first.reason
+            self.skipped.first()?,
         ))
     }
 }
 
-impl Log {
-    /// Takes one line: blank lines are ignored, lines that do not parse and records
-    /// that do not validate are skipped and counted.
-    fn push_line(&mut self, number: usize, line: &str) {
-        if line.trim().is_empty() {
-            return;
-        }
-        let reason = match serde_json::from_str::<Record>(line) {
-            Ok(record) => match check_record(&record) {
-                Ok(()) => return self.records.push(record),
-                Err(e) => e.to_string(),
-            },
+/// One line for people about `count` skipped lines of the log at `path`, the first of
+/// them `first`.
+pub fn skipped_warning(path: &Path, count: usize, first: &Skipped) -> String {
+    format!(
+        "warning: {}: skipped {count} malformed line(s) (first: line {}: {})",
+        path.display(),
+        first.line,
+        first.reason
+    )
+}
+
+/// Where a log's records go as it is read, one at a time: a reader that keeps what it
+/// needs (the best record per task, say) reads a log of any length in bounded memory.
+pub trait LogSink {
+    /// A record that parsed and validated.
+    fn record(&mut self, record: Record);
+    /// A line that was skipped, and why.
+    fn skipped(&mut self, skipped: Skipped);
+}
+
+impl LogSink for Log {
+    fn record(&mut self, record: Record) {
+        self.records.push(record);
+    }
+
+    fn skipped(&mut self, skipped: Skipped) {
+        self.skipped.push(skipped);
+    }
+}
+
+/// Takes one line: blank lines are ignored, lines that do not parse and records that do
+/// not validate are skipped.
+fn push_line(sink: &mut impl LogSink, number: usize, line: &str) {
+    if line.trim().is_empty() {
+        return;
+    }
+    let reason = match serde_json::from_str::<Record>(line) {
+        Ok(record) => match check_record(&record) {
+            Ok(()) => return sink.record(record),
             Err(e) => e.to_string(),
-        };
-        self.skip(number, reason);
-    }
+        },
+        Err(e) => e.to_string(),
+    };
+    sink.skipped(Skipped {
+        line: number,
+        reason,
+    });
+}
 
-    fn skip(&mut self, line: usize, reason: String) {
-        self.skipped.push(Skipped { line, reason });
-    }
-
-    fn skip_long(&mut self, line: usize) {
-        self.skip(
-            line,
-            format!("line longer than {} MiB", MAX_LINE_BYTES >> 20),
-        );
-    }
+fn skip_long(sink: &mut impl LogSink, line: usize) {
+    sink.skipped(Skipped {
+        line,
+        reason: format!("line longer than {} MiB", MAX_LINE_BYTES >> 20),
+    });
 }
 
 /// Parses a log's text; blank lines are ignored, bad lines and invalid records skipped
@@ -196,9 +220,9 @@ pub fn parse_log(text: &str) -> Log {
     let mut log = Log::default();
     for (i, line) in text.lines().enumerate() {
         if line.len() > MAX_LINE_BYTES {
-            log.skip_long(i + 1);
+            skip_long(&mut log, i + 1);
         } else {
-            log.push_line(i + 1, line);
+            push_line(&mut log, i + 1, line);
         }
     }
     log
@@ -262,24 +286,31 @@ fn damaged_stream(e: &std::io::Error) -> bool {
 }
 
 /// Reads a log from `reader` line by line (see `parse_log`).
-fn read_lines(mut reader: impl BufRead, gzip: bool, path: &Path) -> Result<Log, LogError> {
-    let mut log = Log::default();
+fn read_lines(
+    mut reader: impl BufRead,
+    gzip: bool,
+    path: &Path,
+    sink: &mut impl LogSink,
+) -> Result<(), LogError> {
     let mut buf = Vec::new();
     let mut number = 0;
     loop {
         number += 1;
         match read_line_bounded(&mut reader, &mut buf, MAX_LINE_BYTES) {
             Ok(Line::End) => break,
-            Ok(Line::TooLong) => log.skip_long(number),
+            Ok(Line::TooLong) => skip_long(sink, number),
             Ok(Line::Complete) => {
                 if buf.last() == Some(&b'\r') {
                     buf.pop();
                 }
                 // Invalid UTF-8 is replaced, so such a line is skipped, not fatal.
-                log.push_line(number, &String::from_utf8_lossy(&buf));
+                push_line(sink, number, &String::from_utf8_lossy(&buf));
             }
             Err(e) if gzip && damaged_stream(&e) => {
-                log.skip(number, format!("the gzip stream is damaged from here: {e}"));
+                sink.skipped(Skipped {
+                    line: number,
+                    reason: format!("the gzip stream is damaged from here: {e}"),
+                });
                 break;
             }
             Err(error) => {
@@ -290,7 +321,7 @@ fn read_lines(mut reader: impl BufRead, gzip: bool, path: &Path) -> Result<Log, 
             }
         }
     }
-    Ok(log)
+    Ok(())
 }
 
 /// What a path that is not a regular file is, for the message.
@@ -359,6 +390,13 @@ fn starts_with_gzip_magic(path: &Path) -> bool {
 /// Reads a log file, gzipped or not. Only regular files are read; lines are read one
 /// at a time, so a huge line or file never has to fit in memory at once.
 pub fn read_log(path: &Path) -> Result<Log, LogError> {
+    let mut log = Log::default();
+    read_log_into(path, &mut log)?;
+    Ok(log)
+}
+
+/// Reads a log file (as [`read_log`]) into `sink`, one record at a time.
+pub fn read_log_into(path: &Path, sink: &mut impl LogSink) -> Result<(), LogError> {
     let rerr = |error| LogError::Read {
         path: path.to_path_buf(),
         error,
@@ -368,9 +406,14 @@ pub fn read_log(path: &Path) -> Result<Log, LogError> {
     let mut reader = BufReader::new(File::open(path).map_err(rerr)?);
     let gzip = reader.fill_buf().map_err(rerr)?.starts_with(&GZIP_MAGIC);
     if gzip {
-        read_lines(BufReader::new(MultiGzDecoder::new(reader)), true, path)
+        read_lines(
+            BufReader::new(MultiGzDecoder::new(reader)),
+            true,
+            path,
+            sink,
+        )
     } else {
-        read_lines(reader, false, path)
+        read_lines(reader, false, path, sink)
     }
 }
 

@@ -1,25 +1,31 @@
 //! Per-task summaries of a log (best time, trials, failures by kind) and the tables
 //! that `tune` and `best` print.
 
-use crate::record::Record;
+use crate::record::{LogError, LogSink, Record, Skipped, read_log_into, skipped_warning};
 use gpu::ErrorKind;
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
+use std::path::Path;
 
-/// What a log says about one task.
+/// What a log says about one task; `R` is its best record or a reference to it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TaskSummary<'a> {
+pub struct TaskTally<R> {
     pub task: String,
-    /// Records of the task (measured candidates, failed ones included).
+    /// Records of the task (measured candidates, failed ones included; a spoiled one
+    /// measured again is not counted).
     pub trials: usize,
     /// The fastest correct record.
-    pub best: Option<&'a Record>,
+    pub best: Option<R>,
     pub errors: BTreeMap<ErrorKind, usize>,
 }
 
-impl TaskSummary<'_> {
+/// A task's tally borrowing its best record from a log held in memory.
+pub type TaskSummary<'a> = TaskTally<&'a Record>;
+
+impl<R: Borrow<Record>> TaskTally<R> {
     pub fn best_us(&self) -> Option<f64> {
-        self.best.and_then(Record::median_us)
+        self.best.as_ref().and_then(|b| b.borrow().median_us())
     }
 
     pub fn failed(&self) -> usize {
@@ -27,45 +33,174 @@ impl TaskSummary<'_> {
     }
 }
 
-/// Summaries of the tasks in `order` (tasks without records included), followed by any
-/// other task of the log in order of first appearance.
-pub fn summarize<'a>(records: &'a [Record], order: &[String]) -> Vec<TaskSummary<'a>> {
-    let mut keys: Vec<String> = order.to_vec();
-    for r in records {
-        if !keys.contains(&r.task) {
-            keys.push(r.task.clone());
+/// Summaries built one record at a time: what they hold grows with the tasks (and the
+/// spoiled records), never with the log, so a day-long campaign's log is summarized in
+/// bounded memory. `R` is a record or a reference to one.
+pub struct Summarizer<R> {
+    keys: Vec<String>,
+    tasks: HashMap<String, Tally<R>>,
+}
+
+struct Tally<R> {
+    trials: usize,
+    best: Option<R>,
+    errors: BTreeMap<ErrorKind, usize>,
+    /// Spoiled records' states, and whether each was measured again since (then the
+    /// spoiled record is not a trial of its own: a resumed run re-measures it).
+    spoiled: HashMap<String, bool>,
+}
+
+impl<R> Default for Tally<R> {
+    fn default() -> Self {
+        Tally {
+            trials: 0,
+            best: None,
+            errors: BTreeMap::new(),
+            spoiled: HashMap::new(),
         }
     }
-    keys.into_iter()
-        .map(|task| {
-            // A spoiled record whose candidate was measured again (a resumed run) is
-            // not a trial of its own.
-            let remeasured: std::collections::HashSet<String> = records
-                .iter()
-                .filter(|r| r.task == task && !r.spoiled())
-                .map(|r| r.state.id())
-                .collect();
-            let mine: Vec<&Record> = records
-                .iter()
-                .filter(|r| r.task == task && !(r.spoiled() && remeasured.contains(&r.state.id())))
-                .collect();
-            let mut errors = BTreeMap::new();
-            for kind in mine.iter().filter_map(|r| r.error_kind()) {
-                *errors.entry(kind).or_insert(0) += 1;
+}
+
+impl<R: Borrow<Record>> Summarizer<R> {
+    /// Summaries of the tasks in `order` (tasks without records included), followed by
+    /// any other task in order of first appearance.
+    pub fn new(order: &[String]) -> Self {
+        Summarizer {
+            keys: order.to_vec(),
+            tasks: HashMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, record: R) {
+        let r = record.borrow();
+        if !self.tasks.contains_key(&r.task) {
+            if !self.keys.contains(&r.task) {
+                self.keys.push(r.task.clone());
             }
-            let best = mine
-                .iter()
-                .copied()
-                .filter(|r| r.median_us().is_some())
-                .min_by(|a, b| a.median_us().unwrap().total_cmp(&b.median_us().unwrap()));
-            TaskSummary {
-                task,
-                trials: mine.len(),
-                best,
-                errors,
+            self.tasks.insert(r.task.clone(), Tally::default());
+        }
+        let tally = self.tasks.get_mut(&r.task).expect("inserted above");
+        if r.spoiled() {
+            tally.spoiled.insert(r.state.id(), false);
+        } else if let Some(again) = tally.spoiled.get_mut(&r.state.id())
+            && !*again
+        {
+            // The spoiled record of this state no longer counts.
+            *again = true;
+            tally.trials -= 1;
+            if let Some(n) = tally.errors.get_mut(&ErrorKind::Environment) {
+                *n -= 1;
+                if *n == 0 {
+                    tally.errors.remove(&ErrorKind::Environment);
+                }
             }
-        })
-        .collect()
+        }
+        tally.trials += 1;
+        if let Some(kind) = r.error_kind() {
+            *tally.errors.entry(kind).or_insert(0) += 1;
+        }
+        if let Some(us) = r.median_us()
+            && tally
+                .best
+                .as_ref()
+                .and_then(|b| b.borrow().median_us())
+                .is_none_or(|b| us < b)
+        {
+            tally.best = Some(record);
+        }
+    }
+
+    /// The tallies, in task order.
+    pub fn finish(mut self) -> Vec<TaskTally<R>> {
+        self.keys
+            .into_iter()
+            .map(|task| {
+                let t = self.tasks.remove(&task).unwrap_or_default();
+                TaskTally {
+                    task,
+                    trials: t.trials,
+                    best: t.best,
+                    errors: t.errors,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Summaries of the tasks in `order` (tasks without records included), followed by any
+/// other task of the log in order of first appearance. A spoiled record whose candidate
+/// was measured again is not counted.
+pub fn summarize<'a>(records: &'a [Record], order: &[String]) -> Vec<TaskSummary<'a>> {
+    let mut s = Summarizer::new(order);
+    for r in records {
+        s.add(r);
+    }
+    s.finish()
+}
+
+/// A log's summaries, read in bounded memory (see [`Summarizer`]): per task (in order of
+/// first appearance) its tally with the best record itself, and the lines skipped.
+pub struct LogSummary {
+    pub tasks: Vec<TaskTally<Record>>,
+    pub skipped: usize,
+    pub first_skipped: Option<Skipped>,
+}
+
+impl LogSummary {
+    /// One line for people about skipped lines, if any.
+    pub fn warning(&self, path: &Path) -> Option<String> {
+        Some(skipped_warning(
+            path,
+            self.skipped,
+            self.first_skipped.as_ref()?,
+        ))
+    }
+
+    /// The tallies as `TaskSummary`s (for the tables).
+    pub fn summaries(&self) -> Vec<TaskSummary<'_>> {
+        self.tasks
+            .iter()
+            .map(|t| TaskSummary {
+                task: t.task.clone(),
+                trials: t.trials,
+                best: t.best.as_ref(),
+                errors: t.errors.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Reading a log into a [`Summarizer`].
+struct SummarySink {
+    summarizer: Summarizer<Record>,
+    skipped: usize,
+    first_skipped: Option<Skipped>,
+}
+
+impl LogSink for SummarySink {
+    fn record(&mut self, record: Record) {
+        self.summarizer.add(record);
+    }
+
+    fn skipped(&mut self, skipped: Skipped) {
+        self.skipped += 1;
+        self.first_skipped.get_or_insert(skipped);
+    }
+}
+
+/// Summarizes the log at `path` without holding its records (see [`LogSummary`]).
+pub fn summarize_log(path: &Path) -> Result<LogSummary, LogError> {
+    let mut sink = SummarySink {
+        summarizer: Summarizer::new(&[]),
+        skipped: 0,
+        first_skipped: None,
+    };
+    read_log_into(path, &mut sink)?;
+    Ok(LogSummary {
+        tasks: sink.summarizer.finish(),
+        skipped: sink.skipped,
+        first_skipped: sink.first_skipped,
+    })
 }
 
 fn errors_text(errors: &BTreeMap<ErrorKind, usize>) -> String {
@@ -234,6 +369,38 @@ mod tests {
         );
         assert_eq!(s[2].errors[&ErrorKind::WrongAnswer], 2);
         assert!(s[2].best.is_none());
+    }
+
+    /// The streamed summaries of a log file equal the in-memory ones; a spoiled record
+    /// counts until its candidate is measured again, then not at all.
+    #[test]
+    fn a_streamed_log_summarizes_like_one_in_memory() {
+        let mut records = records();
+        let spoiled = record(
+            "64,64,64",
+            4,
+            Outcome::error(ErrorKind::Environment, "worker lost"),
+        );
+        records.insert(1, spoiled.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let mut writer = crate::LogWriter::open(&path).unwrap();
+        writer.append(&records).unwrap();
+        let streamed = summarize_log(&path).unwrap();
+        assert_eq!(streamed.summaries(), summarize(&records, &[]));
+        let first = &streamed.summaries()[0];
+        assert_eq!((first.trials, first.errors.len()), (4, 2), "{first:?}");
+        // Measured again, correctly: the spoiled record no longer counts.
+        let mut again = record("64,64,64", 4, ok(30.0));
+        again.state = spoiled.state.clone();
+        records.push(again);
+        let s = summarize(&records, &[]);
+        assert_eq!(s[0].trials, 4);
+        assert!(
+            !s[0].errors.contains_key(&ErrorKind::Environment),
+            "{:?}",
+            s[0]
+        );
     }
 
     #[test]

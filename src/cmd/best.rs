@@ -1,9 +1,10 @@
 //! `tilesched best --log FILE [--task KEY] [--json]`: the fastest correct record of each
 //! task in a tuning log, as a table or as the full records in JSON. Only records that
-//! validate count (`records::read_log` skips the others with a warning).
+//! validate count (the others are skipped with a warning). The log is streamed: memory
+//! holds a tally per task, not the log.
 
 use anyhow::{Result, bail};
-use records::{best_table, read_log, summarize};
+use records::{best_table, summarize_log};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -20,11 +21,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let log = read_log(&args.log)?;
+    let log = summarize_log(&args.log)?;
     if let Some(w) = log.warning(&args.log) {
         eprintln!("{w}");
     }
-    let mut summaries = summarize(&log.records, &[]);
+    let mut summaries = log.summaries();
     if let Some(task) = &args.task {
         summaries.retain(|s| &s.task == task);
         if summaries.is_empty() {
