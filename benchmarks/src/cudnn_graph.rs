@@ -24,6 +24,7 @@ use schedule::task::Conv2d;
 use schedule::{DType, Layout, Operator, Task};
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 
@@ -703,8 +704,8 @@ pub struct GraphConv {
     graph: Desc,
     /// Tensors, operation and pointwise descriptors the graph refers to.
     _parts: Vec<Desc>,
-    /// Variant packs by (pointers, workspace): one per rotated buffer set.
-    packs: RefCell<HashMap<Vec<u64>, Desc>>,
+    /// Variant packs by (x, w, bias or y, y or 0, workspace): one per rotated buffer set.
+    packs: RefCell<HashMap<[u64; 5], Desc>>,
 }
 
 impl GraphConv {
@@ -1138,42 +1139,56 @@ impl GraphConv {
                 ),
             });
         }
-        let mut key: Vec<u64> = buffers.iter().map(|b| b.device_ptr()).collect();
-        key.push(workspace.device_ptr());
-        let mut packs = self.packs.borrow_mut();
-        if !packs.contains_key(&key) {
-            let pack = Desc::new(self.api, VARIANT_PACK_DESCRIPTOR)?;
-            let pointers: Vec<*mut c_void> = key[..uids.len()]
-                .iter()
-                .map(|&p| p as *mut c_void)
-                .collect();
-            pack.set(
-                "variant pack uids",
-                ATTR_VARIANT_PACK_UNIQUE_IDS,
-                TYPE_INT64,
-                &uids,
-            )?;
-            pack.set(
-                "variant pack pointers",
-                ATTR_VARIANT_PACK_DATA_POINTERS,
-                TYPE_VOID_PTR,
-                &pointers,
-            )?;
-            pack.set(
-                "variant pack workspace",
-                ATTR_VARIANT_PACK_WORKSPACE,
-                TYPE_VOID_PTR,
-                &[workspace.device_ptr() as *mut c_void],
-            )?;
-            pack.finalize("finalizing a variant pack")?;
-            packs.insert(key.clone(), pack);
+        // Keyed by the pointers (unused slots 0) and the workspace: once the rotation's
+        // packs exist, a launch costs a lookup, not descriptor calls.
+        let mut key = [0u64; 5];
+        for (k, b) in key.iter_mut().zip(buffers) {
+            *k = b.device_ptr();
         }
-        let pack = &packs[&key];
+        key[4] = workspace.device_ptr();
+        let mut packs = self.packs.borrow_mut();
+        let pack = match packs.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                e.insert(self.variant_pack(&uids, &key[..uids.len()], workspace)?)
+            }
+        };
         // SAFETY: the plan and the pack are finalized; the pack's pointers are the
         // caller's live buffers, sized by the task the graph was built from.
         check_status("cudnnBackendExecute", unsafe {
             (self.api.cudnnBackendExecute)(self.handle.raw, engine.plan.raw, pack.raw)
         })
+    }
+
+    /// A variant pack binding `uids` to `pointers` with `workspace`.
+    fn variant_pack(
+        &self,
+        uids: &[i64],
+        pointers: &[u64],
+        workspace: &Buffer,
+    ) -> Result<Desc, VendorError> {
+        let pack = Desc::new(self.api, VARIANT_PACK_DESCRIPTOR)?;
+        let pointers: Vec<*mut c_void> = pointers.iter().map(|&p| p as *mut c_void).collect();
+        pack.set(
+            "variant pack uids",
+            ATTR_VARIANT_PACK_UNIQUE_IDS,
+            TYPE_INT64,
+            uids,
+        )?;
+        pack.set(
+            "variant pack pointers",
+            ATTR_VARIANT_PACK_DATA_POINTERS,
+            TYPE_VOID_PTR,
+            &pointers,
+        )?;
+        pack.set(
+            "variant pack workspace",
+            ATTR_VARIANT_PACK_WORKSPACE,
+            TYPE_VOID_PTR,
+            &[workspace.device_ptr() as *mut c_void],
+        )?;
+        pack.finalize("finalizing a variant pack")?;
+        Ok(pack)
     }
 
     /// The routine for reports, e.g. `cuDNN 9.19.0 graph eng12 {TILE_SIZE=3}

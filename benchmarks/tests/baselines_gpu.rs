@@ -354,13 +354,17 @@ fn cudnn_graph_engines_are_exact() {
     check_graph_conv(depthwise, bias, DType::Fp16, DType::Fp16, Layout::Nhwc);
 }
 
-/// cuBLASLt with the task's epilogue in the call, exact against the CPU.
-fn check_lt_epilogue(op: Operator, epilogue: Epilogue, dtype: DType, out_dtype: DType) {
-    load(Library::Cublas);
-    let (batch, m, n, k) = match op {
-        Operator::Matmul { m, n, k } => (1, m, n, k),
-        Operator::BatchMatmul { b, m, n, k } => (b, m, n, k),
-        Operator::Conv2d(_) => unreachable!(),
+/// A matmul or batch matmul task and its (batch, M, N, K).
+fn matmul_task(
+    op: Operator,
+    epilogue: Epilogue,
+    dtype: DType,
+    out_dtype: DType,
+) -> (Task, [u32; 4]) {
+    let dims = match op {
+        Operator::Matmul { m, n, k } => [1, m, n, k],
+        Operator::BatchMatmul { b, m, n, k } => [b, m, n, k],
+        Operator::Conv2d(_) => unreachable!("a matmul"),
     };
     let task = Task {
         op,
@@ -369,6 +373,13 @@ fn check_lt_epilogue(op: Operator, epilogue: Epilogue, dtype: DType, out_dtype: 
         out_dtype,
         layout: Layout::Nchw,
     };
+    (task, dims)
+}
+
+/// cuBLASLt with the task's epilogue in the call, exact against the CPU.
+fn check_lt_epilogue(op: Operator, epilogue: Epilogue, dtype: DType, out_dtype: DType) {
+    load(Library::Cublas);
+    let (task, [batch, m, n, k]) = matmul_task(op, epilogue, dtype, out_dtype);
     let a = values((batch * m * k) as usize, 2, 21);
     let b = values((batch * k * n) as usize, 2, 22);
     let bias = values(n as usize, 3, 23);
@@ -427,18 +438,7 @@ fn matmul_reference(batch: u32, m: u32, n: u32, k: u32, a: &[f32], b: &[f32]) ->
 fn check_matmul(op: Operator, dtype: DType, out_dtype: DType, range: i32) {
     let (ctx, device) = context();
     load(Library::Cublas);
-    let (batch, m, n, k) = match op {
-        Operator::Matmul { m, n, k } => (1, m, n, k),
-        Operator::BatchMatmul { b, m, n, k } => (b, m, n, k),
-        Operator::Conv2d(_) => unreachable!(),
-    };
-    let task = Task {
-        op,
-        epilogue: Epilogue::default(),
-        dtype,
-        out_dtype,
-        layout: Layout::Nchw,
-    };
+    let (task, [batch, m, n, k]) = matmul_task(op, Epilogue::default(), dtype, out_dtype);
     let a = values((batch * m * k) as usize, range, 3);
     let b = values((batch * k * n) as usize, range, 4);
     let expected = matmul_reference(batch, m, n, k, &a, &b);
