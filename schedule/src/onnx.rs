@@ -8,6 +8,18 @@
 //! handed to tract as typed inputs of their declared shape instead of as data, so a
 //! 100 MB model's weights are not copied into tract's graph.
 //!
+//! External data (a tensor with `data_location = EXTERNAL`, its bytes at `offset`,
+//! `length` in the file `location` names) is read here, never by tract, which is given no
+//! directory. A location must be relative and resolve inside the model's directory, or
+//! the model is refused, whether that tensor is read or not. Every external tensor but a
+//! weight is read, bounds-checked, and inlined as raw data. Where its data is unavailable
+//! (the file missing, unreadable or too short, or the model given as bytes), the graph
+//! alone is imported: such an initializer or `Constant` node value becomes a typed input
+//! of its declared shape, as a weight does, so convolutions and matmuls keep their
+//! shapes. A shape computed from the missing values (a `Reshape` to a shape initializer)
+//! cannot be inferred; the error then names the tensor, the node reading it and the data
+//! file. In a subgraph, or another attribute, unavailable data is an error.
+//!
 //! Extracted, per the ONNX operator definitions (onnx.ai, `Operators.md`, opset ≤ 18):
 //! - `Conv` of 2-D data (`X` N×C×H×W, `W` M×C/group×kH×kW, optional `B` of M): `strides`,
 //!   `dilations`, `group`, `pads` as `[top, left, bottom, right]` (x1_begin, x2_begin,
@@ -41,11 +53,14 @@ use crate::task::{Conv2d, Epilogue, Operator, Task, TaskError};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use thiserror::Error;
 use tract_onnx::pb::{
-    self, attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto::dimension,
+    self,
+    attribute_proto::AttributeType,
+    tensor_proto::{DataLocation, DataType},
+    tensor_shape_proto::dimension,
     type_proto,
 };
 use tract_onnx::prelude::{InferenceModelExt, OutletId};
@@ -105,6 +120,30 @@ pub enum OnnxError {
     Malformed(String),
     #[error("tract cannot read the model: {0}")]
     Tract(String),
+    #[error(
+        "external data '{location}' of tensor '{tensor}' {reason}: it must be a relative path inside the model's directory"
+    )]
+    ExternalPath {
+        tensor: String,
+        location: String,
+        reason: &'static str,
+    },
+    /// A shape (or the whole graph) needed a tensor whose external data is unavailable.
+    #[error("{needed} without '{tensor}' ({reader}), whose external data {file} {why}")]
+    ExternalMissing {
+        needed: String,
+        tensor: String,
+        reader: String,
+        file: String,
+        why: String,
+    },
+    #[error("{place} needs tensor '{tensor}', whose external data {file} {why}")]
+    ExternalNeeded {
+        place: String,
+        tensor: String,
+        file: String,
+        why: String,
+    },
     #[error("cannot infer the shape of '{tensor}' ({role} of {op} node '{node}'): {reason}")]
     Shape {
         node: String,
@@ -205,21 +244,19 @@ impl OnnxModel {
 }
 
 /// Imports the model at `path`. `inputs` fix input shapes by name; an input not named
-/// keeps its declared shape, a symbolic first dimension taking `batch`.
+/// keeps its declared shape, a symbolic first dimension taking `batch`. External data is
+/// looked for beside the model file.
 pub fn import(path: &Path, inputs: &[InputShape], batch: u32) -> Result<OnnxModel, OnnxError> {
     let label = path.display().to_string();
     let bytes = read_model(path, &label)?;
-    // External data (models over 2 GB) is resolved beside the model file.
-    let dir = path.parent().and_then(Path::to_str).map(|d| {
-        if d.is_empty() {
-            ".".to_string()
-        } else {
-            d.to_string()
-        }
-    });
+    // External data is resolved beside the model file.
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     let proto = decode(&bytes, &label)?;
     drop(bytes);
-    import_proto(proto, dir.as_deref(), &label, inputs, batch)
+    import_proto(proto, Some(dir), &label, inputs, batch)
 }
 
 /// The largest model file read: protobuf cannot encode a message over 2 GiB.
@@ -256,7 +293,8 @@ fn read_model(path: &Path, label: &str) -> Result<Vec<u8>, OnnxError> {
     Ok(bytes)
 }
 
-/// Imports a model from its protobuf bytes (see [`import`]).
+/// Imports a model from its protobuf bytes (see [`import`]). External data has no
+/// directory to be found in: the model imports as with its data file missing.
 pub fn import_bytes(
     bytes: &[u8],
     inputs: &[InputShape],
@@ -293,6 +331,15 @@ fn is_float(data_type: i32) -> bool {
     .any(|&t| t as i32 == data_type)
 }
 
+/// A float initializer over [`WEIGHT_ELEMENTS`]: a typed input for tract, never read.
+fn is_weight(t: &pb::TensorProto) -> bool {
+    is_float(t.data_type)
+        && t.dims
+            .iter()
+            .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+            .is_none_or(|n| n > WEIGHT_ELEMENTS)
+}
+
 fn valid_type(data_type: i32) -> bool {
     data_type != DataType::Undefined as i32 && DataType::from_i32(data_type).is_some()
 }
@@ -317,7 +364,7 @@ fn tensor_type(dims: &[u64], elem_type: i32) -> pb::TypeProto {
 
 fn import_proto(
     mut model: pb::ModelProto,
-    dir: Option<&str>,
+    dir: Option<&Path>,
     label: &str,
     given: &[InputShape],
     batch: u32,
@@ -330,11 +377,15 @@ fn import_proto(
     })?;
     let initializers: HashSet<String> = graph.initializer.iter().map(|t| t.name.clone()).collect();
     let inputs = fix_inputs(graph, &initializers, given, batch)?;
-    prepare_for_tract(graph)?;
-    let graph = model.graph.as_ref().expect("checked above");
-    let shapes = Shapes::infer(&model, dir)?;
-    let graph_ref = Graph::new(graph, &shapes, &inputs);
-    let (workloads, not_tuned) = graph_ref.extract()?;
+    let missing = prepare_for_tract(graph, &mut ExternalFiles::new(dir))?;
+    let lifted = lift_constants(graph, &missing);
+    let shapes = Shapes::infer(&model);
+    let graph = model.graph.as_mut().expect("checked above");
+    restore_constants(graph, lifted);
+    let graph: &pb::GraphProto = graph;
+    let (workloads, not_tuned) = shapes
+        .and_then(|shapes| Graph::new(graph, &shapes, &inputs).extract())
+        .map_err(|e| blame_missing(e, graph, &missing))?;
     Ok(OnnxModel {
         workloads,
         not_tuned,
@@ -449,9 +500,6 @@ fn fix_inputs(
     Ok(resolved)
 }
 
-/// Turns weights into typed inputs, drops declared intermediate shapes (they may name
-/// the symbolic batch that the inputs no longer have) and checks what tract would
-/// otherwise unwrap.
 /// Operators with a sliding window (`strides`, `dilations`, `pads`, `kernel_shape`).
 const WINDOWED: [&str; 7] = [
     "Conv",
@@ -463,7 +511,16 @@ const WINDOWED: [&str; 7] = [
     "LpPool",
 ];
 
-fn prepare_for_tract(graph: &mut pb::GraphProto) -> Result<(), OnnxError> {
+/// Turns weights into typed inputs, drops declared intermediate shapes (they may name
+/// the symbolic batch that the inputs no longer have) and checks what tract would
+/// otherwise unwrap. Inlines the external data of every other tensor where it can be
+/// read ([`resolve_external`]) and returns those whose data is unavailable: an
+/// initializer among them becomes a typed input like a weight, a `Constant` node is left
+/// to [`lift_constants`].
+fn prepare_for_tract(
+    graph: &mut pb::GraphProto,
+    files: &mut ExternalFiles,
+) -> Result<Vec<Unavailable>, OnnxError> {
     for t in &graph.initializer {
         if !valid_type(t.data_type) {
             return Err(OnnxError::Malformed(format!(
@@ -476,31 +533,6 @@ fn prepare_for_tract(graph: &mut pb::GraphProto) -> Result<(), OnnxError> {
                 "initializer '{}' has a negative dimension {:?}",
                 t.name, t.dims
             )));
-        }
-    }
-    let weights: Vec<pb::TensorProto> = {
-        let (weights, kept) = std::mem::take(&mut graph.initializer)
-            .into_iter()
-            .partition(|t: &pb::TensorProto| {
-                is_float(t.data_type)
-                    && t.dims
-                        .iter()
-                        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
-                        .is_none_or(|n| n > WEIGHT_ELEMENTS)
-            });
-        graph.initializer = kept;
-        weights
-    };
-    for w in weights {
-        let dims: Vec<u64> = w.dims.iter().map(|&d| d as u64).collect();
-        let r#type = Some(tensor_type(&dims, w.data_type));
-        match graph.input.iter_mut().find(|i| i.name == w.name) {
-            Some(input) => input.r#type = r#type,
-            None => graph.input.push(pb::ValueInfoProto {
-                name: w.name.clone(),
-                r#type,
-                ..Default::default()
-            }),
         }
     }
     graph.value_info.clear();
@@ -553,19 +585,46 @@ fn prepare_for_tract(graph: &mut pb::GraphProto) -> Result<(), OnnxError> {
             }
         }
     }
+    // After the checks above: external data is read only from a well-formed graph.
+    let mut missing = Vec::new();
+    resolve_external(graph, files, None, &mut missing)?;
+    let weights: Vec<pb::TensorProto> = {
+        let (weights, kept) = std::mem::take(&mut graph.initializer)
+            .into_iter()
+            .partition(|t: &pb::TensorProto| {
+                is_weight(t)
+                    || missing
+                        .iter()
+                        .any(|m| m.node.is_none() && m.tensor == t.name)
+            });
+        graph.initializer = kept;
+        weights
+    };
+    for w in weights {
+        let dims: Vec<u64> = w.dims.iter().map(|&d| d as u64).collect();
+        let r#type = Some(tensor_type(&dims, w.data_type));
+        match graph.input.iter_mut().find(|i| i.name == w.name) {
+            Some(input) => input.r#type = r#type,
+            None => graph.input.push(pb::ValueInfoProto {
+                name: w.name.clone(),
+                r#type,
+                ..Default::default()
+            }),
+        }
+    }
     let mut produced: HashSet<&str> = graph.input.iter().map(|i| i.name.as_str()).collect();
     produced.extend(graph.initializer.iter().map(|t| t.name.as_str()));
     for node in &graph.node {
         produced.extend(node.output.iter().map(String::as_str));
     }
     for node in &graph.node {
-        if let Some(missing) = node
+        if let Some(unknown) = node
             .input
             .iter()
             .find(|i| !i.is_empty() && !produced.contains(i.as_str()))
         {
             return Err(OnnxError::Malformed(format!(
-                "node '{}' ({}) reads '{missing}', which no node, input or initializer produces",
+                "node '{}' ({}) reads '{unknown}', which no node, input or initializer produces",
                 node_name(node),
                 node.op_type
             )));
@@ -581,7 +640,7 @@ fn prepare_for_tract(graph: &mut pb::GraphProto) -> Result<(), OnnxError> {
             out.name
         )));
     }
-    Ok(())
+    Ok(missing)
 }
 
 fn node_name(node: &pb::NodeProto) -> String {
@@ -589,6 +648,431 @@ fn node_name(node: &pb::NodeProto) -> String {
         node.name.clone()
     } else {
         node.output.first().cloned().unwrap_or_default()
+    }
+}
+
+/// An external tensor whose data could not be read.
+struct Unavailable {
+    /// An initializer's name, or the output of the `Constant` node holding it.
+    tensor: String,
+    /// That `Constant` node's index, for an attribute's tensor.
+    node: Option<usize>,
+    float: bool,
+    /// The data file as the user would look for it.
+    file: String,
+    /// Why it is unavailable, following "whose external data FILE".
+    why: String,
+}
+
+fn is_external(t: &pb::TensorProto) -> bool {
+    t.data_location == Some(DataLocation::External as i32)
+}
+
+/// Bytes per element of a type with a raw (little-endian, fixed-size) form.
+fn element_bytes(data_type: i32) -> Option<u64> {
+    Some(match DataType::from_i32(data_type)? {
+        DataType::Bool | DataType::Int8 | DataType::Uint8 => 1,
+        DataType::Int16 | DataType::Uint16 | DataType::Float16 | DataType::Bfloat16 => 2,
+        DataType::Int32 | DataType::Uint32 | DataType::Float => 4,
+        DataType::Int64 | DataType::Uint64 | DataType::Double | DataType::Complex64 => 8,
+        DataType::Complex128 => 16,
+        DataType::Undefined | DataType::String => return None,
+    })
+}
+
+/// The `location`, `offset` and `length` of `t`'s external data (`name` in messages).
+fn external_entry<'t>(
+    t: &'t pb::TensorProto,
+    name: &str,
+) -> Result<(&'t str, u64, Option<u64>), OnnxError> {
+    let value = |key: &str| {
+        t.external_data
+            .iter()
+            .find(|e| e.key == key)
+            .map(|e| e.value.as_str())
+    };
+    let location = value("location").ok_or_else(|| {
+        OnnxError::Malformed(format!(
+            "tensor '{name}' is stored as external data but names no location"
+        ))
+    })?;
+    let number = |key: &str| {
+        value(key)
+            .map(|v| {
+                v.trim().parse::<u64>().map_err(|_| {
+                    OnnxError::Malformed(format!(
+                        "tensor '{name}' has external data {key} '{v}', not a byte count"
+                    ))
+                })
+            })
+            .transpose()
+    };
+    Ok((location, number("offset")?.unwrap_or(0), number("length")?))
+}
+
+/// An external location must name a file inside the model's directory, as ONNX requires:
+/// a model file must not make the importer read elsewhere.
+fn check_location(name: &str, location: &str) -> Result<(), OnnxError> {
+    use std::path::Component;
+    let path = Path::new(location);
+    let reason = if location.is_empty() {
+        "is empty"
+    } else if path.has_root() {
+        "is an absolute path"
+    } else if path
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        "leaves the model's directory"
+    } else {
+        return Ok(());
+    };
+    Err(OnnxError::ExternalPath {
+        tensor: name.to_string(),
+        location: printable(location),
+        reason,
+    })
+}
+
+/// A location as written, escaped only if it would break the error's line.
+fn printable(s: &str) -> String {
+    if s.chars().any(char::is_control) {
+        s.escape_debug().to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// A data file: its resolved path and length, or why it cannot be read.
+type DataFile = Result<(PathBuf, u64), String>;
+
+/// The external data files beside the model, each looked up once. tract is never given
+/// the directory: its own lookup fails the whole model on a missing file.
+struct ExternalFiles<'d> {
+    /// The model's directory; None for a model given as bytes.
+    dir: Option<&'d Path>,
+    files: HashMap<String, DataFile>,
+}
+
+impl<'d> ExternalFiles<'d> {
+    fn new(dir: Option<&'d Path>) -> Self {
+        ExternalFiles {
+            dir,
+            files: HashMap::new(),
+        }
+    }
+
+    fn display(&self, location: &str) -> String {
+        match self.dir {
+            Some(dir) => printable(&dir.join(location).display().to_string()),
+            None => printable(location),
+        }
+    }
+
+    /// The file at `location` (checked by [`check_location`]); an error where a link
+    /// takes it out of the model's directory.
+    fn file(&mut self, name: &str, location: &str) -> Result<DataFile, OnnxError> {
+        if let Some(found) = self.files.get(location) {
+            return Ok(found.clone());
+        }
+        let found = self.look_up(name, location)?;
+        self.files.insert(location.to_string(), found.clone());
+        Ok(found)
+    }
+
+    fn look_up(&self, name: &str, location: &str) -> Result<DataFile, OnnxError> {
+        let Some(dir) = self.dir else {
+            return Ok(Err(
+                "cannot be found: the model was not read from a file".to_string()
+            ));
+        };
+        let unreadable = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                "is missing".to_string()
+            } else {
+                format!("cannot be read ({e})")
+            }
+        };
+        let (root, path) = match (dir.canonicalize(), dir.join(location).canonicalize()) {
+            (Ok(root), Ok(path)) => (root, path),
+            (Err(e), _) | (_, Err(e)) => return Ok(Err(unreadable(e))),
+        };
+        if !path.starts_with(&root) {
+            return Err(OnnxError::ExternalPath {
+                tensor: name.to_string(),
+                location: printable(location),
+                reason: "leads outside the model's directory through a link",
+            });
+        }
+        // A FIFO would block the read, a device never end it: a regular file only.
+        Ok(match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => Ok((path, meta.len())),
+            Ok(_) => Err("is not a regular file".to_string()),
+            Err(e) => Err(unreadable(e)),
+        })
+    }
+}
+
+/// Replaces the external reference of `t` (`name` in messages) by its bytes as raw data,
+/// or returns the data file and why it cannot be read. A malformed reference or one
+/// leaving the model's directory is an error, whether or not the file is there.
+fn inline_external(
+    t: &mut pb::TensorProto,
+    name: &str,
+    files: &mut ExternalFiles,
+) -> Result<Option<(String, String)>, OnnxError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let (location, offset, length) = external_entry(t, name)?;
+    check_location(name, location)?;
+    let malformed = |what: String| Err(OnnxError::Malformed(format!("tensor '{name}' {what}")));
+    let Some(size) = element_bytes(t.data_type) else {
+        return malformed(format!(
+            "is stored as external data, which element type {} cannot be",
+            t.data_type
+        ));
+    };
+    let need = t.dims.iter().try_fold(size, |acc, &d| {
+        u64::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+    });
+    let Some(need) = need else {
+        return malformed(format!("has dimensions {:?}, no tensor's", t.dims));
+    };
+    if let Some(length) = length
+        && length != need
+    {
+        return malformed(format!(
+            "has {length} bytes of external data, but its dimensions {:?} take {need}",
+            t.dims
+        ));
+    }
+    let file = files.display(location);
+    let (path, file_len) = match files.file(name, location)? {
+        Ok(found) => found,
+        Err(why) => return Ok(Some((file, why))),
+    };
+    let end = offset.saturating_add(need);
+    if end > file_len {
+        let why = format!("is {file_len} bytes, short of its bytes {offset}..{end}");
+        return Ok(Some((file, why)));
+    }
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(&path).and_then(|mut f| {
+        f.seek(SeekFrom::Start(offset))?;
+        // Bounded by the file's length, checked above.
+        bytes.reserve_exact(need as usize);
+        f.take(need).read_to_end(&mut bytes)
+    });
+    match read {
+        Ok(n) if n as u64 == need => {}
+        Ok(n) => {
+            let why = format!("ended after {n} of its bytes {offset}..{end}");
+            return Ok(Some((file, why)));
+        }
+        Err(e) => return Ok(Some((file, format!("cannot be read ({e})")))),
+    }
+    t.raw_data = bytes;
+    t.data_location = None;
+    t.external_data.clear();
+    Ok(None)
+}
+
+/// Inlines the external data of every tensor but a top-level weight (a typed input,
+/// never read), attributes and subgraphs included, so that tract never sees an external
+/// tensor and never opens a file. `within` is None at the top level, where an
+/// initializer or a `Constant` node's value whose data is unavailable joins `missing` to
+/// stand in as a typed input; a subgraph's inputs are its operator's to bind, so there,
+/// and in any other attribute, unavailable data is an error.
+fn resolve_external(
+    graph: &mut pb::GraphProto,
+    files: &mut ExternalFiles,
+    within: Option<&str>,
+    missing: &mut Vec<Unavailable>,
+) -> Result<(), OnnxError> {
+    let needed = |place: &str, tensor: &str, (file, why): (String, String)| {
+        Err(OnnxError::ExternalNeeded {
+            place: place.to_string(),
+            tensor: tensor.to_string(),
+            file,
+            why,
+        })
+    };
+    for t in graph.initializer.iter_mut().filter(|t| is_external(t)) {
+        let name = t.name.clone();
+        if within.is_none() && is_weight(t) {
+            // Never read, but a model naming a file outside its directory is refused.
+            check_location(&name, external_entry(t, &name)?.0)?;
+            continue;
+        }
+        if let Some(unavailable) = inline_external(t, &name, files)? {
+            match within {
+                Some(place) => return needed(place, &name, unavailable),
+                None => missing.push(Unavailable {
+                    tensor: name,
+                    node: None,
+                    float: is_float(t.data_type),
+                    file: unavailable.0,
+                    why: unavailable.1,
+                }),
+            }
+        }
+    }
+    for (i, node) in graph.node.iter_mut().enumerate() {
+        let place = format!("{} node '{}'", node.op_type, node_name(node));
+        let constant_output = (within.is_none() && standard(node) && node.op_type == "Constant")
+            .then(|| node.output.first().filter(|o| !o.is_empty()).cloned())
+            .flatten();
+        // A nested subgraph is named by the top-level node that holds it.
+        let sub_place = within.map_or_else(|| format!("a subgraph of {place}"), str::to_string);
+        for attr in &mut node.attribute {
+            let stands_in = constant_output.as_ref().filter(|_| attr.name == "value");
+            for t in attr.t.iter_mut().chain(&mut attr.tensors) {
+                if !is_external(t) {
+                    continue;
+                }
+                let name = match stands_in {
+                    Some(out) => out.clone(),
+                    None if t.name.is_empty() => attr.name.clone(),
+                    None => t.name.clone(),
+                };
+                let Some(unavailable) = inline_external(t, &name, files)? else {
+                    continue;
+                };
+                match (stands_in, within) {
+                    (Some(_), _) => missing.push(Unavailable {
+                        tensor: name,
+                        node: Some(i),
+                        float: is_float(t.data_type),
+                        file: unavailable.0,
+                        why: unavailable.1,
+                    }),
+                    (None, Some(outer)) => return needed(outer, &name, unavailable),
+                    (None, None) => return needed(&place, &name, unavailable),
+                }
+            }
+            for g in attr.g.iter_mut().chain(&mut attr.graphs) {
+                resolve_external(g, files, Some(&sub_place), missing)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Takes the `Constant` nodes whose value is unavailable out of the graph tract sees,
+/// each output a typed input instead (the node has its shape and type); returns them
+/// with their indices, last first, for [`restore_constants`].
+fn lift_constants(
+    graph: &mut pb::GraphProto,
+    missing: &[Unavailable],
+) -> Vec<(usize, pb::NodeProto)> {
+    let mut at: Vec<usize> = missing.iter().filter_map(|m| m.node).collect();
+    at.sort_unstable();
+    at.dedup();
+    let lifted: Vec<(usize, pb::NodeProto)> = at
+        .into_iter()
+        .rev()
+        .map(|i| (i, graph.node.remove(i)))
+        .collect();
+    for (_, node) in &lifted {
+        let value = attr(node, "value").and_then(|a| a.t.as_ref());
+        if let (Some(out), Some(t)) = (node.output.first(), value) {
+            // Dimensions checked non-negative when its data was looked for.
+            let dims: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
+            graph.input.push(pb::ValueInfoProto {
+                name: out.clone(),
+                r#type: Some(tensor_type(&dims, t.data_type)),
+                ..Default::default()
+            });
+        }
+    }
+    lifted
+}
+
+/// Puts lifted `Constant` nodes back in place of their stand-in inputs: extraction sees
+/// the graph as the model has it (a constant bias, the nodes it lists).
+fn restore_constants(graph: &mut pb::GraphProto, lifted: Vec<(usize, pb::NodeProto)>) {
+    graph.input.retain(|i| {
+        !lifted
+            .iter()
+            .any(|(_, n)| n.output.first() == Some(&i.name))
+    });
+    for (i, node) in lifted.into_iter().rev() {
+        graph.node.insert(i, node);
+    }
+}
+
+/// A shape tract could not infer, or a graph it could not read, where data is missing:
+/// the error names the missing data, the real cause, rather than the symptom. A shape is
+/// blamed on the nearest unavailable tensor it is computed from, if any.
+fn blame_missing(e: OnnxError, graph: &pb::GraphProto, missing: &[Unavailable]) -> OnnxError {
+    if missing.is_empty() {
+        return e;
+    }
+    let reader = |n: &pb::NodeProto| format!("read by {} node '{}'", n.op_type, node_name(n));
+    let (needed, found, read_by) = match &e {
+        OnnxError::Shape {
+            node,
+            op,
+            tensor,
+            role,
+            ..
+        } => {
+            let producers: HashMap<&str, &pb::NodeProto> = graph
+                .node
+                .iter()
+                .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
+                .collect();
+            let mut queue = std::collections::VecDeque::from([(
+                tensor.as_str(),
+                format!("read by {op} node '{node}'"),
+            )]);
+            let mut seen: HashSet<&str> = HashSet::from([tensor.as_str()]);
+            let mut found = None;
+            while let Some((t, read_by)) = queue.pop_front() {
+                if let Some(m) = missing.iter().find(|m| m.tensor == t) {
+                    found = Some((m, read_by));
+                    break;
+                }
+                if let Some(&p) = producers.get(t) {
+                    for input in p.input.iter().filter(|i| !i.is_empty()) {
+                        if seen.insert(input.as_str()) {
+                            queue.push_back((input.as_str(), reader(p)));
+                        }
+                    }
+                }
+            }
+            let Some((m, read_by)) = found else {
+                return e;
+            };
+            (
+                format!("cannot infer the shape of '{tensor}' ({role} of {op} node '{node}')"),
+                m,
+                read_by,
+            )
+        }
+        OnnxError::Tract(_) => {
+            // Shapes are computed from integers more often than from floats.
+            let Some(m) = missing
+                .iter()
+                .find(|m| !m.float)
+                .or_else(|| missing.first())
+            else {
+                return e;
+            };
+            let read_by = graph
+                .node
+                .iter()
+                .find(|n| n.input.contains(&m.tensor))
+                .map_or_else(|| "read by no node".to_string(), reader);
+            ("tract cannot read the model".to_string(), m, read_by)
+        }
+        _ => return e,
+    };
+    OnnxError::ExternalMissing {
+        needed,
+        tensor: found.tensor.clone(),
+        reader: read_by,
+        file: found.file.clone(),
+        why: found.why.clone(),
     }
 }
 
@@ -601,7 +1085,7 @@ struct Shapes {
 }
 
 impl Shapes {
-    fn infer(proto: &pb::ModelProto, dir: Option<&str>) -> Result<Shapes, OnnxError> {
+    fn infer(proto: &pb::ModelProto) -> Result<Shapes, OnnxError> {
         // tract unwraps on a few malformed inputs that the checks above may not cover: a
         // malformed model must be an error, never a crash of the caller, and the panic's
         // own text (and Rust's backtrace note) must not reach the user, so the panic
@@ -609,7 +1093,9 @@ impl Shapes {
         let hook = std::panic::take_hook();
         std::panic::set_hook(Box::new(|_| {}));
         let parsed = catch_unwind(AssertUnwindSafe(|| {
-            tract_onnx::onnx().parse(proto, dir).map(|parsed| {
+            // No directory: every external tensor was inlined or taken out of the graph
+            // (`prepare_for_tract`), so tract must never open a file itself.
+            tract_onnx::onnx().parse(proto, None).map(|parsed| {
                 let mut model = parsed.model;
                 let error = model.analyse(true).err().map(|e| format!("{e:#}"));
                 (model, parsed.outlets_by_name, error)

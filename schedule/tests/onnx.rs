@@ -8,10 +8,10 @@ use schedule::onnx::{InputShape, OnnxError, import, import_bytes, parse_input};
 use schedule::{Epilogue, Task, Workload, parse_shape};
 use std::path::Path;
 use tract_onnx::pb::{
-    self, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType,
-    tensor_proto::DataType, tensor_shape_proto::Dimension, tensor_shape_proto::dimension,
-    type_proto,
+    self, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
+    StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, tensor_proto::DataLocation, tensor_proto::DataType,
+    tensor_shape_proto::Dimension, tensor_shape_proto::dimension, type_proto,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -153,6 +153,10 @@ impl Model {
     }
 
     fn bytes(self) -> Vec<u8> {
+        self.proto().encode_to_vec()
+    }
+
+    fn proto(self) -> ModelProto {
         ModelProto {
             ir_version: 8,
             producer_name: "tilesched-tests".into(),
@@ -166,7 +170,6 @@ impl Model {
             }),
             ..Default::default()
         }
-        .encode_to_vec()
     }
 
     fn import(self) -> schedule::onnx::OnnxModel {
@@ -1240,5 +1243,429 @@ fn an_out_of_range_fixed_batch_is_refused_not_replaced() {
         let given = [parse_input("x=2,3,8,8").unwrap()];
         let m = import_bytes(&bytes, &given, 1).unwrap();
         assert_eq!(m.inputs[0].shape, [2, 3, 8, 8]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// External data: every initializer's bytes in one file beside the model, as
+// `onnx.save_model(..., save_as_external_data=True, all_tensors_to_one_file=True,
+// size_threshold=0)` writes them.
+
+fn entry(key: &str, value: impl ToString) -> StringStringEntryProto {
+    StringStringEntryProto {
+        key: key.into(),
+        value: value.to_string(),
+    }
+}
+
+/// Moves `t`'s data to the end of `data`, leaving `t` an external reference to it.
+fn externalize_tensor(t: &mut TensorProto, location: &str, data: &mut Vec<u8>) {
+    let mut bytes = std::mem::take(&mut t.raw_data);
+    bytes.extend(t.float_data.drain(..).flat_map(f32::to_le_bytes));
+    bytes.extend(t.int64_data.drain(..).flat_map(i64::to_le_bytes));
+    t.data_location = Some(DataLocation::External as i32);
+    t.external_data = vec![
+        entry("location", location),
+        entry("offset", data.len()),
+        entry("length", bytes.len()),
+    ];
+    data.extend(bytes);
+}
+
+/// The model with every initializer external in `location`, and that file's bytes.
+fn externalize(model: ModelProto, location: &str) -> (Vec<u8>, Vec<u8>) {
+    let mut model = model;
+    let mut data = Vec::new();
+    for t in &mut model.graph.as_mut().unwrap().initializer {
+        externalize_tensor(t, location, &mut data);
+    }
+    (model.encode_to_vec(), data)
+}
+
+/// Conv (small bias) -> Relu -> Flatten, or Reshape to [1, 512] through an int64
+/// initializer -> Gemm (small bias). The biases (8 and 10 floats) stay constants when
+/// their data is there; the Reshape's shape is last in the data file.
+fn classifier(reshape: bool) -> ModelProto {
+    let m = model()
+        .x(&[1, 3, 8, 8])
+        .weight("w", &[8, 3, 3, 3])
+        .weight("b", &[8])
+        .weight("fc", &[512, 10])
+        .weight("fcb", &[10])
+        .node(
+            "Conv",
+            &["x", "w", "b"],
+            &["c"],
+            vec![ints("pads", &[1, 1, 1, 1])],
+        )
+        .node("Relu", &["c"], &["r"], vec![]);
+    let mut m = if reshape {
+        m.node("Reshape", &["r", "shape"], &["f"], vec![])
+    } else {
+        m.node("Flatten", &["r"], &["f"], vec![])
+    };
+    if reshape {
+        m.graph.initializer.push(int64s("shape", &[1, 512]));
+    }
+    m.node("Gemm", &["f", "fc", "fcb"], &["y"], vec![])
+        .output("y")
+        .proto()
+}
+
+fn classifier_workloads() -> Vec<Workload> {
+    once(&[
+        task("conv2d", "1,3,8,8,8,3,3,1,1", true, true),
+        task("matmul", "1,10,512", true, false),
+    ])
+}
+
+/// Writes the model and its data file into `dir`, returning the model's path.
+fn save(dir: &Path, model: &[u8], data: &[u8]) -> std::path::PathBuf {
+    std::fs::write(dir.join("weights.bin"), data).unwrap();
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, model).unwrap();
+    path
+}
+
+#[test]
+fn all_tensors_external_with_the_data_file_present_import_as_inline() {
+    for reshape in [false, true] {
+        let inline = import_bytes(&classifier(reshape).encode_to_vec(), &[], 1).unwrap();
+        assert_eq!(inline.workloads, classifier_workloads());
+        let dir = tempfile::tempdir().unwrap();
+        let (bytes, data) = externalize(classifier(reshape), "weights.bin");
+        let m = import(&save(dir.path(), &bytes, &data), &[], 1).unwrap();
+        assert_eq!(m, inline, "reshape: {reshape}");
+    }
+}
+
+/// Without the data file every float initializer, small biases included, is a typed
+/// input: the conv and the Gemm come out with their fused biases. A Flatten needs no
+/// data; a Reshape's shape is data, and without it tract cannot give the Gemm's input a
+/// shape (it knows neither dimension of `[?, ?]`): that is one line naming the file, the
+/// shape tensor and what needed it.
+#[test]
+fn all_tensors_external_without_the_data_file_import_from_the_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, data) = externalize(classifier(false), "weights.bin");
+    let path = save(dir.path(), &bytes, &data);
+    std::fs::remove_file(dir.path().join("weights.bin")).unwrap();
+    let m = import(&path, &[], 1).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.workloads, classifier_workloads());
+    assert_eq!(m.not_tuned_line().as_deref(), Some("not tuned: 1 Flatten"));
+
+    let (bytes, data) = externalize(classifier(true), "weights.bin");
+    let path = save(dir.path(), &bytes, &data);
+    std::fs::remove_file(dir.path().join("weights.bin")).unwrap();
+    let e = import(&path, &[], 1).unwrap_err();
+    assert!(matches!(e, OnnxError::ExternalMissing { .. }), "{e}");
+    let file = dir.path().join("weights.bin");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "cannot infer the shape of 'f' (A of Gemm node 'gemm_3') without 'shape' \
+             (read by Reshape node 'reshape_2'), whose external data {} is missing",
+            file.display()
+        )
+    );
+
+    // A data file cut short of the shape (the last tensor in it) is as good as missing
+    // for the shape; the biases before it are read.
+    let (bytes, data) = externalize(classifier(true), "weights.bin");
+    let path = save(dir.path(), &bytes, &data[..data.len() - 1]);
+    let line = import(&path, &[], 1).unwrap_err().to_string();
+    let n = data.len();
+    assert!(
+        line.ends_with(&format!(
+            "whose external data {} is {} bytes, short of its bytes {}..{n}",
+            file.display(),
+            n - 1,
+            n - 16
+        )),
+        "{line}"
+    );
+    // The Flatten model with its last bias cut short: that bias is a typed input.
+    let (bytes, data) = externalize(classifier(false), "weights.bin");
+    let path = save(dir.path(), &bytes, &data[..data.len() - 1]);
+    assert_eq!(
+        import(&path, &[], 1).unwrap().workloads,
+        classifier_workloads()
+    );
+
+    // From bytes there is no directory to look in: the same as a missing file.
+    let (bytes, _) = externalize(classifier(false), "weights.bin");
+    assert_eq!(
+        import_bytes(&bytes, &[], 1).unwrap().workloads,
+        classifier_workloads()
+    );
+    let (bytes, _) = externalize(classifier(true), "weights.bin");
+    let e = import_bytes(&bytes, &[], 1).unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            "whose external data weights.bin cannot be found: the model was not read from a file"
+        ),
+        "{e}"
+    );
+}
+
+/// `Constant` nodes may hold their value externally too (`convert_attribute=True`): one
+/// whose data is missing is a typed input to tract and still the node it was for the
+/// task (a fused bias) and for the listing.
+#[test]
+fn constant_nodes_with_missing_external_data() {
+    let constant = |name: &str, t: TensorProto| NodeProto {
+        name: format!("{name}_const"),
+        op_type: "Constant".into(),
+        output: vec![name.into()],
+        attribute: vec![AttributeProto {
+            name: "value".into(),
+            r#type: AttributeType::Tensor as i32,
+            t: Some(t),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let build = |external: bool, matmul: bool| {
+        let mut data = Vec::new();
+        let mut bias = zeros("", &[1, 8, 1, 1]);
+        let mut shape = int64s("", &[1, 512]);
+        if external {
+            externalize_tensor(&mut bias, "consts.bin", &mut data);
+            externalize_tensor(&mut shape, "consts.bin", &mut data);
+        }
+        let mut m = model().x(&[1, 8, 8, 8]).weight("w", &[8, 8, 1, 1]);
+        m.graph.node.push(constant("bc", bias));
+        m.graph.node.push(constant("shape", shape));
+        let m = m
+            .node("Conv", &["x", "w"], &["c"], vec![])
+            .node("Add", &["c", "bc"], &["a"], vec![])
+            .output("a")
+            .node("Reshape", &["a", "shape"], &["f"], vec![]);
+        let m = if matmul {
+            m.weight("proj", &[512, 4])
+                .node("MatMul", &["f", "proj"], &["z"], vec![])
+                .output("z")
+        } else {
+            m.output("f")
+        };
+        (m.bytes(), data)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (inline, _) = build(false, false);
+    let inline = import_bytes(&inline, &[], 1).unwrap();
+    assert_eq!(
+        inline.workloads,
+        once(&[task("conv2d", "1,8,8,8,8,1,1,1,0", true, false)])
+    );
+    assert_eq!(
+        inline.not_tuned_line().as_deref(),
+        Some("not tuned: 1 Constant, 1 Reshape")
+    );
+    let (bytes, data) = build(true, false);
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::write(dir.path().join("consts.bin"), &data).unwrap();
+    assert_eq!(import(&path, &[], 1).unwrap(), inline);
+    // Missing: nothing needs the reshaped shape, so the import is the same.
+    std::fs::remove_file(dir.path().join("consts.bin")).unwrap();
+    assert_eq!(import(&path, &[], 1).unwrap(), inline);
+    // A MatMul after the Reshape needs it: the error names the Constant's output.
+    let (bytes, _) = build(true, true);
+    std::fs::write(&path, &bytes).unwrap();
+    let e = import(&path, &[], 1).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "cannot infer the shape of 'f' (A of MatMul node 'matmul_5') without 'shape' \
+             (read by Reshape node 'reshape_4'), whose external data {} is missing",
+            dir.path().join("consts.bin").display()
+        )
+    );
+}
+
+/// A reference to external data that cannot be right is the model's error, in one line,
+/// before any file is looked for; so is missing data in a subgraph, whose inputs cannot
+/// stand in for it.
+#[test]
+fn malformed_external_references_and_subgraph_data_are_one_line_errors() {
+    let with = |edit: &dyn Fn(&mut TensorProto)| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut proto = classifier(true);
+        let mut data = Vec::new();
+        let shape = proto
+            .graph
+            .as_mut()
+            .unwrap()
+            .initializer
+            .last_mut()
+            .unwrap();
+        externalize_tensor(shape, "weights.bin", &mut data);
+        edit(shape);
+        let path = save(dir.path(), &proto.encode_to_vec(), &data);
+        import(&path, &[], 1).unwrap_err().to_string()
+    };
+    let set = |key: &'static str, value: &'static str| {
+        move |t: &mut TensorProto| {
+            t.external_data.retain(|e| e.key != key);
+            if !value.is_empty() {
+                t.external_data.push(entry(key, value));
+            }
+        }
+    };
+    for (edit, line) in [
+        (
+            set("location", ""),
+            "malformed model: tensor 'shape' is stored as external data but names no location",
+        ),
+        (
+            set("offset", "-8"),
+            "malformed model: tensor 'shape' has external data offset '-8', not a byte count",
+        ),
+        (
+            set("length", "12"),
+            "malformed model: tensor 'shape' has 12 bytes of external data, but its dimensions [2] take 16",
+        ),
+        (
+            set("offset", "18446744073709551615"),
+            "", // checked below: past the end of the file
+        ),
+    ] {
+        let got = with(&edit);
+        assert!(!got.contains('\n'), "{got}");
+        if line.is_empty() {
+            assert!(
+                got.ends_with(
+                    "is 16 bytes, short of its bytes 18446744073709551615..18446744073709551615"
+                ),
+                "{got}"
+            );
+        } else {
+            assert_eq!(got, line);
+        }
+    }
+
+    // An If whose branch holds external data that is not there.
+    let dir = tempfile::tempdir().unwrap();
+    let mut branch = model().weight("k", &[4]).output("k").graph;
+    let mut data = Vec::new();
+    externalize_tensor(&mut branch.initializer[0], "branch.bin", &mut data);
+    let mut m = model().input("cond", &[]);
+    m.graph.input[0].r#type = Some(typed(DataType::Bool, &[]));
+    let m = m.node(
+        "If",
+        &["cond"],
+        &["y"],
+        vec![
+            AttributeProto {
+                name: "then_branch".into(),
+                r#type: AttributeType::Graph as i32,
+                g: Some(branch.clone()),
+                ..Default::default()
+            },
+            AttributeProto {
+                name: "else_branch".into(),
+                r#type: AttributeType::Graph as i32,
+                g: Some(branch),
+                ..Default::default()
+            },
+        ],
+    );
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, m.output("y").bytes()).unwrap();
+    let e = import(&path, &[], 1).unwrap_err();
+    assert!(matches!(e, OnnxError::ExternalNeeded { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "a subgraph of If node 'if_0' needs tensor 'k', whose external data {} is missing",
+            dir.path().join("branch.bin").display()
+        )
+    );
+    // With the file there, the branch's data is inlined and tract reads the model.
+    std::fs::write(dir.path().join("branch.bin"), &data).unwrap();
+    let m = import(&path, &[], 1).unwrap_or_else(|e| panic!("{e}"));
+    assert!(m.workloads.is_empty());
+}
+
+/// An external location must be a relative path that stays in the model's directory,
+/// through links too: anything else is refused in one line, file present or not, even
+/// for a weight that is never read ('w', the first initializer). A link is only followed
+/// for data that is read ('b', the first such).
+#[test]
+fn external_data_outside_the_model_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    let (_, data) = externalize(classifier(true), "x.bin");
+    std::fs::write(dir.path().join("x.bin"), &data).unwrap();
+    std::os::unix::fs::symlink("../x.bin", models.join("link.bin")).unwrap();
+    for (location, tensor, reason) in [
+        ("../x.bin", "w", "leaves the model's directory"),
+        ("/etc/passwd", "w", "is an absolute path"),
+        ("sub/../../x.bin", "w", "leaves the model's directory"),
+        (
+            "link.bin",
+            "b",
+            "leads outside the model's directory through a link",
+        ),
+    ] {
+        let (bytes, _) = externalize(classifier(true), location);
+        let path = models.join("model.onnx");
+        std::fs::write(&path, &bytes).unwrap();
+        let e = import(&path, &[], 1).unwrap_err();
+        assert!(
+            matches!(e, OnnxError::ExternalPath { .. }),
+            "{location}: {e}"
+        );
+        let line = e.to_string();
+        assert_eq!(
+            line,
+            format!(
+                "external data '{location}' of tensor '{tensor}' {reason}: it must be a relative path inside the model's directory"
+            )
+        );
+    }
+    // A control character in a location is escaped: the error stays one line.
+    let (bytes, _) = externalize(classifier(true), "../a\nb.bin");
+    std::fs::write(models.join("model.onnx"), &bytes).unwrap();
+    let line = import(&models.join("model.onnx"), &[], 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        line.starts_with("external data '../a\\nb.bin' of tensor 'w'"),
+        "{line}"
+    );
+}
+
+/// Ops that take a shape, axes or bounds as int64 data: with that data missing, the
+/// conv after them has no shape, and the error says which tensor and file it needs.
+#[test]
+fn shape_operands_with_missing_external_data_are_named() {
+    for op in ["Slice", "Unsqueeze", "Expand", "Pad", "Tile"] {
+        let mut m = model().x(&[1, 8, 8, 8]).weight("w", &[8, 8, 1, 1]);
+        m.graph.initializer.push(int64s("k", &[0, 0, 0, 0]));
+        let ins: &[&str] = if op == "Slice" {
+            &["x", "k", "k"]
+        } else {
+            &["x", "k"]
+        };
+        let m = m
+            .node(op, ins, &["u"], vec![])
+            .node("Conv", &["u", "w"], &["y"], vec![])
+            .output("y");
+        let (bytes, _) = externalize(m.proto(), "gone.bin");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.onnx");
+        std::fs::write(&path, bytes).unwrap();
+        let e = import(&path, &[], 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot infer the shape of 'u' (data of Conv node 'conv_1') without 'k' \
+                 (read by {op} node '{}_0'), whose external data {} is missing",
+                op.to_lowercase(),
+                dir.path().join("gone.bin").display()
+            )
+        );
     }
 }
