@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{ok, ok_env, records, states, tilesched};
+use common::{fails, ok, ok_env, records, states, tilesched};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
@@ -257,6 +257,125 @@ fn network_trials_are_shared_and_best_and_export_read_the_log() {
     ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("task nope has no records"));
+}
+
+/// Tunes `shape` for `trials` simulated trials into `log`; returns its records.
+fn tuned(log: &Path, shape: &str, trials: &str) -> Vec<Value> {
+    ok(&[
+        "tune",
+        "matmul",
+        "--shape",
+        shape,
+        "--trials",
+        trials,
+        "--simulate",
+        "--search",
+        "random",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    records(log)
+}
+
+fn median(r: &Value) -> Option<f64> {
+    r["result"]["ok"]["median_us"].as_f64()
+}
+
+/// `best`, `export` and `deploy add` rank a task's records alike (of equal times, the
+/// first in the log is the best, whichever record that is), and name a task whose
+/// records all failed with its trials.
+#[test]
+fn best_export_and_deploy_add_pick_the_same_record_and_name_tasks_without_a_kernel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut real = tuned(&tmp.path().join("a.jsonl"), "64,64,32", "6");
+    real.sort_by(|a, b| {
+        let us = |r: &Value| median(r).unwrap_or(f64::INFINITY);
+        us(a).total_cmp(&us(b))
+    });
+    let (fastest, second) = (&real[0], &real[1]);
+    let best_us = median(fastest).unwrap();
+    let task = fastest["task"].as_str().unwrap();
+    let mut tie = second.clone();
+    tie["result"]["ok"]["median_us"] = best_us.into();
+    assert_ne!(tie["state"], fastest["state"]);
+    let mut failed = tuned(&tmp.path().join("b.jsonl"), "64,64,64", "3");
+    for r in &mut failed {
+        r["result"] = serde_json::json!({"error": {"kind": "wrong_answer", "message": "x"}});
+    }
+    let failed_task = failed[0]["task"].as_str().unwrap();
+    let (gpu, cc) = (
+        &fastest["device"]["name"],
+        &fastest["device"]["compute_capability"],
+    );
+    let (gpu, cc) = (gpu.as_str().unwrap(), format!("{}.{}", cc[0], cc[1]));
+
+    for (name, expected) in [("tie-last", fastest), ("tie-first", &tie)] {
+        let mut lines: Vec<&Value> = real.iter().chain(&failed).collect();
+        if name == "tie-last" {
+            lines.push(&tie);
+        } else {
+            lines.insert(0, &tie);
+        }
+        let text: String = lines.iter().map(|r| format!("{r}\n")).collect();
+        let log = tmp.path().join(format!("{name}.jsonl"));
+        std::fs::write(&log, text).unwrap();
+        let log_s = log.to_str().unwrap();
+
+        let best: Value =
+            serde_json::from_str(&ok(&["best", "--log", log_s, "--task", task, "--json"])).unwrap();
+        assert_eq!(best[0]["state"], expected["state"], "{name}");
+        let cubin = tmp.path().join(format!("{name}.cubin"));
+        let cubin_s = cubin.to_str().unwrap();
+        ok(&[
+            "export", "--log", log_s, "--task", task, "--format", "cubin", "--out", cubin_s,
+        ]);
+        let sidecar: Value =
+            serde_json::from_str(&std::fs::read_to_string(format!("{cubin_s}.json")).unwrap())
+                .unwrap();
+        assert_eq!(sidecar["state"], expected["state"], "{name}");
+
+        // Every task: the one without a kernel is named, the other stored.
+        let cache = tmp.path().join(format!("{name}-cache"));
+        let cache_s = cache.to_str().unwrap();
+        let o = tilesched(&["deploy", "add", "--log", log_s, "--cache", cache_s]);
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert!(!o.status.success());
+        assert!(out.contains("1 of 2 tasks"), "{out}");
+        let why =
+            format!("task {failed_task} has no correct kernel in {log_s} (3 records, all failed)");
+        assert!(
+            err.contains(&format!("{failed_task}: not stored: {why}")),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("error: 1 task(s) have no kernel to store\n"),
+            "{err}"
+        );
+        let entry: Value = serde_json::from_str(&ok(&[
+            "deploy", "lookup", "--cache", cache_s, "--task", task, "--gpu", gpu, "--cc", &cc,
+            "--json",
+        ]))
+        .unwrap();
+        assert_eq!(entry["final_us"].as_f64(), Some(best_us));
+        let deployed = std::fs::read(entry["path"].as_str().unwrap()).unwrap();
+        assert_eq!(deployed, std::fs::read(&cubin).unwrap(), "{name}");
+
+        let err = fails(&[
+            "export",
+            "--log",
+            log_s,
+            "--task",
+            failed_task,
+            "--format",
+            "cuda",
+            "--out",
+            "x",
+        ]);
+        assert_eq!(err, format!("error: {why}\n"));
+    }
 }
 
 #[test]

@@ -14,11 +14,14 @@
 //!   another version of the tool wrote it.
 //!
 //! A record whose kernel cannot be regenerated never costs the task its kernel: the next
-//! fastest correct record is taken instead (`best_regenerated`).
+//! fastest correct record is taken instead (`best_regenerated`), from those a task's
+//! summary kept (`ranking::KEEP`), so the log is read once and never held.
 
 use crate::record::{Record, source_hash};
+use crate::report::TaskTally;
 use gpu::{CompileError, CompiledKernel, DeviceInfo, UnknownArch};
 use schedule::{GeneratedKernel, InvalidState, generate};
+use std::borrow::Borrow;
 use std::fmt;
 use std::path::Path;
 use thiserror::Error;
@@ -36,6 +39,17 @@ pub enum KernelError {
         task: String,
         log: String,
         trials: usize,
+    },
+    /// Every kept record failed to regenerate, and slower correct ones were not kept.
+    #[error(
+        "{task}: none of the {kept} fastest correct records in {log} regenerates (of {correct}; slower ones are not kept); the fastest: {first}"
+    )]
+    NoneRegenerates {
+        task: String,
+        log: String,
+        kept: usize,
+        correct: usize,
+        first: Box<KernelError>,
     },
     #[error("{task}: the recorded state is not valid for its device: {error}")]
     InvalidState { task: String, error: InvalidState },
@@ -56,52 +70,30 @@ pub enum KernelError {
     },
 }
 
-/// The correct records of `task`, fastest first (ties in log order).
-fn ranked<'a>(records: &'a [Record], task: &str) -> Vec<&'a Record> {
-    let mut ranked: Vec<(&Record, f64)> = records
-        .iter()
-        .filter(|r| r.task == task)
-        .filter_map(|r| r.median_us().map(|us| (r, us)))
-        .collect();
-    ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
-    ranked.into_iter().map(|(r, _)| r).collect()
-}
-
-/// Why `task` has no correct record in `records`.
-fn no_kernel(records: &[Record], task: &str, log: &Path) -> KernelError {
+/// Why the task of `tally` (read from `log`, named in the errors) has no correct record.
+fn no_kernel<R>(tally: &TaskTally<R>, log: &Path) -> KernelError {
     let log = log.display().to_string();
-    let task = task.to_string();
-    match records.iter().filter(|r| r.task == task).count() {
+    let task = tally.task.clone();
+    match tally.trials {
         0 => KernelError::NoRecords { task, log },
         trials => KernelError::NoCorrectKernel { task, log, trials },
     }
 }
 
-/// The fastest correct record of `task` among `records` (read from `log`, named in the
-/// errors); the same record `summarize` reports as the task's best.
-pub fn best_record<'a>(
-    records: &'a [Record],
-    task: &str,
-    log: &Path,
-) -> Result<&'a Record, KernelError> {
-    ranked(records, task)
-        .first()
-        .copied()
-        .ok_or_else(|| no_kernel(records, task, log))
-}
-
-/// The fastest correct record of `task` whose kernel regenerates. Faster records that
-/// do not (a device without a hardware table, a state this build refuses) are passed
-/// over, kept with their reasons in `BestKernel::passed_over` for the caller to warn
-/// about; when none regenerates, the fastest one's reason is the error.
-pub fn best_regenerated<'a>(
-    records: &'a [Record],
-    task: &str,
+/// The fastest correct record of a task whose kernel regenerates, among those its
+/// `tally` kept (read from `log`, named in the errors; the first is the record `best`
+/// reports). Faster records that do not regenerate (a device without a hardware table,
+/// a state this build refuses) are passed over, kept with their reasons in
+/// `BestKernel::passed_over` for the caller to warn about. When none regenerates, the
+/// fastest one's reason is the error, or, when slower correct records were not kept,
+/// [`KernelError::NoneRegenerates`].
+pub fn best_regenerated<'a, R: Borrow<Record>>(
+    tally: &'a TaskTally<R>,
     log: &Path,
 ) -> Result<BestKernel<'a>, KernelError> {
     let mut passed_over = Vec::new();
-    for record in ranked(records, task) {
-        match BestKernel::regenerate(record) {
+    for record in &tally.fastest {
+        match BestKernel::regenerate(record.borrow()) {
             Ok(kernel) => {
                 return Ok(BestKernel {
                     passed_over,
@@ -111,20 +103,29 @@ pub fn best_regenerated<'a>(
             Err(e) => passed_over.push(e),
         }
     }
-    Err(passed_over
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| no_kernel(records, task, log)))
+    let (kept, correct) = (passed_over.len(), tally.correct());
+    let Some(first) = passed_over.into_iter().next() else {
+        return Err(no_kernel(tally, log));
+    };
+    if correct <= kept {
+        return Err(first);
+    }
+    Err(KernelError::NoneRegenerates {
+        task: tally.task.clone(),
+        log: log.display().to_string(),
+        kept,
+        correct,
+        first: Box::new(first),
+    })
 }
 
-/// The best kernel of `task` in `records` (`best_regenerated`), compiled for the
-/// architecture it was measured on: the whole path in one call.
-pub fn best_kernel<'a>(
-    records: &'a [Record],
-    task: &str,
+/// The best kernel of a task (`best_regenerated`), compiled for the architecture it was
+/// measured on: the whole path in one call.
+pub fn best_kernel<'a, R: Borrow<Record>>(
+    tally: &'a TaskTally<R>,
     log: &Path,
 ) -> Result<(BestKernel<'a>, CompiledKernel), KernelError> {
-    let kernel = best_regenerated(records, task, log)?;
+    let kernel = best_regenerated(tally, log)?;
     let compiled = kernel.compile()?;
     Ok((kernel, compiled))
 }
@@ -257,8 +258,26 @@ fn staleness(record: &Record, source: &str) -> Option<Staleness> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ranking::KEEP;
     use crate::record::tests::{ok, record};
+    use crate::report::{Summarizer, TaskSummary};
     use gpu::{ErrorKind, Outcome};
+
+    /// The tally of `task` in `records` keeping `keep` records (`export` keeps `KEEP`).
+    fn tally<'a>(records: &'a [Record], task: &str, keep: usize) -> TaskSummary<'a> {
+        let mut s = Summarizer::only(&[task.to_string()]).keeping(keep);
+        for r in records {
+            s.add(r);
+        }
+        s.finish().remove(0)
+    }
+
+    /// The time of `task`'s best kernel in `records` and the records passed over.
+    fn best(records: &[Record], task: &str) -> Result<(f64, Vec<KernelError>), KernelError> {
+        let t = tally(records, task, KEEP);
+        let k = best_regenerated(&t, Path::new("l.jsonl"))?;
+        Ok((k.record.median_us().unwrap(), k.passed_over))
+    }
 
     fn log() -> Vec<Record> {
         vec![
@@ -269,17 +288,16 @@ mod tests {
     }
 
     #[test]
-    fn the_best_record_is_the_fastest_correct_one_and_misses_are_named() {
+    fn the_best_kernel_is_the_fastest_correct_record_and_misses_are_named() {
         let records = log();
-        let path = Path::new("l.jsonl");
-        let best = best_record(&records, "matmul_m64_n64_k64", path).unwrap();
-        assert_eq!(best.median_us(), Some(12.5));
-        let e = best_record(&records, "matmul_m128_n64_k32", path).unwrap_err();
+        let (us, passed_over) = best(&records, "matmul_m64_n64_k64").unwrap();
+        assert_eq!((us, passed_over.len()), (12.5, 0));
+        let e = best(&records, "matmul_m128_n64_k32").unwrap_err();
         assert_eq!(
             e.to_string(),
             "task matmul_m128_n64_k32 has no correct kernel in l.jsonl (1 records, all failed)"
         );
-        let e = best_record(&records, "nope", path).unwrap_err();
+        let e = best(&records, "nope").unwrap_err();
         assert_eq!(e.to_string(), "task nope has no records in l.jsonl");
     }
 
@@ -336,26 +354,34 @@ mod tests {
         foreign.device.compute_capability = (8, 6);
         let mut records = log();
         records.push(foreign.clone());
-        let path = Path::new("l.jsonl");
         // The fastest record is the foreign one; its kernel cannot be regenerated.
-        assert_eq!(
-            best_record(&records, "matmul_m64_n64_k64", path)
-                .unwrap()
-                .median_us(),
-            Some(5.0)
-        );
-        let k = best_regenerated(&records, "matmul_m64_n64_k64", path).unwrap();
-        assert_eq!(k.record.median_us(), Some(12.5));
-        assert_eq!(k.passed_over.len(), 1);
-        assert!(matches!(k.passed_over[0], KernelError::UnknownArch { .. }));
-        // None regenerates: the fastest one's reason.
-        let only = [foreign];
-        let e = best_regenerated(&only, "matmul_m64_n64_k64", path).unwrap_err();
+        let task = "matmul_m64_n64_k64";
+        assert_eq!(tally(&records, task, 1).best_us(), Some(5.0));
+        let (us, passed_over) = best(&records, task).unwrap();
+        assert_eq!(us, 12.5);
+        assert_eq!(passed_over.len(), 1);
+        assert!(matches!(passed_over[0], KernelError::UnknownArch { .. }));
+        // None regenerates, and none was left unkept: the fastest one's reason.
+        let mut slower = foreign.clone();
+        slower.result = ok(6.0);
+        let only = [foreign, slower];
+        let e = best(&only, task).unwrap_err();
+        assert!(matches!(e, KernelError::UnknownArch { .. }), "{e}");
         assert!(e.to_string().contains("no hardware table"), "{e}");
-        // No correct record, no record: as `best_record` says.
-        let e = best_regenerated(&records, "matmul_m128_n64_k32", path).unwrap_err();
+        // Every kept record fails and slower correct ones were not kept: said so.
+        let t = tally(&only, task, 1);
+        let e = best_regenerated(&t, Path::new("l.jsonl")).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "matmul_m64_n64_k64: none of the 1 fastest correct records in l.jsonl regenerates (of 2; slower ones are not kept); the fastest: matmul_m64_n64_k64: "
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("no hardware table"), "{e}");
+        // No correct record, no record.
+        let e = best(&records, "matmul_m128_n64_k32").unwrap_err();
         assert!(matches!(e, KernelError::NoCorrectKernel { trials: 1, .. }));
-        let e = best_regenerated(&records, "nope", path).unwrap_err();
+        let e = best(&records, "nope").unwrap_err();
         assert!(matches!(e, KernelError::NoRecords { .. }));
     }
 

@@ -6,17 +6,19 @@
 //! depends on this crate, not on the search and its cost model.
 
 pub mod kernel;
+pub mod ranking;
 pub mod record;
 pub mod report;
 pub mod validate;
 
-pub use kernel::{BestKernel, KernelError, Staleness, best_kernel, best_record, best_regenerated};
+pub use kernel::{BestKernel, KernelError, Staleness, best_kernel, best_regenerated};
+pub use ranking::KEEP;
 pub use record::{
     CompileInfo, Log, LogError, LogSink, LogWriter, Record, Skipped, is_compressed, now, read_log,
     read_log_into, source_hash,
 };
 pub use report::{
-    LogSummary, Summarizer, TaskSummary, TaskTally, best_table, summarize, summarize_log,
-    tune_table,
+    LogSummary, Summarizer, TaskSummary, TaskTally, best_table, read_summary, summarize,
+    summarize_log, tune_table,
 };
 pub use validate::{InvalidRecord, check_record};

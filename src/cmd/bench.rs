@@ -222,7 +222,7 @@ pub fn run(args: Args) -> Result<()> {
         .par_iter()
         .zip(summaries.par_iter())
         .map(|(w, s)| {
-            let best = s.best.cloned();
+            let best = s.best().cloned();
             let (reference, ours, problem) = build(&w.task, best.as_ref(), &device)?;
             Ok(Prepared {
                 count: w.count,

@@ -36,7 +36,7 @@ pub fn run(args: Args) -> Result<()> {
         bail!("{} holds no records", args.log.display());
     }
     if args.json {
-        let best: Vec<_> = summaries.iter().filter_map(|s| s.best).collect();
+        let best: Vec<_> = summaries.iter().filter_map(|s| s.best()).collect();
         println!("{}", serde_json::to_string_pretty(&best)?);
     } else {
         print!("{}", best_table(&summaries));

@@ -7,10 +7,11 @@
 //! - `tilesched deploy add --log FILE --cache DIR [--task KEY]...`: stores the best
 //!   stage-1 kernel of each task of a tuning log (regenerated and compiled for the
 //!   architecture it was measured on; no GPU needed), for a deploy cache without running
-//!   the second stage. A faster kernel already cached is kept.
+//!   the second stage. A faster kernel already cached is kept. The log is streamed:
+//!   memory holds each task's fastest records (`records::KEEP`), not the log.
 
 use anyhow::{Result, anyhow, bail};
-use records::{best_kernel, read_log};
+use records::{KEEP, Summarizer, best_kernel, read_summary};
 use runtime::{DeployCache, NewEntry, Stage, StoreAction, gpu_label, lookup as find, params_of};
 use std::path::PathBuf;
 
@@ -62,22 +63,27 @@ pub fn run(command: Command) -> Result<()> {
 }
 
 fn add(args: AddArgs) -> Result<()> {
-    let log = read_log(&args.log)?;
+    let summarizer = if args.task.is_empty() {
+        Summarizer::new(&[])
+    } else {
+        Summarizer::only(&args.task)
+    };
+    let log = read_summary(&args.log, summarizer.keeping(KEEP))?;
     if let Some(w) = log.warning(&args.log) {
         eprintln!("{w}");
     }
-    let mut tasks: Vec<String> = Vec::new();
-    for r in &log.records {
-        if !tasks.contains(&r.task) {
-            tasks.push(r.task.clone());
-        }
+    if let Some(missing) = log.tasks.iter().find(|t| t.trials == 0) {
+        bail!(
+            "task {} has no records in {}",
+            missing.task,
+            args.log.display()
+        );
     }
-    if !args.task.is_empty() {
-        if let Some(missing) = args.task.iter().find(|t| !tasks.contains(t)) {
-            bail!("task {missing} has no records in {}", args.log.display());
-        }
-        tasks = args.task.clone();
-    }
+    let tasks: Vec<String> = if args.task.is_empty() {
+        log.tasks.iter().map(|t| t.task.clone()).collect()
+    } else {
+        args.task.clone()
+    };
     if tasks.is_empty() {
         bail!("{} holds no records", args.log.display());
     }
@@ -87,7 +93,12 @@ fn add(args: AddArgs) -> Result<()> {
     let mut cache = DeployCache::open(&args.cache)?;
     let mut failed = 0;
     for task in &tasks {
-        let (best, compiled) = match best_kernel(&log.records, task, &args.log) {
+        let tally = log
+            .tasks
+            .iter()
+            .find(|t| &t.task == task)
+            .expect("every task was read");
+        let (best, compiled) = match best_kernel(tally, &args.log) {
             Ok(found) => found,
             Err(e) => {
                 eprintln!("{task}: not stored: {e}");

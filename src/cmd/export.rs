@@ -5,10 +5,11 @@
 //! kernel adds into its output: the launch configuration says so (`zero_output`), and
 //! the caller must zero the output before every launch. When the fastest record's
 //! kernel cannot be regenerated, the next fastest correct one is exported (with a
-//! warning naming why), so one bad record never costs a task its kernel.
+//! warning naming why), so one bad record never costs a task its kernel. The log is
+//! streamed: memory holds the task's fastest records (`records::KEEP`), not the log.
 
 use anyhow::{Context, Result};
-use records::{best_regenerated, read_log};
+use records::{KEEP, Summarizer, best_regenerated, read_summary};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -65,11 +66,12 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let log = read_log(&args.log)?;
+    let only = Summarizer::only(std::slice::from_ref(&args.task)).keeping(KEEP);
+    let log = read_summary(&args.log, only)?;
     if let Some(w) = log.warning(&args.log) {
         eprintln!("{w}");
     }
-    let best = best_regenerated(&log.records, &args.task, &args.log)?;
+    let best = best_regenerated(&log.tasks[0], &args.log)?;
     for error in &best.passed_over {
         eprintln!("warning: passed over a faster record: {error}");
     }

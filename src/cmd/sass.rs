@@ -172,7 +172,7 @@ pub fn prepare(
     let mut out = Vec::new();
     for s in summaries {
         // The summary already holds the best record: no second pass over the log.
-        let best = s.best.ok_or_else(|| KernelError::NoCorrectKernel {
+        let best = s.best().ok_or_else(|| KernelError::NoCorrectKernel {
             task: s.task.clone(),
             log: log_path.display().to_string(),
             trials: s.trials,
