@@ -209,10 +209,7 @@ impl Worker {
             reference: key.1.clone(),
         })
         .expect("requests always serialize");
-        if writeln!(self.stdin, "{line}")
-            .and_then(|()| self.stdin.flush())
-            .is_err()
-        {
+        if self.send(&line).is_err() {
             self.restart().map_err(lost(None))?;
             return self.prepare(request);
         }
@@ -255,22 +252,36 @@ impl Worker {
         Ok(Some(outcome))
     }
 
+    /// Whether the worker process has ended (killed from outside while idle, say).
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    fn send(&mut self, line: &str) -> std::io::Result<()> {
+        writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush())
+    }
+
     /// Measures one request; `Err` only when the worker cannot be restarted.
     fn measure(&mut self, request: &MeasureRequest, timeout: Duration) -> Result<Outcome, Lost> {
+        let lost = |outcome: Option<Outcome>| move |error: PoolError| Lost { outcome, error };
+        // A worker that died while idle is started again before it is given the
+        // request: the new process holds no task, so `prepare` readies it under its own
+        // deadline rather than the candidate's.
+        if self.exited() {
+            self.restart().map_err(lost(None))?;
+        }
         if let Some(failed) = self.prepare(request)? {
             return Ok(failed);
         }
-        let lost = |outcome: Option<Outcome>| move |error: PoolError| Lost { outcome, error };
         let line = serde_json::to_string(&Request::Measure(request.clone()))
             .expect("requests always serialize");
-        if writeln!(self.stdin, "{line}")
-            .and_then(|()| self.stdin.flush())
-            .is_err()
-        {
-            // The worker is gone (it should have been restarted already): once more.
+        if self.send(&line).is_err() {
+            // It died since: once more, prepared again.
             self.restart().map_err(lost(None))?;
-            writeln!(self.stdin, "{line}")
-                .and_then(|()| self.stdin.flush())
+            if let Some(failed) = self.prepare(request)? {
+                return Ok(failed);
+            }
+            self.send(&line)
                 .map_err(|e| PoolError::Protocol {
                     device: self.ordinal,
                     message: format!("cannot send a request: {e}"),
@@ -512,4 +523,111 @@ pub struct Batch {
 struct Lost {
     outcome: Option<Outcome>,
     error: PoolError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::Simulated;
+    use schedule::LaunchConfig;
+    use std::io::Write as _;
+
+    /// A worker written in sh: ready at once; answers `Prepare`; measures only a
+    /// prepared task (else it answers `wrong_answer`, as a candidate timed out by a
+    /// slow preparation would fail); ends, idle, after answering its first measurement.
+    fn one_shot_worker(dir: &std::path::Path) -> WorkerCommand {
+        let ready = serde_json::to_string(&Response::Ready {
+            device: Simulated::device(0),
+        })
+        .unwrap();
+        let answer = |outcome: Outcome| {
+            serde_json::to_string(&Response::Result {
+                id: 777,
+                outcome,
+                fatal: false,
+            })
+            .unwrap()
+        };
+        let prepared = serde_json::to_string(&Response::Prepared {
+            id: 777,
+            error: None,
+            fatal: false,
+        })
+        .unwrap();
+        let ok = answer(Outcome::Ok(crate::Timing::from_samples(vec![5.0])));
+        let unprepared = answer(Outcome::error(ErrorKind::WrongAnswer, "not prepared"));
+        let script = format!(
+            r#"echo '{ready}'
+while read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/^{{"type":"[a-z]*","id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    '{{"type":"prepare"'*) prepared=1; echo '{prepared}' | sed "s/777/$id/" ;;
+    *) if [ -n "$prepared" ]; then echo '{ok}' | sed "s/777/$id/"; exit 0; fi
+       echo '{unprepared}' | sed "s/777/$id/" ;;
+  esac
+done
+"#
+        );
+        let path = dir.join("worker.sh");
+        std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(script.as_bytes()))
+            .unwrap();
+        WorkerCommand {
+            program: "sh".into(),
+            args: vec![path.display().to_string()],
+        }
+    }
+
+    fn request(id: u64) -> MeasureRequest {
+        let image = KernelImage {
+            cubin: "k.cubin".into(),
+            name: "k".into(),
+            launch: LaunchConfig {
+                grid: 1,
+                block: 32,
+                dynamic_shared_bytes: 0,
+                zero_output: false,
+            },
+        };
+        MeasureRequest {
+            id,
+            problem: Problem {
+                key: "t".into(),
+                inputs: vec![4, 4],
+                output: 4,
+                reduction: 2,
+                seed: 0,
+                dtype: Default::default(),
+                out_dtype: Default::default(),
+            },
+            reference: image.clone(),
+            candidate: image,
+            timing: Default::default(),
+            injected: None,
+        }
+    }
+
+    #[test]
+    fn a_worker_dead_while_idle_is_restarted_and_prepared_before_its_next_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pool = Pool::start(&one_shot_worker(dir.path()), &[0]).unwrap();
+        let timeout = Duration::from_secs(10);
+        for id in 0..3 {
+            let outcomes = pool
+                .measure_all(&[request(id)], timeout, &|_, _, _| {})
+                .unwrap();
+            assert!(
+                matches!(outcomes[0].0, Outcome::Ok(_)),
+                "request {id}: {:?}",
+                outcomes[0].0
+            );
+            // The worker has answered and ended: wait until it is gone.
+            let worker = &mut pool.workers[0];
+            let started = std::time::Instant::now();
+            while !worker.exited() {
+                assert!(started.elapsed() < Duration::from_secs(10), "never ended");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
 }
