@@ -530,7 +530,6 @@ mod tests {
     use super::*;
     use crate::worker::Simulated;
     use schedule::LaunchConfig;
-    use std::io::Write as _;
 
     /// A worker written in sh: ready at once; answers `Prepare`; measures only a
     /// prepared task (else it answers `wrong_answer`, as a candidate timed out by a
@@ -569,9 +568,7 @@ done
 "#
         );
         let path = dir.join("worker.sh");
-        std::fs::File::create(&path)
-            .and_then(|mut f| f.write_all(script.as_bytes()))
-            .unwrap();
+        std::fs::write(&path, script).unwrap();
         WorkerCommand {
             program: "sh".into(),
             args: vec![path.display().to_string()],
