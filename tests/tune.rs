@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{fails, ok, ok_env, records, states, tilesched};
+use common::{fails, ok, ok_env, records, states, tilesched, tilesched_env};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
@@ -932,6 +932,69 @@ fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
     );
     let kept = records(&log);
     assert_eq!(kept.len(), 4);
+    for r in kept {
+        assert_eq!(error_kind(&r), None, "{r}");
+    }
+}
+
+#[test]
+fn a_task_too_large_for_the_gpus_free_memory_is_refused_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("big.jsonl");
+    // 26 GB of f32 buffers; the (simulated) GPU says 10 GB are free.
+    let o = tilesched_env(
+        &[
+            "tune",
+            "batch_matmul",
+            "--shape",
+            "524287,64,64,64",
+            "--simulate",
+            "--log",
+            log.to_str().unwrap(),
+        ],
+        &[(gpu::worker::SIMULATED_FREE_ENV, "10000000000")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "error: batch_matmul_b524287_m64_n64_k64: its buffers take 25.8 GB (inputs 17.2 GB, output 8.6 GB), more than the 10.0 GB free on the GPU (device 0); nothing was measured"
+    );
+    assert!(!log.exists(), "no log is left behind");
+}
+
+#[test]
+fn a_task_slow_to_prepare_gives_its_candidates_time_to_be_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("slow-check.jsonl");
+    // Preparing takes 2.5 s, as reading back a large reference output does; so does
+    // each candidate's check (1.5 s here), which --timeout 1 alone would not allow.
+    ok_env(
+        &[
+            "tune",
+            "matmul",
+            "--shape",
+            "64,64,32",
+            "--simulate",
+            "--trials",
+            "2",
+            "--search",
+            "random",
+            "--timeout",
+            "1",
+            "--min-time-ms",
+            "1",
+            "--log",
+            log.to_str().unwrap(),
+        ],
+        &[
+            (gpu::worker::SIMULATED_PREPARE_ENV, "2500"),
+            (gpu::worker::SIMULATED_MEASURE_ENV, "1500"),
+        ],
+    );
+    let kept = records(&log);
+    assert_eq!(kept.len(), 2);
     for r in kept {
         assert_eq!(error_kind(&r), None, "{r}");
     }

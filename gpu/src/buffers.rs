@@ -43,6 +43,11 @@ pub fn copy_count(problem_bytes: u64, device: &DeviceInfo) -> usize {
     copies as usize
 }
 
+/// `bytes` for a person: GB with one decimal.
+pub fn gigabytes(bytes: u64) -> String {
+    format!("{:.1} GB", bytes as f64 / 1e9)
+}
+
 /// A reference kernel whose output cannot serve as the expected one.
 #[derive(Debug, Clone, Error)]
 pub enum ReferenceError {
@@ -80,6 +85,22 @@ impl BufferSets {
         problem: &Problem,
         device: &DeviceInfo,
     ) -> Result<BufferSets, CudaError> {
+        BufferSets::new_reporting(ctx, problem, device, &mut |_| {})
+    }
+
+    /// `new`, saying as each stage ends how long it took (`progress`): drawing the
+    /// inputs, uploading them, copying the rotated sets. A multi-GB task spends seconds
+    /// to minutes here.
+    pub fn new_reporting(
+        ctx: &Context,
+        problem: &Problem,
+        device: &DeviceInfo,
+        progress: &mut dyn FnMut(String),
+    ) -> Result<BufferSets, CudaError> {
+        let started = std::time::Instant::now();
+        let mut stage = |what: String| {
+            progress(format!("{what} ({:.1} s)", started.elapsed().as_secs_f64()));
+        };
         let alloc_set = || -> Result<Vec<Buffer>, CudaError> {
             let inputs = problem.inputs.iter().map(|&len| (len, problem.dtype));
             inputs
@@ -88,9 +109,12 @@ impl BufferSets {
                 .collect()
         };
         let first = alloc_set()?;
-        for (buffer, host) in first.iter().zip(problem.input_values()) {
+        let values = problem.input_values();
+        stage(format!("inputs drawn, {}", gigabytes(problem.bytes())));
+        for (buffer, host) in first.iter().zip(values) {
             ctx.upload(buffer, &host)?;
         }
+        stage("inputs uploaded".to_string());
         let copies = copy_count(problem.bytes(), device);
         let mut sets = Vec::with_capacity(copies);
         sets.push(first);
@@ -102,6 +126,9 @@ impl BufferSets {
             sets.push(set);
         }
         ctx.synchronize_all()?;
+        if copies > 1 {
+            stage(format!("{copies} rotated copies made"));
+        }
         Ok(BufferSets { sets })
     }
 

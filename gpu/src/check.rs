@@ -159,9 +159,31 @@ impl Problem {
 
     /// Bytes of one set of buffers (inputs and output), by element size.
     pub fn bytes(&self) -> u64 {
-        let inputs = self.inputs.iter().sum::<usize>() as u64;
-        inputs * u64::from(self.dtype.bytes())
-            + self.output as u64 * u64::from(self.out_dtype.bytes())
+        self.input_bytes() + self.output_bytes()
+    }
+
+    fn input_bytes(&self) -> u64 {
+        self.inputs.iter().sum::<usize>() as u64 * u64::from(self.dtype.bytes())
+    }
+
+    fn output_bytes(&self) -> u64 {
+        self.output as u64 * u64::from(self.out_dtype.bytes())
+    }
+
+    /// Why one set of this problem's buffers cannot be allocated in `free` bytes of
+    /// device memory, if it cannot (the rotated copies are fewer where memory is short,
+    /// never fewer than one).
+    pub fn exceeds(&self, free: u64) -> Option<String> {
+        use crate::buffers::gigabytes;
+        (self.bytes() > free).then(|| {
+            format!(
+                "its buffers take {} (inputs {}, output {}), more than the {} free on the GPU",
+                gigabytes(self.bytes()),
+                gigabytes(self.input_bytes()),
+                gigabytes(self.output_bytes()),
+                gigabytes(free)
+            )
+        })
     }
 }
 
@@ -418,6 +440,18 @@ mod tests {
     #[test]
     fn bytes_count_element_sizes() {
         assert_eq!(problem(1).bytes(), 4 * 1510);
+        assert_eq!(problem(1).exceeds(4 * 1510), None);
+        let large = Problem {
+            inputs: vec![1 << 30, 1 << 30],
+            output: 1 << 28,
+            ..problem(1)
+        };
+        assert_eq!(
+            large.exceeds(8_000_000_000).as_deref(),
+            Some(
+                "its buffers take 9.7 GB (inputs 8.6 GB, output 1.1 GB), more than the 8.0 GB free on the GPU"
+            )
+        );
         assert_eq!(typed(1, DType::Fp16, DType::Fp16).bytes(), 2 * 1510);
         assert_eq!(typed(1, DType::Bf16, DType::F32).bytes(), 2 * 1500 + 4 * 10);
         assert_eq!(typed(1, DType::Tf32, DType::F32).bytes(), 4 * 1510);

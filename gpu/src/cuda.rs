@@ -94,6 +94,12 @@ impl Context {
         unsafe { result::device::total_mem(self.device) }.map_err(err("cuDeviceTotalMem"))
     }
 
+    /// Device memory free now, in bytes.
+    pub fn free_memory(&self) -> Result<u64, CudaError> {
+        let (free, _total) = result::mem_get_info().map_err(err("cuMemGetInfo"))?;
+        Ok(free as u64)
+    }
+
     pub fn synchronize(&self) -> Result<(), CudaError> {
         // SAFETY: the stream belongs to the current context.
         unsafe { result::stream::synchronize(self.stream) }.map_err(err("cuStreamSynchronize"))

@@ -26,7 +26,7 @@ pub use compile::{CompileError, CompiledKernel, compile};
 pub use cubin::Resources;
 pub use cubin_cache::{CubinCache, Origin};
 pub use device::{DeviceInfo, UnknownArch};
-pub use pool::{Pool, PoolError, Served, WorkerCommand};
+pub use pool::{Pool, PoolError, ProgressSink, Served, WorkerCommand};
 // The task and launch types of gpu's API, for crates that depend on gpu alone (runtime).
 pub use protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Timing};
 pub use schedule::{DType, LaunchConfig, Task};

@@ -71,9 +71,20 @@ struct Worker {
     lines: Receiver<String>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     device: DeviceInfo,
+    /// Device memory free when the worker started, when it said.
+    free_bytes: Option<u64>,
     /// The problem and reference this process holds buffers and a reference output for.
     prepared: Option<(Problem, KernelImage)>,
+    /// How long preparing it took, added to each candidate's deadline: a candidate's
+    /// check runs and reads back an output of the task's size, as the reference run in
+    /// the preparation did, which for a multi-GB task takes seconds that are the tool's,
+    /// not the candidate's. Milliseconds for a layer-sized task.
+    check_allowance: Duration,
+    progress: Option<ProgressSink>,
 }
+
+/// Where a worker's preparation progress goes: the device's ordinal and the message.
+pub type ProgressSink = Arc<dyn Fn(u32, &str) + Send + Sync>;
 
 impl Worker {
     fn start(command: &WorkerCommand, ordinal: u32) -> Result<Worker, PoolError> {
@@ -132,8 +143,8 @@ impl Worker {
                 return Err(protocol(format!("{why}{}", tail_text(&stderr))));
             }
         };
-        let device = match serde_json::from_str::<Response>(&first) {
-            Ok(Response::Ready { device }) => device,
+        let (device, free_bytes) = match serde_json::from_str::<Response>(&first) {
+            Ok(Response::Ready { device, free_bytes }) => (device, free_bytes),
             Ok(Response::Unavailable { message }) => {
                 let _ = child.wait();
                 return Err(PoolError::Unavailable(message));
@@ -152,7 +163,10 @@ impl Worker {
             lines,
             stderr,
             device,
+            free_bytes,
             prepared: None,
+            check_allowance: Duration::ZERO,
+            progress: None,
         })
     }
 
@@ -191,7 +205,9 @@ impl Worker {
 
     fn restart(&mut self) -> Result<(), PoolError> {
         self.stop();
+        let progress = self.progress.take();
         *self = Worker::start_retrying(&self.command, self.ordinal)?;
+        self.progress = progress;
         Ok(())
     }
 
@@ -214,11 +230,28 @@ impl Worker {
             return self.prepare(request);
         }
         let environment = |message: String| Outcome::error(ErrorKind::Environment, message);
-        let failed = match self.lines.recv_timeout(PREPARE) {
+        let started = std::time::Instant::now();
+        let deadline = started + PREPARE;
+        let answer = loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self.lines.recv_timeout(left);
+            if let Ok(line) = &line
+                && let Ok(Response::Progress { id, message }) = serde_json::from_str(line)
+                && id == request.id
+            {
+                if let Some(progress) = &self.progress {
+                    progress(self.ordinal, &message);
+                }
+                continue;
+            }
+            break line;
+        };
+        let failed = match answer {
             Ok(answer) => match serde_json::from_str::<Response>(&answer) {
                 Ok(Response::Prepared { id, error, fatal }) if id == request.id => match error {
                     None => {
                         self.prepared = Some(key);
+                        self.check_allowance = started.elapsed();
                         return Ok(None);
                     }
                     Some(e) if fatal => {
@@ -288,7 +321,8 @@ impl Worker {
                 })
                 .map_err(lost(None))?;
         }
-        match self.lines.recv_timeout(timeout) {
+        let allowance = self.check_allowance;
+        match self.lines.recv_timeout(timeout + allowance) {
             Ok(answer) => match serde_json::from_str::<Response>(&answer) {
                 Ok(Response::Result { id, outcome, fatal }) if id == request.id => {
                     if fatal {
@@ -309,12 +343,19 @@ impl Worker {
                 }
             },
             Err(RecvTimeoutError::Timeout) => {
+                let waited = if allowance >= Duration::from_millis(100) {
+                    format!(
+                        "{:.1} s (--timeout, and {:.1} s for checking an output of this \
+                         task, as long as preparing it took)",
+                        (timeout + allowance).as_secs_f64(),
+                        allowance.as_secs_f64()
+                    )
+                } else {
+                    format!("{:.1} s", timeout.as_secs_f64())
+                };
                 let outcome = Outcome::error(
                     ErrorKind::Timeout,
-                    format!(
-                        "no answer within {:.1} s: worker killed and restarted",
-                        timeout.as_secs_f64()
-                    ),
+                    format!("no answer within {waited}: worker killed and restarted"),
                 );
                 self.restart().map_err(lost(Some(outcome.clone())))?;
                 Ok(outcome)
@@ -385,6 +426,18 @@ impl Pool {
     /// The devices, in the order given to `start`.
     pub fn devices(&self) -> Vec<&DeviceInfo> {
         self.workers.iter().map(|w| &w.device).collect()
+    }
+
+    /// Per device (in order), the memory free when its worker started, when it said.
+    pub fn free_bytes(&self) -> Vec<Option<u64>> {
+        self.workers.iter().map(|w| w.free_bytes).collect()
+    }
+
+    /// Sends each worker's preparation progress (large tasks only) to `sink`.
+    pub fn on_progress(&mut self, sink: ProgressSink) {
+        for w in &mut self.workers {
+            w.progress = Some(Arc::clone(&sink));
+        }
     }
 
     /// Measures every request (each device takes the next one left); `done` is called
@@ -537,6 +590,7 @@ mod tests {
     fn one_shot_worker(dir: &std::path::Path) -> WorkerCommand {
         let ready = serde_json::to_string(&Response::Ready {
             device: Simulated::device(0),
+            free_bytes: None,
         })
         .unwrap();
         let answer = |outcome: Outcome| {

@@ -139,8 +139,16 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Response {
-    /// The worker holds a context on this device and waits for requests.
-    Ready { device: DeviceInfo },
+    /// The worker holds a context on this device and waits for requests; `free_bytes`:
+    /// the device memory free then (absent from workers that predate it).
+    Ready {
+        device: DeviceInfo,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        free_bytes: Option<u64>,
+    },
+    /// How the preparation for `Prepare` `id` goes: a stage done, for a task large enough
+    /// that preparing it takes a while (see `worker::REPORTED_BYTES`).
+    Progress { id: u64, message: String },
     /// There is no usable GPU; the worker exits.
     Unavailable { message: String },
     /// The answer to `Prepare` `id`: `error` when the inputs or the reference failed

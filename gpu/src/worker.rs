@@ -66,18 +66,29 @@ fn watch_parent() {
     });
 }
 
+/// Problems of at least this many bytes report their preparation's stages: drawing and
+/// uploading a few GB takes seconds, and a silent minute looks like a hang.
+pub const REPORTED_BYTES: u64 = 1 << 30;
+
 /// Measures requests; returns the outcome and whether the context is lost.
 pub trait Backend {
     fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool);
 
-    /// Readies `problem` and `reference` for the measurements that follow; an error
-    /// comes with whether the context is lost.
+    /// Readies `problem` and `reference` for the measurements that follow, saying how it
+    /// goes through `progress` (large problems only); an error comes with whether the
+    /// context is lost.
     fn prepare(
         &mut self,
         _problem: &Problem,
         _reference: &KernelImage,
+        _progress: &mut dyn FnMut(String),
     ) -> Result<(), (String, bool)> {
         Ok(())
+    }
+
+    /// Device memory free now, when known.
+    fn free_bytes(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -109,7 +120,8 @@ pub fn serve<B: Backend>(
 ) -> i32 {
     let mut backend = match backend {
         Ok((backend, device)) => {
-            if !send(&mut output, &Response::Ready { device }) {
+            let free_bytes = backend.free_bytes();
+            if !send(&mut output, &Response::Ready { device, free_bytes }) {
                 return 1;
             }
             backend
@@ -138,7 +150,14 @@ pub fn serve<B: Backend>(
                 problem,
                 reference,
             } => {
-                let (error, fatal) = match backend.prepare(&problem, &reference) {
+                let key = problem.key.clone();
+                let mut progress = |stage: String| {
+                    let message = format!("preparing {key}: {stage}");
+                    // A lost tuner shows at the answer's send below.
+                    send(&mut output, &Response::Progress { id, message });
+                };
+                let prepared = backend.prepare(&problem, &reference, &mut progress);
+                let (error, fatal) = match prepared {
                     Ok(()) => (None, false),
                     Err((e, fatal)) => (Some(e), fatal),
                 };
@@ -211,11 +230,25 @@ impl CudaBackend {
         &mut self,
         problem: &Problem,
         reference: &KernelImage,
+        progress: &mut dyn FnMut(String),
     ) -> Result<(), (String, bool)> {
         self.current = None;
         let ctx = &self.ctx;
         let cuda = |e: CudaError| (e.to_string(), true);
-        let sets = BufferSets::new(ctx, problem, &self.device).map_err(cuda)?;
+        // Refused before anything is allocated, the context intact: the tuner checks
+        // the same up front, but another process may have taken memory since.
+        let free = ctx.free_memory().map_err(cuda)?;
+        if let Some(why) = problem.exceeds(free) {
+            return Err((why, false));
+        }
+        let mut silent = |_: String| {};
+        let progress: &mut dyn FnMut(String) = if problem.bytes() >= REPORTED_BYTES {
+            progress
+        } else {
+            &mut silent
+        };
+        let sets = BufferSets::new_reporting(ctx, problem, &self.device, progress).map_err(cuda)?;
+        let started = std::time::Instant::now();
         let image = std::fs::read(&reference.cubin).map_err(|e| {
             let message = format!("reference cubin {}: {e}", reference.cubin.display());
             (message, true)
@@ -232,6 +265,10 @@ impl CudaBackend {
                 let fatal = matches!(e, ReferenceError::Cuda(_));
                 (e.to_string(), fatal)
             })?;
+        progress(format!(
+            "reference run and its output read back ({:.1} s)",
+            started.elapsed().as_secs_f64()
+        ));
         self.current = Some(Buffers {
             problem: problem.clone(),
             reference: reference.clone(),
@@ -247,6 +284,7 @@ impl Backend for CudaBackend {
         &mut self,
         problem: &Problem,
         reference: &KernelImage,
+        progress: &mut dyn FnMut(String),
     ) -> Result<(), (String, bool)> {
         let ready = self
             .current
@@ -255,7 +293,11 @@ impl Backend for CudaBackend {
         if ready {
             return Ok(());
         }
-        self.load_problem(problem, reference)
+        self.load_problem(problem, reference, progress)
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        self.ctx.free_memory().ok()
     }
 
     fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
@@ -269,7 +311,8 @@ impl Backend for CudaBackend {
         // The reference is the tool's, not the candidate's: its failure is the
         // environment's (a resumed run measures the candidate again).
         if !reusable
-            && let Err((e, fatal)) = self.load_problem(&request.problem, &request.reference)
+            && let Err((e, fatal)) =
+                self.load_problem(&request.problem, &request.reference, &mut |_| {})
         {
             let message = format!("reference kernel failed: {e}");
             return (Outcome::error(ErrorKind::Environment, message), fatal);
@@ -386,14 +429,23 @@ fn simulated_delay(var: &str) {
     }
 }
 
+/// Environment variable: the device memory (bytes) the simulated worker says is free
+/// (tests of the refusal of tasks too large for the GPU); unset, it says nothing.
+pub const SIMULATED_FREE_ENV: &str = "TILESCHED_SIMULATED_FREE_BYTES";
+
 impl Backend for Simulated {
     fn prepare(
         &mut self,
         _problem: &Problem,
         _reference: &KernelImage,
+        _progress: &mut dyn FnMut(String),
     ) -> Result<(), (String, bool)> {
         simulated_delay(SIMULATED_PREPARE_ENV);
         Ok(())
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        std::env::var(SIMULATED_FREE_ENV).ok()?.parse().ok()
     }
 
     fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {

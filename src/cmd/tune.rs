@@ -15,6 +15,7 @@ use search::evolution::EvolutionParams;
 use search::scheduler::Objective;
 use search::{Local, Progress, Status, Strategy, TuneConfig, TuneStats, tune};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -119,7 +120,9 @@ pub struct SearchArgs {
     /// Candidates built and measured per batch (the log is flushed per batch).
     #[arg(long, default_value_t = 64)]
     measure_batch: usize,
-    /// Seconds to wait for one candidate before its worker is killed (`timeout`).
+    /// Seconds to wait for one candidate before its worker is killed (`timeout`), plus,
+    /// per task, as long as preparing its buffers and reference took (checking a
+    /// candidate of a multi-GB task reads back as much as the reference run did).
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     timeout: f64,
     /// Timed repeats continue until they add up to this many milliseconds... (20 ms
@@ -414,6 +417,11 @@ pub fn run_search(
         }
         None => {
             let mut pool = start_pool(devices, args.simulate).map_err(unavailable)?;
+            refuse_oversized(&pool, &tasks).map_err(unavailable)?;
+            let bar = progress.bar.clone();
+            pool.on_progress(Arc::new(move |device, message| {
+                bar.suspend(|| eprintln!("GPU {device}: {message}"));
+            }));
             let builders = build_threads(devices.len());
             let mut local = Local::new(
                 &mut pool,
@@ -454,6 +462,24 @@ pub(crate) fn build_threads(gpus: usize) -> usize {
     rayon::current_num_threads().saturating_sub(gpus).max(1)
 }
 
+/// Refuses, before any work, a task whose buffers do not fit in the memory a device
+/// had free (one set of them: the rotated copies are fewer where memory is short).
+fn refuse_oversized(pool: &Pool, tasks: &[schedule::Task]) -> Result<()> {
+    for (device, free) in pool.devices().iter().zip(pool.free_bytes()) {
+        let Some(free) = free else { continue };
+        for task in tasks {
+            if let Some(why) = gpu::Problem::for_task(task, 0).exceeds(free) {
+                bail!(
+                    "{}: {why} (device {}); nothing was measured",
+                    task.key(),
+                    device.ordinal
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Starts a measurement worker on each of `devices` and says which GPUs they hold.
 pub(crate) fn start_pool(devices: &[u32], simulate: bool) -> Result<Pool> {
     let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
@@ -465,11 +491,16 @@ pub(crate) fn start_pool(devices: &[u32], simulate: bool) -> Result<Pool> {
         program,
         args: worker_args,
     };
-    let pool = match Pool::start(&command, devices) {
+    let mut pool = match Pool::start(&command, devices) {
         Ok(pool) => pool,
         Err(PoolError::Unavailable(message)) => bail!("{message}"),
         Err(e) => return Err(e.into()),
     };
+    // A large task's preparation takes long enough to need saying (`tune` draws it
+    // beside its progress bar instead).
+    pool.on_progress(Arc::new(|device, message| {
+        eprintln!("GPU {device}: {message}");
+    }));
     for d in pool.devices() {
         eprintln!(
             "device {}: {} ({}, {} SMs, {} MHz, CUDA {})",
