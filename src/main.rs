@@ -129,7 +129,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
-            ExitCode::FAILURE
+            // An interrupted run ends as an interrupted process does (128 + SIGINT).
+            match e.downcast_ref::<search::TuneError>() {
+                Some(search::TuneError::Interrupted { .. }) => ExitCode::from(130),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

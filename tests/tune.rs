@@ -1001,6 +1001,76 @@ fn a_task_slow_to_prepare_gives_its_candidates_time_to_be_checked() {
 }
 
 #[test]
+fn an_interrupted_run_logs_every_measurement_finished_before_it_stops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("interrupted.jsonl");
+    let measured = tmp.path().join("measured.txt");
+    // One round of 64 candidates at 200 ms each: interrupted a few candidates in.
+    let child = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args([
+            "tune",
+            "matmul",
+            "--shape",
+            "64,64,32",
+            "--simulate",
+            "--trials",
+            "64",
+            "--search",
+            "random",
+            "--min-time-ms",
+            "1",
+            "--log",
+            log.to_str().unwrap(),
+        ])
+        .env(gpu::worker::SIMULATED_MEASURE_ENV, "200")
+        .env(gpu::worker::SIMULATED_MEASURED_ENV, &measured)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = || {
+        std::fs::read_to_string(&measured)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let started = std::time::Instant::now();
+    while lines() < 3 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "nothing measured"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let before = lines();
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let kept = records(&log);
+    // Everything answered before the signal, and what was being measured when it came.
+    assert!(kept.len() >= before, "{} of {before}: {err}", kept.len());
+    assert!(kept.len() < 64, "the round was cut short");
+    for r in &kept {
+        assert_eq!(error_kind(r), None, "{r}");
+    }
+    let last = err.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        format!(
+            "error: interrupted: the log holds all {} measurements finished so far (`--resume` continues)",
+            kept.len()
+        )
+    );
+}
+
+#[test]
 fn a_second_run_reads_its_kernels_from_the_cubin_cache() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cubins");

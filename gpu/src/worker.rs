@@ -422,6 +422,10 @@ pub const SIMULATED_PREPARE_ENV: &str = "TILESCHED_SIMULATED_PREPARE_MS";
 /// workers killed mid-job).
 pub const SIMULATED_MEASURE_ENV: &str = "TILESCHED_SIMULATED_MEASURE_MS";
 
+/// Environment variable naming a file the simulated worker appends each measured
+/// request's id to, as it answers (tests that act while a round is under way).
+pub const SIMULATED_MEASURED_ENV: &str = "TILESCHED_SIMULATED_MEASURED";
+
 /// Sleeps for the milliseconds `var` names, if it is set.
 fn simulated_delay(var: &str) {
     if let Some(ms) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) {
@@ -475,6 +479,14 @@ impl Backend for Simulated {
             Some(ErrorKind::Compile) | None => {}
         }
         simulated_delay(SIMULATED_MEASURE_ENV);
+        if let Some(path) = std::env::var_os(SIMULATED_MEASURED_ENV) {
+            let line = format!("{}\n", request.id);
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| f.write_all(line.as_bytes()));
+        }
         // FNV-1a of the image: a stable pseudo time per kernel.
         let hash = image.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)

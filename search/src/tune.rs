@@ -24,8 +24,9 @@ use records::record::{LogError, LogWriter, RECORD_VERSION, Record, now};
 use schedule::task::Contraction;
 use schedule::{GpuSpec, Sampler, State, Task};
 use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -38,6 +39,12 @@ pub enum TuneError {
         error: MeasureError,
         recorded: usize,
     },
+    /// `TuneConfig::interrupt` was set (a signal): the measurements finished before it
+    /// are in the log.
+    #[error(
+        "interrupted: the log holds all {recorded} measurements finished so far (`--resume` continues)"
+    )]
+    Interrupted { recorded: usize },
     #[error(transparent)]
     Log(#[from] LogError),
     #[error(transparent)]
@@ -45,6 +52,9 @@ pub enum TuneError {
     #[error(transparent)]
     UnknownArch(#[from] gpu::UnknownArch),
 }
+
+/// How often a tuner waiting for results looks at `TuneConfig::interrupt`.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 
 /// How candidates are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +95,9 @@ pub struct TuneConfig {
     pub task_patience: Option<usize>,
     /// What the gradient allocation minimizes over the tasks.
     pub objective: Objective,
+    /// Set from outside (a signal handler): no new candidate is handed out, those being
+    /// measured finish and are logged, and `tune` returns `Interrupted`.
+    pub interrupt: Option<Arc<AtomicBool>>,
 }
 
 /// Where tuning stands, for a progress display.
@@ -533,6 +546,11 @@ pub fn tune(
     let mut next_id = 0u64;
     let mut unlearned = Dataset::new(features::FEATURE_COUNT);
     let mut rounds: VecDeque<InFlight> = VecDeque::new();
+    let interrupted = || {
+        cfg.interrupt
+            .as_ref()
+            .is_some_and(|i| i.load(Ordering::Relaxed))
+    };
     let mut planning = true;
     let mut rounds_planned = 0usize;
     let (failure, served) = std::thread::scope(|scope| {
@@ -540,6 +558,11 @@ pub fn tune(
         let mut trainer = Trainer::spawn(scope);
         let failure = (|| -> Result<(), TuneError> {
             loop {
+                if interrupted() {
+                    // No more candidates; those being measured finish (below).
+                    stop.store(true, Ordering::Relaxed);
+                    return Ok(());
+                }
                 while planning && rounds.len() < depth {
                     if cfg.time_budget.is_some_and(|b| started.elapsed() >= b) {
                         stats.stopped_by_budget = true;
@@ -580,8 +603,10 @@ pub fn tune(
                 if rounds.is_empty() {
                     return Ok(());
                 }
-                let Ok(m) = result_rx.recv() else {
-                    return Ok(()); // the measurer stopped
+                let m = match result_rx.recv_timeout(INTERRUPT_POLL) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()), // the measurer stopped
                 };
                 if !attach(&mut rounds, m, &mut stats) {
                     continue;
@@ -615,8 +640,12 @@ pub fn tune(
                 }
             }
         })();
-        // The model learns everything asked of it before the run ends.
+        // The model learns everything asked of it before the run ends (an interrupted
+        // run ends without waiting for it).
         let failure = failure.and_then(|()| {
+            if interrupted() {
+                return Ok(());
+            }
             stats.final_wait = trainer.finish(model)?;
             stats.training = trainer.training;
             stats.retrainings = trainer.installed;
@@ -635,7 +664,12 @@ pub fn tune(
         (failure.map(|()| late), served)
     });
     let late = failure?;
-    if let Err(error) = served {
+    let stopped = match served {
+        Err(error) => Some(TuneError::Stopped { error, recorded: 0 }),
+        Ok(()) if interrupted() => Some(TuneError::Interrupted { recorded: 0 }),
+        Ok(()) => None,
+    };
+    if let Some(mut stopped) = stopped {
         // Keep every measurement that came in: the rounds in flight, in order, with the
         // candidates never measured left out (a resumed run plans them afresh).
         for m in late {
@@ -647,7 +681,13 @@ pub fn tune(
             log.append(&records)?;
             recorded += records.len();
         }
-        return Err(TuneError::Stopped { error, recorded });
+        match &mut stopped {
+            TuneError::Stopped { recorded: r, .. } | TuneError::Interrupted { recorded: r } => {
+                *r = recorded;
+            }
+            _ => {}
+        }
+        return Err(stopped);
     }
     if !unlearned.is_empty() {
         model.update(&unlearned)?;

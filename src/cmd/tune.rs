@@ -16,6 +16,7 @@ use search::scheduler::Objective;
 use search::{Local, Progress, Status, Strategy, TuneConfig, TuneStats, tune};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -374,6 +375,7 @@ pub fn run_search(
             ObjectiveArg::Latency => Objective::Latency,
             ObjectiveArg::Geomean => Objective::LogLatency,
         },
+        interrupt: Some(interrupt_on_signals()?),
     };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
@@ -454,6 +456,30 @@ pub fn run_search(
     print!("{}", tune_table(&summaries));
     print_stats(&stats, builders, log_path);
     Ok(())
+}
+
+/// A flag set by the first SIGINT or SIGTERM, which the tuner answers by handing out no
+/// more candidates and logging those being measured; a second one ends the process at
+/// once with status 130, as an unhandled one would. A line says so when the first comes.
+fn interrupt_on_signals() -> Result<Arc<AtomicBool>> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        // Registered first, so it sees the flag as the previous signal left it.
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag))
+            .context("cannot handle signals")?;
+        signal_hook::flag::register(signal, Arc::clone(&flag)).context("cannot handle signals")?;
+    }
+    let seen = Arc::clone(&flag);
+    std::thread::spawn(move || {
+        while !seen.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!(
+            "interrupted: logging the measurements in flight, then stopping (again to stop at once)"
+        );
+    });
+    Ok(flag)
 }
 
 /// Build threads beside `gpus` measuring processes: every core but one per GPU, which
