@@ -350,6 +350,7 @@ pub fn run_search(
         None => crate::lock::exclusive(log_path, "tuning log")?,
     };
     let workdir = crate::scratch::create()?;
+    let signals = SignalFlag::register()?;
     let cfg = TuneConfig {
         trials,
         batch: args.measure_batch,
@@ -375,7 +376,7 @@ pub fn run_search(
             ObjectiveArg::Latency => Objective::Latency,
             ObjectiveArg::Geomean => Objective::LogLatency,
         },
-        interrupt: Some(interrupt_on_signals()?),
+        interrupt: Some(Arc::clone(&signals.flag)),
     };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
@@ -458,28 +459,57 @@ pub fn run_search(
     Ok(())
 }
 
-/// A flag set by the first SIGINT or SIGTERM, which the tuner answers by handing out no
-/// more candidates and logging those being measured; a second one ends the process at
-/// once with status 130, as an unhandled one would. A line says so when the first comes.
-fn interrupt_on_signals() -> Result<Arc<AtomicBool>> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let flag = Arc::new(AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM] {
-        // Registered first, so it sees the flag as the previous signal left it.
-        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag))
-            .context("cannot handle signals")?;
-        signal_hook::flag::register(signal, Arc::clone(&flag)).context("cannot handle signals")?;
-    }
-    let seen = Arc::clone(&flag);
-    std::thread::spawn(move || {
-        while !seen.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
+/// While it lives, the first SIGINT or SIGTERM sets `flag`, which the tuner answers by
+/// handing out no more candidates and logging those being measured; a second one ends
+/// the process at once with status 130, as an unhandled one would. A line says so when
+/// the first comes. Dropped, the signals act as before (so that `pipeline`'s later
+/// stages stop on Ctrl-C as they always did).
+struct SignalFlag {
+    flag: Arc<AtomicBool>,
+    ids: Vec<signal_hook::SigId>,
+    done: Arc<AtomicBool>,
+}
+
+impl SignalFlag {
+    fn register() -> Result<SignalFlag> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut ids = Vec::new();
+        for signal in [SIGINT, SIGTERM] {
+            // Registered first, so it sees the flag as the previous signal left it.
+            ids.push(
+                signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag))
+                    .context("cannot handle signals")?,
+            );
+            ids.push(
+                signal_hook::flag::register(signal, Arc::clone(&flag))
+                    .context("cannot handle signals")?,
+            );
         }
-        eprintln!(
-            "interrupted: logging the measurements in flight, then stopping (again to stop at once)"
-        );
-    });
-    Ok(flag)
+        let done = Arc::new(AtomicBool::new(false));
+        let (seen, over) = (Arc::clone(&flag), Arc::clone(&done));
+        std::thread::spawn(move || {
+            while !over.load(Ordering::Relaxed) {
+                if seen.load(Ordering::Relaxed) {
+                    eprintln!(
+                        "interrupted: logging the measurements in flight, then stopping (again to stop at once)"
+                    );
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Ok(SignalFlag { flag, ids, done })
+    }
+}
+
+impl Drop for SignalFlag {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+        self.done.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Build threads beside `gpus` measuring processes: every core but one per GPU, which
