@@ -905,11 +905,12 @@ fn bad_flags_are_refused_up_front_in_one_line_and_nothing_is_created() {
     );
 }
 
-#[test]
-fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
+/// Tunes a small task whose simulated worker takes `env`'s times, `--timeout 1`, and
+/// requires every one of `trials` candidates measured correctly.
+fn tune_slow_task(name: &str, trials: usize, env: &[(&str, &str)]) {
     let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("slow.jsonl");
-    // Preparing the task (inputs, reference) takes 2.5 s; each candidate may take 1 s.
+    let log = tmp.path().join(name);
+    let trials = trials.to_string();
     ok_env(
         &[
             "tune",
@@ -918,7 +919,7 @@ fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
             "64,64,32",
             "--simulate",
             "--trials",
-            "4",
+            &trials,
             "--search",
             "random",
             "--timeout",
@@ -928,13 +929,23 @@ fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
             "--log",
             log.to_str().unwrap(),
         ],
-        &[(gpu::worker::SIMULATED_PREPARE_ENV, "2500")],
+        env,
     );
     let kept = records(&log);
-    assert_eq!(kept.len(), 4);
+    assert_eq!(kept.len().to_string(), trials);
     for r in kept {
         assert_eq!(error_kind(&r), None, "{r}");
     }
+}
+
+#[test]
+fn a_task_slow_to_prepare_does_not_time_out_its_candidates() {
+    // Preparing the task (inputs, reference) takes 2.5 s; each candidate may take 1 s.
+    tune_slow_task(
+        "slow.jsonl",
+        4,
+        &[(gpu::worker::SIMULATED_PREPARE_ENV, "2500")],
+    );
 }
 
 #[test]
@@ -966,38 +977,16 @@ fn a_task_too_large_for_the_gpus_free_memory_is_refused_before_any_work() {
 
 #[test]
 fn a_task_slow_to_prepare_gives_its_candidates_time_to_be_checked() {
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("slow-check.jsonl");
     // Preparing takes 2.5 s, as reading back a large reference output does; so does
     // each candidate's check (1.5 s here), which --timeout 1 alone would not allow.
-    ok_env(
-        &[
-            "tune",
-            "matmul",
-            "--shape",
-            "64,64,32",
-            "--simulate",
-            "--trials",
-            "2",
-            "--search",
-            "random",
-            "--timeout",
-            "1",
-            "--min-time-ms",
-            "1",
-            "--log",
-            log.to_str().unwrap(),
-        ],
+    tune_slow_task(
+        "slow-check.jsonl",
+        2,
         &[
             (gpu::worker::SIMULATED_PREPARE_ENV, "2500"),
             (gpu::worker::SIMULATED_MEASURE_ENV, "1500"),
         ],
     );
-    let kept = records(&log);
-    assert_eq!(kept.len(), 2);
-    for r in kept {
-        assert_eq!(error_kind(&r), None, "{r}");
-    }
 }
 
 #[test]
