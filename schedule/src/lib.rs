@@ -1,7 +1,7 @@
 //! The schedule crate: what is tuned and how a candidate kernel is described.
 //!
-//! Tasks (operators and their generic affine contraction form) and the networks that
-//! group them, built in or imported from an ONNX model (`onnx`); states (the multi-level
+//! Tasks (operators and their generic affine contraction form) and the built-in networks
+//! that group them (ONNX models are imported above this crate, by `onnx_import`); states (the multi-level
 //! tiling sketch with every factor filled in), their sampling and validation against a
 //! GPU description; lowering of a state to a loop nest (`lower`) and the transform
 //! passes it applies to the nest (`prefetch`: register prefetch); the tensor-core sketch
@@ -20,7 +20,6 @@ pub mod lower;
 pub mod lower_mma;
 pub mod mma;
 pub mod network;
-pub mod onnx;
 pub mod prefetch;
 pub mod reference;
 pub mod sample;
@@ -33,10 +32,6 @@ pub mod validate;
 pub use gpu_spec::GpuSpec;
 pub use ir::{Kernel, LaunchConfig};
 pub use network::{NETWORKS, Workload, network};
-pub use onnx::{
-    InputShape, OnnxError, OnnxModel, import as import_onnx, import_bytes as import_onnx_bytes,
-    parse_input,
-};
 pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};
 pub use state::State;

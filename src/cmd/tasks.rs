@@ -2,10 +2,8 @@
 //! operator, or those of an ONNX model.
 
 use anyhow::{Result, bail};
-use schedule::{
-    DType, Epilogue, InputShape, Layout, OPERATORS, OnnxModel, Task, Workload, import_onnx,
-    network, parse_input, parse_shape,
-};
+use onnx_import::{InputShape, OnnxModel, import as import_onnx, parse_input};
+use schedule::{DType, Epilogue, Layout, OPERATORS, Task, Workload, network, parse_shape};
 use std::path::{Path, PathBuf};
 
 /// `--network NAME`, `--shape SPEC` or `--onnx FILE` (exactly one: the group "tasks",

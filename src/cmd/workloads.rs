@@ -5,7 +5,8 @@
 
 use crate::cmd::tasks::{TypeArgs, onnx_model, parse_input_arg};
 use anyhow::Result;
-use schedule::{InputShape, NETWORKS, Workload, network};
+use onnx_import::InputShape;
+use schedule::{NETWORKS, Workload, network};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

@@ -50,11 +50,11 @@
 
 mod external;
 
-use crate::network::Workload;
-use crate::task::{Conv2d, Epilogue, Operator, Task, TaskError};
 use external::{
     ExternalFiles, Unavailable, blame_missing, lift_constants, resolve_external, restore_constants,
 };
+use schedule::Workload;
+use schedule::task::{Conv2d, Epilogue, Operator, Task, TaskError};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};

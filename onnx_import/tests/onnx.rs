@@ -2,9 +2,9 @@
 //! protobuf with the prost types tract-onnx exposes (weights are zero initializers of
 //! the right shapes), so the tests need no file and no Python.
 
+use onnx_import::{InputShape, OnnxError, import, import_bytes, parse_input};
 use prost::Message;
 use schedule::network::network;
-use schedule::onnx::{InputShape, OnnxError, import, import_bytes, parse_input};
 use schedule::{Epilogue, Task, Workload, parse_shape};
 use std::path::Path;
 use tract_onnx::pb::{
@@ -172,7 +172,7 @@ impl Model {
         }
     }
 
-    fn import(self) -> schedule::onnx::OnnxModel {
+    fn import(self) -> onnx_import::OnnxModel {
         import_bytes(&self.bytes(), &[], 1).unwrap_or_else(|e| panic!("import failed: {e}"))
     }
 }
