@@ -1,8 +1,8 @@
 //! A measurement queue on Redis streams, so that one tuner measures on the GPUs of many
-//! hosts. The tuner (`Remote`, a `search::Measurer`) publishes each candidate as a job
+//! hosts. The tuner (`Remote`, a `measure::Measurer`) publishes each candidate as a job
 //! on a stream per GPU model; `tilesched worker --queue` on each GPU host (`serve`)
 //! reads jobs as a member of the stream's consumer group, builds and measures them with
-//! the same local pipeline as `tune` (`search::Local`), and posts each result to the
+//! the same local pipeline as `tune` (`measure::Local`), and posts each result to the
 //! tuner's own result stream before acknowledging the job. Redis does the bookkeeping
 //! a queue needs: the pending-entries list holds every job taken and not yet
 //! acknowledged; a worker renews the jobs it holds while it works on them; a job whose
@@ -47,10 +47,10 @@ pub enum QueueError {
     #[error("a message on the queue is not what tilesched writes: {0}")]
     Message(String),
     #[error(transparent)]
-    Local(#[from] search::measure::LocalError),
+    Local(#[from] measure::LocalError),
     /// Measuring stopped (a GPU whose worker process cannot be restarted).
     #[error("{0}")]
-    Measure(search::measure::MeasureError),
+    Measure(measure::MeasureError),
 }
 
 /// The first error of the threads of one serve, which sets `stop` so the others end.

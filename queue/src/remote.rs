@@ -1,4 +1,4 @@
-//! The tuner's side of the queue: a `search::Measurer` that publishes jobs on the job
+//! The tuner's side of the queue: a `measure::Measurer` that publishes jobs on the job
 //! stream of its target GPU model and reads the answers from a result stream of its own.
 //! A key that it renews says that the run is alive; when the tuner dies the key
 //! expires, and workers drop the run's jobs instead of measuring them for nobody.
@@ -7,9 +7,9 @@ use crate::address::{QueueAddress, ensure_group, server_ms};
 use crate::registry::{self, Registration};
 use crate::{FirstError, QueueError};
 use gpu::DeviceInfo;
+use measure::{Job, MeasureError, Measured, Measurer};
 use redis::Commands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
-use search::measure::{Job, MeasureError, Measured, Measurer};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};

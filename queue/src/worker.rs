@@ -1,5 +1,5 @@
 //! A GPU host's side of the queue: reads jobs for its GPU model as a member of the job
-//! stream's consumer group, builds and measures them with `search::Local` on its own
+//! stream's consumer group, builds and measures them with `measure::Local` on its own
 //! cores and GPUs, posts each result to the tuner that asked, then acknowledges the
 //! job. While it holds a job it renews it (`XCLAIM ... JUSTID`, which resets the job's
 //! idle time without counting a delivery); a job left idle longer than the lease
@@ -11,12 +11,12 @@ use crate::address::{GROUP, QueueAddress, ensure_group};
 use crate::registry::{self, Registration, renew_period};
 use crate::{FirstError, QueueError};
 use gpu::{CubinCache, DeviceInfo, ErrorKind, Outcome, Pool};
+use measure::{Job, Local, Measured, Measurer};
 use redis::Commands;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamClaimOptions, StreamId,
     StreamPendingCountReply, StreamReadOptions, StreamReadReply,
 };
-use search::measure::{Job, Local, Measured, Measurer};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -108,7 +108,7 @@ pub fn serve(
     ));
     let nvrtc = gpu::nvrtc_lib::version()
         .map(|(a, b)| format!("{a}.{b}"))
-        .map_err(search::measure::LocalError::from)?;
+        .map_err(measure::LocalError::from)?;
     let capacity = cfg.builders + 2 * devices.len();
     let holding = Mutex::new(Holding::default());
     let hold = || holding.lock().unwrap_or_else(|p| p.into_inner());

@@ -12,12 +12,12 @@
 
 use crate::dgd::{Dgd, DgdParams};
 use crate::evolution::{self, EvolutionParams, TaskSpace};
-use crate::measure::{Job, MeasureError, Measured, Measurer};
 use crate::scheduler::{Objective, SchedTask, TaskScheduler};
 use crate::trainer::Trainer;
 use costmodel::{CostModel, Dataset, ModelError};
 use features::FeatureExtractor;
 use gpu::{ErrorKind, TimingConfig};
+use measure::{Job, MeasureError, Measured, Measurer};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 use records::record::{LogError, LogWriter, RECORD_VERSION, Record, now};

@@ -8,12 +8,13 @@ use anyhow::{Context, Result, bail};
 use costmodel::{CostModel, RandomModel, XgbModel, XgbParams};
 use gpu::{Pool, PoolError, TimingConfig, WorkerCommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use measure::Local;
 use records::{LogWriter, read_log, summarize, tune_table};
 use schedule::{Epilogue, Workload};
 use search::dgd::DgdParams;
 use search::evolution::EvolutionParams;
 use search::scheduler::Objective;
-use search::{Local, Progress, Status, Strategy, TuneConfig, TuneStats, tune};
+use search::{Progress, Status, Strategy, TuneConfig, TuneStats, tune};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -316,7 +317,7 @@ pub fn run_search(
     check_flags(args, log_path)?;
     let cubin_cache = cubin_cache(args.cubin_cache.as_deref(), args.no_cubin_cache)?;
     let inject = match &args.inject_fault {
-        Some(spec) => search::inject::parse(spec)?,
+        Some(spec) => measure::inject::parse(spec)?,
         None => Default::default(),
     };
     // One writer per log: locked before it is read, held until the run ends.
@@ -388,7 +389,7 @@ pub fn run_search(
         bar,
         verbose: args.verbose,
     };
-    let mut measured = |measurer: &mut dyn search::Measurer| {
+    let mut measured = |measurer: &mut dyn measure::Measurer| {
         tune(
             &tasks,
             &weights,
