@@ -101,7 +101,7 @@ pub enum Stmt {
     Block { body: Vec<Stmt> },
     /// `acc[acc] += tile0[a] * tile1[b]` (offsets within each input's shared tile).
     Fma { acc: Expr, a: Expr, b: Expr },
-    /// Tensor-core sketch (`lower_mma`). `cp.async` of `width` elements of input
+    /// Tensor-core sketch (`lower::mma_sync`). `cp.async` of `width` elements of input
     /// `input` from `global` into its shared tile at `shared`, zero-filled when a
     /// condition of `valid` fails; lands at a `WaitGroup`, is seen by other threads
     /// after the next barrier. A copy of one 2-byte element is an ordinary load and
@@ -355,7 +355,7 @@ pub struct Kernel {
     pub split_k: u32,
     pub body: Vec<Stmt>,
     pub launch: LaunchConfig,
-    /// A tensor-core kernel (`lower_mma`): typed shared pool, fragments, `cp.async`.
+    /// A tensor-core kernel (`lower::mma_sync`): typed shared pool, fragments, `cp.async`.
     pub mma: bool,
 }
 

@@ -1,14 +1,15 @@
 //! The schedule crate: what is tuned and how a candidate kernel is described.
 //!
-//! Tasks (operators and their generic affine contraction form) and the built-in networks
-//! that group them (ONNX models are imported above this crate, by `onnx_import`); states (the multi-level
-//! tiling sketch with every factor filled in), their sampling and validation against a
-//! GPU description; lowering of a state to a loop nest (`lower`) and the transform
-//! passes it applies to the nest (`prefetch`: register prefetch); the tensor-core sketch
-//! (`gemm`: a contraction's GEMM view, `mma`: its tiles and shared layouts, `lower_mma`:
-//! its cp.async / ldmatrix / mma.sync nest); CUDA C generation that only prints the
-//! finished nest (`codegen`), and a CPU interpreter that proves the same nest computes
-//! the task's definition (`interp`).
+//! Tasks (operators and their generic affine contraction form) and the built-in
+//! networks that group them (ONNX models are imported above this crate, by
+//! `onnx_import`); states (the multi-level tiling sketch with every factor filled in),
+//! their sampling and validation against a GPU description; lowering of a state to a
+//! loop nest (`lower`: each sketch's lowering, and the transform passes it applies to
+//! the nest, `lower::prefetch`: register prefetch); the tensor-core sketch (`gemm`: a
+//! contraction's GEMM view, `mma`: its tiles and shared layouts, lowered by
+//! `lower::mma_sync` to its cp.async / ldmatrix / mma.sync nest); CUDA C generation
+//! that only prints the finished nest (`codegen`), and a CPU interpreter that proves
+//! the same nest computes the task's definition (`interp`).
 //! Nothing here needs a GPU.
 
 pub mod codegen;
@@ -17,10 +18,8 @@ pub mod gpu_spec;
 pub mod interp;
 pub mod ir;
 pub mod lower;
-pub mod lower_mma;
 pub mod mma;
 pub mod network;
-pub mod prefetch;
 pub mod reference;
 pub mod sample;
 pub mod shape;

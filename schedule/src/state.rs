@@ -11,8 +11,8 @@
 //!    stay what they were.
 //! 4. Mutation: `search/src/mutate.rs`.
 //! 5. The DGD lattice: `search/src/dgd.rs` (the neighbours along the new dimension).
-//! 6. Lowering: `schedule/src/lower.rs`, or a transform pass over the loop nest in a
-//!    file of its own that `lower::lower` applies (as `schedule/src/prefetch.rs` does).
+//! 6. Lowering: `schedule/src/lower/cuda_core.rs`, or a transform pass over the loop nest
+//!    in a file of its own that it applies (as `schedule/src/lower/prefetch.rs` does).
 //! 7. Interpreter: `schedule/src/interp.rs` runs any new IR statement faithfully, and
 //!    `schedule/tests/interpreter.rs` runs states with the option against the
 //!    reference.
@@ -20,7 +20,7 @@
 //! 9. A snapshot test: `schedule/tests/states.rs`.
 //!
 //! A state with `mma` set belongs to the tensor-core sketch instead (`mma`,
-//! `lower_mma`): its tiling lives in `MmaTiling`, and the per-axis fields below keep
+//! `lower::mma_sync`): its tiling lives in `MmaTiling`, and the per-axis fields below keep
 //! their defaults. What follows describes the CUDA-core sketch.
 //!
 //! The sketch is Ansor's GPU structure "SSSRRSRS": each spatial axis is split into five

@@ -22,14 +22,14 @@
 //! thread's four accumulators per MMA tile through the fused epilogue (f32), adding
 //! atomically under split-K with the bias from chunk 0 only.
 
+use super::common::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
-use crate::lower::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
 use crate::mma::{MmaTiling, SharedTileLayout};
 use crate::task::{Contraction, Task};
 
 /// Lowers a validated tensor-core state of `task`.
-pub fn lower_mma(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
+pub(super) fn lower(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
     let c = task.contraction();
     let view = GemmView::of(&c).expect("tensor-core states are validated");
     let mut lowering = MmaLowering::new(&c, &view, tiling, split_k);

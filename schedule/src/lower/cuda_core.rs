@@ -1,4 +1,4 @@
-//! Lowering: a state of a task becomes a loop nest (see `ir`).
+//! Lowering of the CUDA-core sketch: a state of a task becomes a loop nest (see `ir`).
 //!
 //! The tile sizes follow the sketch "SSSRRSRS": block and thread indices are decomposed
 //! into per-axis tile coordinates; each outer reduction step stages both inputs in
@@ -38,20 +38,18 @@
 //! only from chunk 0. Without a split the nest is exactly the one above.
 //!
 //! Register prefetch (`State::prefetch`) is a transform of the finished nest, the pass
-//! in `prefetch`: lowering only gives it what it rewrites, the flattened stage loop
+//! in `lower::prefetch`: lowering only gives it what it rewrites, the flattened stage loop
 //! (built as for split-K, with split coordinate 0 when the reduction is not split).
 
+use super::common::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
+use super::prefetch::register_prefetch;
 use crate::ir::{Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
-use crate::prefetch::register_prefetch;
 use crate::state::State;
-use crate::task::{Access, AffineIndex, AxisRef, Contraction, Task};
+use crate::task::{Access, Contraction, Task};
 use crate::tiling::{ReductionUnroll, Tiling, fetch_unrolled};
 
-/// Lowers a validated state of `task`, applying the state's transform passes.
-pub fn lower(task: &Task, state: &State) -> Kernel {
-    if let Some(mma) = &state.mma {
-        return crate::lower_mma::lower_mma(task, mma, state.split_k);
-    }
+/// Lowers a validated CUDA-core state of `task`, applying the state's transform passes.
+pub(super) fn lower(task: &Task, state: &State) -> Kernel {
     let c = task.contraction();
     let tiling = Tiling::new(&c, state);
     let kernel = Lowering::new(task, &c, state, &tiling).kernel();
@@ -512,99 +510,9 @@ impl<'a> Lowering<'a> {
     }
 }
 
-/// Binds `value` to a named `const int` unless it is already trivial.
-pub(crate) fn bind(scope: &mut Scope, out: &mut Vec<Stmt>, name: &str, value: Expr) -> Expr {
-    if matches!(value, Expr::Const(_) | Expr::Var(_)) {
-        return value;
-    }
-    let (lo, hi) = scope.range(&value);
-    let var = scope.var(name, lo, hi);
-    out.push(Stmt::Let { var, value });
-    Expr::Var(var)
-}
-
-/// Decomposes `index` (row-major over `extents`, last fastest) into bound coordinates.
-pub(crate) fn decompose(
-    scope: &mut Scope,
-    out: &mut Vec<Stmt>,
-    index: Expr,
-    extents: &[i64],
-    names: &[String],
-) -> Vec<Expr> {
-    let mut coords = vec![Expr::Const(0); extents.len()];
-    let mut inner = 1;
-    for d in (0..extents.len()).rev() {
-        let q = scope.div(index.clone(), inner);
-        coords[d] = scope.rem(q, extents[d]);
-        inner *= extents[d];
-    }
-    coords
-        .into_iter()
-        .zip(names)
-        .map(|(v, name)| bind(scope, out, name, v))
-        .collect()
-}
-
 /// Loop variables over one thread's register tile, per spatial axis (None: extent 1).
 struct RegisterLoops {
     vthread_vars: Vec<Option<Var>>,
     outer_vars: Vec<Option<Var>>,
     inner_vars: Vec<Option<Var>>,
-}
-
-/// `sum(coeff * value)` over an affine index's terms (its offset excluded), with the
-/// value of each spatial and reduction axis given.
-pub(crate) fn affine_terms(
-    scope: &Scope,
-    index: &AffineIndex,
-    spatial: &[Expr],
-    reduction: &[Expr],
-) -> Expr {
-    scope.sum(index.terms.iter().map(|&(axis, coeff)| {
-        let value = match axis {
-            AxisRef::Spatial(a) => spatial[a].clone(),
-            AxisRef::Reduction(r) => reduction[r].clone(),
-        };
-        scope.mul(value, coeff)
-    }))
-}
-
-/// The bias element of the output element at `coords` (a bias is indexed by output
-/// axes only).
-pub(crate) fn bias_offset(scope: &Scope, access: &Access, coords: &[Expr]) -> Expr {
-    scope.sum(
-        access
-            .index
-            .iter()
-            .zip(access.strides())
-            .map(|(index, stride)| {
-                let i = affine_terms(scope, index, coords, &[]);
-                scope.mul(scope.add(i, Expr::Const(index.offset)), stride)
-            }),
-    )
-}
-
-pub(crate) fn var_or_zero(v: Option<Var>) -> Expr {
-    v.map_or(Expr::Const(0), Expr::Var)
-}
-
-/// Nests `body` in loops over `vars` (first outermost); absent variables add no loop.
-pub(crate) fn wrap_loops(
-    vars: &[Option<Var>],
-    extents: &[i64],
-    unroll: impl Fn(usize) -> bool,
-    body: Vec<Stmt>,
-) -> Vec<Stmt> {
-    let mut body = body;
-    for (i, (var, &extent)) in vars.iter().zip(extents).enumerate().rev() {
-        if let Some(var) = var {
-            body = vec![Stmt::For {
-                var: *var,
-                extent,
-                unroll: unroll(i),
-                body,
-            }];
-        }
-    }
-    body
 }

@@ -1,0 +1,95 @@
+//! What both sketches' lowerings build their nests with: named bindings, index
+//! decomposition, affine index terms, the bias offset and loop wrapping.
+
+use crate::ir::{Expr, Scope, Stmt, Var};
+use crate::task::{Access, AffineIndex, AxisRef};
+
+/// Binds `value` to a named `const int` unless it is already trivial.
+pub(super) fn bind(scope: &mut Scope, out: &mut Vec<Stmt>, name: &str, value: Expr) -> Expr {
+    if matches!(value, Expr::Const(_) | Expr::Var(_)) {
+        return value;
+    }
+    let (lo, hi) = scope.range(&value);
+    let var = scope.var(name, lo, hi);
+    out.push(Stmt::Let { var, value });
+    Expr::Var(var)
+}
+
+/// Decomposes `index` (row-major over `extents`, last fastest) into bound coordinates.
+pub(super) fn decompose(
+    scope: &mut Scope,
+    out: &mut Vec<Stmt>,
+    index: Expr,
+    extents: &[i64],
+    names: &[String],
+) -> Vec<Expr> {
+    let mut coords = vec![Expr::Const(0); extents.len()];
+    let mut inner = 1;
+    for d in (0..extents.len()).rev() {
+        let q = scope.div(index.clone(), inner);
+        coords[d] = scope.rem(q, extents[d]);
+        inner *= extents[d];
+    }
+    coords
+        .into_iter()
+        .zip(names)
+        .map(|(v, name)| bind(scope, out, name, v))
+        .collect()
+}
+
+/// `sum(coeff * value)` over an affine index's terms (its offset excluded), with the
+/// value of each spatial and reduction axis given.
+pub(super) fn affine_terms(
+    scope: &Scope,
+    index: &AffineIndex,
+    spatial: &[Expr],
+    reduction: &[Expr],
+) -> Expr {
+    scope.sum(index.terms.iter().map(|&(axis, coeff)| {
+        let value = match axis {
+            AxisRef::Spatial(a) => spatial[a].clone(),
+            AxisRef::Reduction(r) => reduction[r].clone(),
+        };
+        scope.mul(value, coeff)
+    }))
+}
+
+/// The bias element of the output element at `coords` (a bias is indexed by output
+/// axes only).
+pub(super) fn bias_offset(scope: &Scope, access: &Access, coords: &[Expr]) -> Expr {
+    scope.sum(
+        access
+            .index
+            .iter()
+            .zip(access.strides())
+            .map(|(index, stride)| {
+                let i = affine_terms(scope, index, coords, &[]);
+                scope.mul(scope.add(i, Expr::Const(index.offset)), stride)
+            }),
+    )
+}
+
+pub(super) fn var_or_zero(v: Option<Var>) -> Expr {
+    v.map_or(Expr::Const(0), Expr::Var)
+}
+
+/// Nests `body` in loops over `vars` (first outermost); absent variables add no loop.
+pub(super) fn wrap_loops(
+    vars: &[Option<Var>],
+    extents: &[i64],
+    unroll: impl Fn(usize) -> bool,
+    body: Vec<Stmt>,
+) -> Vec<Stmt> {
+    let mut body = body;
+    for (i, (var, &extent)) in vars.iter().zip(extents).enumerate().rev() {
+        if let Some(var) = var {
+            body = vec![Stmt::For {
+                var: *var,
+                extent,
+                unroll: unroll(i),
+                body,
+            }];
+        }
+    }
+    body
+}

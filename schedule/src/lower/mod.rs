@@ -1,0 +1,20 @@
+//! Lowering: a validated state becomes a loop nest (`ir`), by its sketch's lowering
+//! (`cuda_core`, `mma_sync`), both built from the same helpers (`common`); transform
+//! passes rewrite the finished nest (`prefetch`: register prefetch).
+
+mod common;
+mod cuda_core;
+mod mma_sync;
+pub mod prefetch;
+
+use crate::ir::Kernel;
+use crate::state::State;
+use crate::task::Task;
+
+/// Lowers a validated state of `task`, applying the state's transform passes.
+pub fn lower(task: &Task, state: &State) -> Kernel {
+    match &state.mma {
+        Some(mma) => mma_sync::lower(task, mma, state.split_k),
+        None => cuda_core::lower(task, state),
+    }
+}
