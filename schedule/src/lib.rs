@@ -16,6 +16,7 @@ pub mod codegen;
 pub mod gemm;
 pub mod gpu_spec;
 pub mod interp;
+pub mod invalid;
 pub mod ir;
 pub mod lower;
 pub mod mma;
@@ -29,13 +30,14 @@ pub mod tiling;
 pub mod validate;
 
 pub use gpu_spec::GpuSpec;
+pub use invalid::InvalidState;
 pub use ir::{Kernel, LaunchConfig};
 pub use network::{NETWORKS, Workload, network};
 pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};
 pub use state::State;
 pub use task::{DType, Epilogue, Layout, Operator, Task};
-pub use validate::{InvalidState, prefetch_feasible, validate};
+pub use validate::{prefetch_feasible, validate};
 
 /// A state of a task lowered and printed as CUDA C, with what is needed to launch it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,48 +17,14 @@
 
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
+use crate::invalid::InvalidState;
 use crate::state::MAX_SPLIT_K;
+pub use crate::state::{MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling};
 use crate::task::{Contraction, DType};
-use crate::validate::InvalidState;
-use serde::{Deserialize, Serialize};
 
-/// Tile sizes and annotations of a tensor-core state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct MmaTiling {
-    /// Output rows (GEMM M) and columns (GEMM N) per thread block.
-    pub block_m: u32,
-    pub block_n: u32,
-    /// Warps along M and N; each warp's tile is `block_m / warps_m × block_n / warps_n`,
-    /// a multiple of the 16 × 8 MMA tile.
-    pub warps_m: u32,
-    pub warps_n: u32,
-    /// Reduction elements per shared-memory tile, in MMA k-steps (32 bytes of a row):
-    /// 1, 2, 4 or 8, so that every shared row is a power of two of 16-byte chunks.
-    pub k_steps: u32,
-    /// Shared-memory tiles in flight (the `cp.async` pipeline depth), 1..=`MAX_STAGES`.
-    pub stages: u32,
-    /// Elements per copy of each input's fill: 16, 8 or 4 bytes through `cp.async`,
-    /// or one 2-byte half through an ordinary load and store.
-    pub vector: [u32; 2],
-    /// XOR-swizzled shared rows (conflict-free `ldmatrix`) or plain ones.
-    pub swizzle: bool,
-}
-
-/// Deepest pipeline the sketch builds.
-pub const MAX_STAGES: u32 = 4;
-/// Most warps per block.
-pub const MAX_WARPS: u32 = 8;
-/// Most k-steps per shared tile.
-pub const MAX_K_STEPS: u32 = 8;
 /// Registers besides accumulators and fragments (addresses, loop counters, predicates),
 /// a conservative estimate for the register check.
 const MMA_ADDRESSING_REGISTERS: u64 = 40;
-
-/// Most copies per thread per input and stage: each one's row-side coordinates and
-/// shared position stay in registers through the reduction loop (hoisted), so more
-/// would spill (NVRTC's sm_90 kernels with 32 one-element rounds hit 255 registers
-/// and stack frames).
-pub const MAX_COPY_ROUNDS: i64 = 8;
 
 /// Bytes of a 16-byte shared chunk / of one MMA k-step of a row.
 pub const CHUNK_BYTES: u32 = 16;

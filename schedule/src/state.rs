@@ -54,7 +54,6 @@
 //! JSON at their default, so that older states keep their JSON, hence their ids.
 
 use crate::gemm::GemmView;
-pub use crate::mma::MmaTiling;
 use crate::task::Contraction;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -108,6 +107,40 @@ pub const VECTOR_WIDTHS: [u32; 3] = [1, 2, 4];
 /// output tile the atomic traffic (output elements × split) outgrows any layer's gain in
 /// parallelism on a GPU of ~132 SMs.
 pub const MAX_SPLIT_K: u32 = 64;
+
+/// The tensor-core sketch's limits (`MmaTiling`). Deepest pipeline it builds:
+pub const MAX_STAGES: u32 = 4;
+/// Most warps per block.
+pub const MAX_WARPS: u32 = 8;
+/// Most k-steps per shared tile.
+pub const MAX_K_STEPS: u32 = 8;
+/// Most copies per thread per input and stage: each one's row-side coordinates and
+/// shared position stay in registers through the reduction loop (hoisted), so more
+/// would spill (NVRTC's sm_90 kernels with 32 one-element rounds hit 255 registers
+/// and stack frames).
+pub const MAX_COPY_ROUNDS: i64 = 8;
+
+/// Tile sizes and annotations of a tensor-core state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MmaTiling {
+    /// Output rows (GEMM M) and columns (GEMM N) per thread block.
+    pub block_m: u32,
+    pub block_n: u32,
+    /// Warps along M and N; each warp's tile is `block_m / warps_m × block_n / warps_n`,
+    /// a multiple of the 16 × 8 MMA tile.
+    pub warps_m: u32,
+    pub warps_n: u32,
+    /// Reduction elements per shared-memory tile, in MMA k-steps (32 bytes of a row):
+    /// 1, 2, 4 or 8, so that every shared row is a power of two of 16-byte chunks.
+    pub k_steps: u32,
+    /// Shared-memory tiles in flight (the `cp.async` pipeline depth), 1..=`MAX_STAGES`.
+    pub stages: u32,
+    /// Elements per copy of each input's fill: 16, 8 or 4 bytes through `cp.async`,
+    /// or one 2-byte half through an ordinary load and store.
+    pub vector: [u32; 2],
+    /// XOR-swizzled shared rows (conflict-free `ldmatrix`) or plain ones.
+    pub swizzle: bool,
+}
 
 /// Row paddings (floats added to each row of a shared tile's contiguous dimension) the
 /// search chooses from. 0 and 4 keep rows 16-byte aligned when the row length is a

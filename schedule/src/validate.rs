@@ -6,98 +6,13 @@
 //! Shared-memory layouts are all allowed (any dimension but the last innermost, any of
 //! `SHARED_PADS`); their padding counts towards the shared-memory limit.
 
-use crate::gemm::GemmError;
 use crate::gpu_spec::GpuSpec;
-use crate::mma::{MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, validate_mma};
+pub use crate::invalid::InvalidState;
+use crate::mma::validate_mma;
 use crate::state::{MAX_SPLIT_K, SHARED_PADS, State, UNROLL_STEPS, VECTOR_WIDTHS};
 use crate::task::DType;
 use crate::task::{AxisRef, Contraction};
 use crate::tiling::{ReductionUnroll, Tiling};
-use thiserror::Error;
-
-/// Why a state is rejected.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
-pub enum InvalidState {
-    #[error("state has {got} {kind} splits, the task has {expected} {kind} axes")]
-    Arity {
-        kind: &'static str,
-        got: usize,
-        expected: usize,
-    },
-    #[error("a split factor is 0")]
-    ZeroFactor,
-    #[error("{threads} threads per block, outside {min}..={max}")]
-    Threads { threads: u64, min: u64, max: u64 },
-    #[error("{vthreads} virtual threads, over the cap of {max}")]
-    VirtualThreads { vthreads: u64, max: u64 },
-    #[error("innermost split factor {factor} over the bound of {max}")]
-    InnermostFactor { factor: u32, max: u32 },
-    #[error("{bytes} bytes of shared memory per block, over the limit of {max}")]
-    SharedMemory { bytes: u64, max: u64 },
-    #[error("about {registers} registers per thread, over the limit of {max}")]
-    Registers { registers: u64, max: u64 },
-    #[error("register prefetch needs unrolled fetch loops and more than one stage")]
-    Prefetch,
-    #[error("about {registers} registers x {threads} threads, over {max} registers per block")]
-    RegistersPerBlock {
-        registers: u64,
-        threads: u64,
-        max: u64,
-    },
-    #[error("unroll step {0} is not one of {UNROLL_STEPS:?}")]
-    UnrollStep(u32),
-    #[error("input {input} cannot be fetched {width} floats at a time")]
-    VectorWidth { input: usize, width: u32 },
-    #[error("{blocks} thread blocks, over the grid limit")]
-    Grid { blocks: u64 },
-    #[error(
-        "split_k {split_k} outside 1..={max}: the reduction has {stages} shared-memory stages (at most {MAX_SPLIT_K} splits)"
-    )]
-    SplitK { split_k: u32, stages: u64, max: u64 },
-    #[error(
-        "split_k {split_k} with a ReLU epilogue: split-K blocks add partial sums into the output, and max(0, x) of a partial sum is not the ReLU of the whole; use split_k 1"
-    )]
-    SplitKRelu { split_k: u32 },
-    #[error(
-        "shared layout of input {input}: innermost dimension {innermost} is not one of its first {dims} (the tensor's last dimension is the natural order, written without `innermost`)"
-    )]
-    LayoutDimension {
-        input: usize,
-        innermost: u8,
-        dims: usize,
-    },
-    #[error("shared layout of input {input}: row padding {pad} is not one of {SHARED_PADS:?}")]
-    LayoutPad { input: usize, pad: u32 },
-    #[error("no tensor-core state for this task: {0}")]
-    NoGemm(GemmError),
-    #[error("tensor cores do not multiply {0} (fp16, bf16 and tf32 only)")]
-    MmaType(DType),
-    #[error(
-        "a tensor-core state leaves the CUDA-core fields (spatial, reduction, unroll, vector widths, layouts, prefetch) at their defaults"
-    )]
-    MixedSketch,
-    #[error(
-        "block tile {block_m}x{block_n} over {warps_m}x{warps_n} warps: each warp needs a whole number of 16x8 MMA tiles (at most {MAX_WARPS} warps)"
-    )]
-    MmaTiles {
-        block_m: u32,
-        block_n: u32,
-        warps_m: u32,
-        warps_n: u32,
-    },
-    #[error(
-        "{k_steps} k-steps per shared tile and {stages} stages: k-steps a power of two up to {MAX_K_STEPS}, stages 1..={MAX_STAGES}, shared rows a power of two of 16-byte chunks"
-    )]
-    MmaPipeline { k_steps: u32, stages: u32 },
-    #[error(
-        "input {input} needs {rounds} copies per thread and stage, over {MAX_COPY_ROUNDS}: use wider copies, more warps or a smaller tile"
-    )]
-    MmaCopies { input: usize, rounds: i64 },
-    #[error(
-        "split_k {split_k} with a {out} output: split-K adds partial sums with f32 atomics; use an f32 output or split_k 1"
-    )]
-    SplitKOutput { split_k: u32, out: DType },
-}
 
 /// Registers besides accumulators and operands: indices, addresses, loop counters.
 /// Calibrated against NVRTC's register counts for sm_90 (see the compile tests).
