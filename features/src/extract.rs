@@ -13,20 +13,20 @@
 //! the row too, and the padding in the shared bytes that bound occupancy.
 //!
 //! Tensor-core states (`State::mma`) are described by `mma`, into the same row: the
-//! features both sketches share are filled by the same helpers here (registers,
+//! features both sketches share are filled by the same helpers (`shared`: registers,
 //! occupancy, waves), the CUDA-core-only ones stay 0 (see `table`).
 
 use crate::fetch::{FetchCost, fetch_cost};
 use crate::geometry::Geometry;
 use crate::indexing::{Indexing, touched_elements};
 use crate::mma::MmaTask;
-use crate::occupancy::{Occupancy, SCHEDULERS_PER_SM, waves};
+use crate::shared::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::shared_reads::{ReadCost, read_cost};
 use crate::store::{Output, StoreCost, store_cost};
 use crate::table::{FEATURE_COUNT, FeatureRow};
 use schedule::task::Contraction;
 use schedule::tiling::fetch_unrolled;
-use schedule::validate::{register_cap, register_estimate, validate};
+use schedule::validate::{register_estimate, validate};
 use schedule::{GpuSpec, State, Task};
 
 /// Bytes per float, per global-memory sector and per shared-memory wavefront.
@@ -94,70 +94,18 @@ impl FeatureExtractor {
     pub fn extract(&self, state: &State) -> [f32; FEATURE_COUNT] {
         let mut row = self.task_row.clone();
         if let Some(tiling) = &state.mma {
-            crate::mma::fill(&mut row, self, state, tiling);
+            crate::mma::fill(
+                &mut row,
+                &self.contraction,
+                &self.gpu,
+                self.mma.as_ref(),
+                state,
+                tiling,
+            );
         } else if let Some(geo) = Geometry::new(&self.contraction, state) {
             self.fill(&mut row, &geo);
         }
         row.to_array()
-    }
-
-    /// The register features from the estimate for blocks of `threads`; returns the
-    /// registers per thread assumed for occupancy.
-    pub(crate) fn fill_registers(&self, row: &mut FeatureRow, estimate: u64, threads: u64) -> u64 {
-        let gpu = &self.gpu;
-        let cap = register_cap(gpu, threads);
-        let allocated = estimate
-            .min(cap)
-            .min(u64::from(gpu.max_registers_per_thread));
-        row.registers_estimate = estimate as f64;
-        row.register_cap = cap as f64;
-        row.registers_over_cap = flag(estimate > cap);
-        row.registers_allocated = allocated as f64;
-        allocated
-    }
-
-    /// The occupancy, wave and parallelism features of a grid of `grid_blocks` blocks
-    /// of `threads` (`warps` warps), `shared_bytes` and `registers` per thread, with
-    /// `accumulators` per thread; returns the blocks per SM and the busiest SM's blocks.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn fill_occupancy(
-        &self,
-        row: &mut FeatureRow,
-        threads: u64,
-        warps: f64,
-        shared_bytes: u64,
-        registers: u64,
-        grid_blocks: u64,
-        accumulators: f64,
-    ) -> (f64, f64) {
-        let gpu = &self.gpu;
-        let occupancy = Occupancy::new(gpu, threads, shared_bytes, registers);
-        let bps = occupancy.blocks_per_sm;
-        row.blocks_per_sm_by_threads = occupancy.by_threads as f64;
-        row.blocks_per_sm_by_shared = occupancy.by_shared as f64;
-        row.blocks_per_sm_by_registers = occupancy.by_registers as f64;
-        row.blocks_per_sm = bps as f64;
-        row.limited_by_threads = flag(occupancy.by_threads == bps);
-        row.limited_by_shared = flag(occupancy.by_shared == bps);
-        row.limited_by_registers = flag(occupancy.by_registers == bps);
-        row.limited_by_block_cap = flag(occupancy.block_cap == bps);
-        row.active_warps_per_sm = occupancy.active_warps as f64;
-        row.occupancy = occupancy.fraction();
-        let sm_count = u64::from(gpu.sm_count.max(1));
-        let (wave_count, wave_efficiency) = waves(grid_blocks, bps * sm_count);
-        row.waves = wave_count;
-        row.wave_efficiency = wave_efficiency;
-        let busiest_sm_blocks = grid_blocks.div_ceil(sm_count) as f64;
-        row.busiest_sm_blocks = busiest_sm_blocks;
-        row.sm_utilization = (grid_blocks as f64 / sm_count as f64).min(1.0);
-
-        // Parallelism: a small grid leaves SMs with fewer blocks than they could hold.
-        let resident_blocks = (bps as f64).min(busiest_sm_blocks);
-        row.ilp = accumulators;
-        row.wlp = resident_blocks * warps;
-        row.warps_per_scheduler = row.wlp / SCHEDULERS_PER_SM as f64;
-        row.concurrency = row.ilp * row.warps_per_scheduler;
-        (bps as f64, busiest_sm_blocks)
     }
 
     fn fill(&self, row: &mut FeatureRow, geo: &Geometry) {
@@ -328,10 +276,11 @@ impl FeatureExtractor {
 
         // Registers.
         let estimate = register_estimate(c, state);
-        let allocated = self.fill_registers(row, estimate, geo.threads as u64);
+        let allocated = fill_registers(gpu, row, estimate, geo.threads as u64);
 
         // Occupancy, waves and parallelism.
-        let (_, busiest_sm_blocks) = self.fill_occupancy(
+        let (_, busiest_sm_blocks) = fill_occupancy(
+            gpu,
             row,
             geo.threads as u64,
             warps,
@@ -349,17 +298,4 @@ impl FeatureExtractor {
         row.global_sectors_per_sm = busiest_sm_blocks * global_sectors_per_block;
         row.fma_to_shared_cycles = ratio(row.fma_cycles_per_sm, row.shared_cycles_per_sm);
     }
-}
-
-pub(crate) fn flag(b: bool) -> f64 {
-    if b { 1.0 } else { 0.0 }
-}
-
-pub(crate) fn log2_1p(x: f64) -> f64 {
-    (1.0 + x.max(0.0)).log2()
-}
-
-/// `a / b`, 0 when `b` is 0.
-pub(crate) fn ratio(a: f64, b: f64) -> f64 {
-    if b == 0.0 { 0.0 } else { a / b }
 }

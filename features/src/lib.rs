@@ -20,6 +20,7 @@ mod indexing;
 mod mma;
 mod occupancy;
 mod sample;
+mod shared;
 mod shared_reads;
 mod store;
 mod table;

@@ -26,17 +26,17 @@
 //! group, chunk) pair is read equally often, so their mean over the tile is the exact
 //! conflict degree.
 
-use crate::extract::{FeatureExtractor, flag, log2_1p, ratio};
 use crate::fetch::{FetchCost, InstructionCost, Weighted, ratio_or_one, summarize};
 use crate::geometry::{Coords, MAX_AXES};
 use crate::sample::{R2, R3, scattered, warp_instructions};
+use crate::shared::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::table::FeatureRow;
 use crate::warp::{Cost, WARP_LANES, WarpAccess, wavefronts};
 use schedule::gemm::GemmView;
 use schedule::mma::{CHUNK_BYTES, MmaTiling, SharedTileLayout};
 use schedule::task::{Access, AxisRef, Contraction};
 use schedule::validate::validate;
-use schedule::{DType, State};
+use schedule::{DType, GpuSpec, State};
 
 /// Bounds of the tiling fields that are described at all. Validation accepts far less
 /// (at most 8 warps, 4 k-steps, 4 stages, a split of 64, 16-byte copies and a block
@@ -499,15 +499,24 @@ fn epilogue(task: &MmaTask, grid: &Grid, t: &MmaTiling) -> Epilogue {
     }
 }
 
-/// Fills the row of tensor-core state `state` (whose `mma` is `t`).
-pub(crate) fn fill(row: &mut FeatureRow, ex: &FeatureExtractor, state: &State, t: &MmaTiling) {
+/// Fills the row of tensor-core state `state` (whose `mma` is `t`) of the task with
+/// contraction `c` on `gpu`, seen as `task` (None: no GEMM view); `row` comes holding
+/// the task's features.
+pub(crate) fn fill(
+    row: &mut FeatureRow,
+    c: &Contraction,
+    gpu: &GpuSpec,
+    task: Option<&MmaTask>,
+    state: &State,
+    t: &MmaTiling,
+) {
     row.sketch = 1.0;
     if !describable(t, state.split_k) {
         // Beyond every bound validation accepts: invalid, and nothing else to say.
         return;
     }
-    let c = &ex.contraction;
-    let gpu = &ex.gpu;
+    // Task-level values, which nothing below changes.
+    let (task_flops, task_output_elements) = (row.task_flops, row.task_output_elements);
     let dtype = c.dtype;
     let element_bytes = i64::from(dtype.bytes());
     let e = element_bytes as f64;
@@ -541,9 +550,9 @@ pub(crate) fn fill(row: &mut FeatureRow, ex: &FeatureExtractor, state: &State, t
     row.block_tile_elements = f64::from(t.block_m) * f64::from(t.block_n);
     let shared_bytes = t.shared_bytes(dtype);
     row.shared_bytes_per_block = shared_bytes as f64;
-    let allocated = ex.fill_registers(row, t.register_estimate(), u64::from(threads));
+    let allocated = fill_registers(gpu, row, t.register_estimate(), u64::from(threads));
 
-    let Some(task) = &ex.mma else {
+    let Some(task) = task else {
         // No GEMM view (NCHW conv2d): no grid to describe; the state is invalid.
         return;
     };
@@ -564,7 +573,7 @@ pub(crate) fn fill(row: &mut FeatureRow, ex: &FeatureExtractor, state: &State, t
     row.mma_prologue_tiles = prologue as f64;
     row.mma_pipeline_fill = ratio(prologue as f64, block_ktiles);
     let executed = tile_ktiles * row.block_tile_elements * grid.block_k as f64;
-    row.work_efficiency = ratio(ex.task_row.task_flops / 2.0, executed);
+    row.work_efficiency = ratio(task_flops / 2.0, executed);
 
     // MMA and fragment loads per block and K tile.
     let mma_per_ktile = warps * tiles_m * tiles_n * k_steps;
@@ -628,7 +637,7 @@ pub(crate) fn fill(row: &mut FeatureRow, ex: &FeatureExtractor, state: &State, t
     row.output_store_coalescing = out.coalescing;
     row.output_sectors_per_block = out.sectors_per_block;
     row.output_sectors = out.sectors_per_block * grid_blocks as f64;
-    let bias_per_block = if ex.contraction.bias.is_some() {
+    let bias_per_block = if c.bias.is_some() {
         warps * tiles_n
     } else {
         0.0
@@ -637,7 +646,7 @@ pub(crate) fn fill(row: &mut FeatureRow, ex: &FeatureExtractor, state: &State, t
     let split = split_k > 1;
     row.atomic_output_sectors = if split { row.output_sectors } else { 0.0 };
     row.zeroed_output_sectors = if split {
-        (ex.task_row.task_output_elements * task.output_bytes as f64 / SECTOR_BYTES as f64).ceil()
+        (task_output_elements * task.output_bytes as f64 / SECTOR_BYTES as f64).ceil()
     } else {
         0.0
     };
@@ -670,7 +679,8 @@ pub(crate) fn fill(row: &mut FeatureRow, ex: &FeatureExtractor, state: &State, t
     row.shared_transfer_bytes = row.shared_wavefronts * WAVEFRONT_BYTES;
 
     // Occupancy, waves, parallelism and intensities.
-    let (blocks_per_sm, busiest_sm_blocks) = ex.fill_occupancy(
+    let (blocks_per_sm, busiest_sm_blocks) = fill_occupancy(
+        gpu,
         row,
         u64::from(threads),
         warps,
@@ -681,8 +691,8 @@ pub(crate) fn fill(row: &mut FeatureRow, ex: &FeatureExtractor, state: &State, t
     );
     row.mma_per_sm_wave = blocks_per_sm * row.mma_per_block;
     row.mma_per_sm = busiest_sm_blocks * row.mma_per_block;
-    row.oi_global = ratio(ex.task_row.task_flops, row.global_bytes);
-    row.oi_shared = ratio(ex.task_row.task_flops, row.shared_transfer_bytes);
+    row.oi_global = ratio(task_flops, row.global_bytes);
+    row.oi_shared = ratio(task_flops, row.shared_transfer_bytes);
     row.shared_cycles_per_sm = busiest_sm_blocks * shared_per_block;
     row.global_sectors_per_sm = busiest_sm_blocks * global_sectors_per_block;
 }

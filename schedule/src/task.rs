@@ -1118,57 +1118,6 @@ mod tests {
     }
 
     #[test]
-    fn groups_and_end_pads_in_keys_and_specs() {
-        let depthwise = |spec: &str| {
-            Task::new(
-                crate::parse_shape("conv2d", spec).unwrap(),
-                Epilogue::default(),
-            )
-        };
-        let dw = depthwise("c=32,h=112,w=112,k=32,r=3,s=3,pad=1,groups=32").unwrap();
-        assert_eq!(dw.key(), "conv2d_n1_c32_h112_w112_k32_r3_s3_st1_p1_g32");
-        assert_eq!(
-            Task::new(
-                crate::parse_shape("conv2d", &dw.shape_spec()).unwrap(),
-                Epilogue::default()
-            )
-            .unwrap(),
-            dw
-        );
-        let c = dw.contraction();
-        let names: Vec<_> = c.spatial.iter().map(|a| a.name).collect();
-        assert_eq!(names, ["g", "p", "q"]);
-        assert_eq!(c.reduction.len(), 2);
-        assert_eq!(c.inputs[1].shape, vec![32, 3, 3]);
-        // SAME_UPPER at stride 2 on an even input pads only the bottom and right.
-        let same =
-            depthwise("c=8,h=8,w=8,k=8,r=3,s=3,stride=2,pad=0,pad_bottom=1,pad_right=1").unwrap();
-        assert_eq!(same.key(), "conv2d_n1_c8_h8_w8_k8_r3_s3_st2_p0_pe1");
-        let Operator::Conv2d(conv) = same.op else {
-            unreachable!()
-        };
-        assert_eq!(conv.output_size().unwrap(), (4, 4));
-        // An end pad that changes nothing is dropped: one key for one computation.
-        let plain = depthwise("c=8,h=8,w=8,k=8,r=3,s=3,stride=2,pad=1").unwrap();
-        let padded = depthwise("c=8,h=8,w=8,k=8,r=3,s=3,stride=2,pad=1,pad_bottom=0").unwrap();
-        assert_eq!(plain, padded);
-        assert_eq!(
-            depthwise("c=6,h=8,w=8,k=8,r=3,s=3,groups=4"),
-            Err(TaskError::Groups {
-                groups: 4,
-                c: 6,
-                k: 8
-            })
-        );
-        // Old logs (no groups, no end pads) read as before.
-        let json = serde_json::to_string(&plain).unwrap();
-        assert!(
-            !json.contains("groups") && !json.contains("pad_bottom"),
-            "{json}"
-        );
-    }
-
-    #[test]
     fn matmul_key_with_epilogue() {
         let t = Task::new(
             Operator::Matmul {
