@@ -664,12 +664,7 @@ pub fn tune(
         (failure.map(|()| late), served)
     });
     let late = failure?;
-    let stopped = match served {
-        Err(error) => Some(TuneError::Stopped { error, recorded: 0 }),
-        Ok(()) if interrupted() => Some(TuneError::Interrupted { recorded: 0 }),
-        Ok(()) => None,
-    };
-    if let Some(mut stopped) = stopped {
+    if served.is_err() || interrupted() {
         // Keep every measurement that came in: the rounds in flight, in order, with the
         // candidates never measured left out (a resumed run plans them afresh).
         for m in late {
@@ -681,13 +676,10 @@ pub fn tune(
             log.append(&records)?;
             recorded += records.len();
         }
-        match &mut stopped {
-            TuneError::Stopped { recorded: r, .. } | TuneError::Interrupted { recorded: r } => {
-                *r = recorded;
-            }
-            _ => {}
-        }
-        return Err(stopped);
+        return Err(match served {
+            Err(error) => TuneError::Stopped { error, recorded },
+            Ok(()) => TuneError::Interrupted { recorded },
+        });
     }
     if !unlearned.is_empty() {
         model.update(&unlearned)?;
