@@ -603,19 +603,12 @@ pub fn tune(
                 if rounds.is_empty() {
                     return Ok(());
                 }
-                let m = match result_rx.recv_timeout(INTERRUPT_POLL) {
-                    Ok(m) => m,
-                    Err(RecvTimeoutError::Timeout) => continue,
-                    Err(RecvTimeoutError::Disconnected) => return Ok(()), // the measurer stopped
-                };
-                if !attach(&mut rounds, m, &mut stats) {
-                    continue;
-                }
-                progress.measured();
-                // Rounds end in the order they were planned, so that what the model
-                // and the task scheduler learn, and so the candidates drawn next, do
-                // not depend on which GPU finished first.
-                while rounds.front().is_some_and(InFlight::complete) {
+                // Rounds end in the order they were planned, and one at a time, each
+                // followed by planning the next: round p is always planned having seen
+                // exactly the rounds up to p - depth, so that what the model and the task
+                // scheduler learn, and so the candidates drawn, depend neither on which
+                // GPU finished first nor on how many rounds completed together.
+                if rounds.front().is_some_and(InFlight::complete) {
                     let round = rounds.pop_front().expect("a front round");
                     let (batch, records) = round.into_records();
                     log.append(&records)?;
@@ -637,6 +630,15 @@ pub fn tune(
                         total,
                     )?;
                     new_records.extend(records);
+                    continue;
+                }
+                let m = match result_rx.recv_timeout(INTERRUPT_POLL) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()), // the measurer stopped
+                };
+                if attach(&mut rounds, m, &mut stats) {
+                    progress.measured();
                 }
             }
         })();
