@@ -499,10 +499,7 @@ fn sass_analyses_a_cubin_and_bad_input_is_one_line_with_nothing_written() {
 }
 
 /// The graph of torchvision's ResNet-50 (benchmarks/onnx/export.py, weights left out).
-const RESNET50_ONNX: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/onnx_import/tests/data/resnet50.onnx"
-);
+const RESNET50_ONNX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/onnx/tests/data/resnet50.onnx");
 
 /// Task lines (key, shape, GFLOP, count) of `workloads` output.
 fn task_lines(out: &str) -> Vec<String> {

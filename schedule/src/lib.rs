@@ -2,7 +2,7 @@
 //!
 //! Tasks (operators and their generic affine contraction form) and the built-in
 //! networks that group them (ONNX models are imported above this crate, by
-//! `onnx_import`); states (the multi-level tiling sketch with every factor filled in),
+//! `onnx`); states (the multi-level tiling sketch with every factor filled in),
 //! their sampling and validation against a GPU description; lowering of a state to a
 //! loop nest (`lower`: each sketch's lowering, and the transform passes it applies to
 //! the nest, `lower::prefetch`: register prefetch); the tensor-core sketch (`gemm`: a

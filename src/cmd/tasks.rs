@@ -2,7 +2,7 @@
 //! operator, or those of an ONNX model.
 
 use anyhow::{Result, bail};
-use onnx_import::{InputShape, OnnxModel, import as import_onnx, parse_input};
+use onnx::{InputShape, OnnxModel, import as import_onnx, parse_input};
 use schedule::{DType, Epilogue, Layout, OPERATORS, Task, Workload, network, parse_shape};
 use std::path::{Path, PathBuf};
 

@@ -5,7 +5,7 @@
 
 use crate::cmd::tasks::{TypeArgs, onnx_model, parse_input_arg};
 use anyhow::Result;
-use onnx_import::InputShape;
+use onnx::InputShape;
 use schedule::{NETWORKS, Workload, network};
 use std::path::PathBuf;
 

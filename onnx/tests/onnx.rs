@@ -2,7 +2,7 @@
 //! protobuf with the prost types tract-onnx exposes (weights are zero initializers of
 //! the right shapes), so the tests need no file and no Python.
 
-use onnx_import::{InputShape, OnnxError, import, import_bytes, parse_input};
+use onnx::{InputShape, OnnxError, import, import_bytes, parse_input};
 use prost::Message;
 use schedule::network::network;
 use schedule::{Epilogue, Task, Workload, parse_shape};
@@ -172,7 +172,7 @@ impl Model {
         }
     }
 
-    fn import(self) -> onnx_import::OnnxModel {
+    fn import(self) -> onnx::OnnxModel {
         import_bytes(&self.bytes(), &[], 1).unwrap_or_else(|e| panic!("import failed: {e}"))
     }
 }
