@@ -13,14 +13,14 @@
 //! the row too, and the padding in the shared bytes that bound occupancy.
 //!
 //! Tensor-core states (`State::mma`) are described by `mma`, into the same row: the
-//! features both sketches share are filled by the same helpers (`shared`: registers,
+//! features both sketches share are filled by the same helpers (`common`: registers,
 //! occupancy, waves), the CUDA-core-only ones stay 0 (see `table`).
 
+use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::fetch::{FetchCost, fetch_cost};
 use crate::geometry::Geometry;
 use crate::indexing::{Indexing, touched_elements};
 use crate::mma::MmaTask;
-use crate::shared::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::shared_reads::{ReadCost, read_cost};
 use crate::store::{Output, StoreCost, store_cost};
 use crate::table::{FEATURE_COUNT, FeatureRow};

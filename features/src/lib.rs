@@ -13,6 +13,7 @@
 //! vector: the features both sketches share, their own `mma_` ones, and zeros for the
 //! CUDA-core sketch's own (`CUDA_CORE_ONLY`).
 
+mod common;
 mod extract;
 mod fetch;
 mod geometry;
@@ -20,7 +21,6 @@ mod indexing;
 mod mma;
 mod occupancy;
 mod sample;
-mod shared;
 mod shared_reads;
 mod store;
 mod table;

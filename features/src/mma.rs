@@ -26,10 +26,10 @@
 //! group, chunk) pair is read equally often, so their mean over the tile is the exact
 //! conflict degree.
 
+use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::fetch::{FetchCost, InstructionCost, Weighted, ratio_or_one, summarize};
 use crate::geometry::{Coords, MAX_AXES};
 use crate::sample::{R2, R3, scattered, warp_instructions};
-use crate::shared::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::table::FeatureRow;
 use crate::warp::{Cost, WARP_LANES, WarpAccess, wavefronts};
 use schedule::gemm::GemmView;
