@@ -671,6 +671,7 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
             algorithms: 4,
             handles: 1,
             lt_algorithms: 8,
+            conv_gemm_algorithms: 4,
         },
         seed: 1,
     };

@@ -13,7 +13,8 @@
 //! Our operands are row-major (`C[M,N] = A[M,K]·B[K,N]`); cuBLAS is column-major, so
 //! every call computes `Cᵀ = Bᵀ·Aᵀ`, whose column-major form is exactly our row-major C:
 //! cuBLAS's (m, n, k) is our (N, M, K), its A is our B (leading dimension N) and its B
-//! our A (leading dimension K).
+//! our A (leading dimension K). A B stored transposed (`N×K`, the KRSC weights of a 1×1
+//! convolution run as a GEMM) is cuBLAS's A read with `OP_T` (leading dimension K).
 //!
 //! The functions are resolved from the copy `vendor::load` opened (cuBLASLt's from the
 //! `libcublasLt.so.13` beside it), never by name through the loader.
@@ -29,6 +30,7 @@ type Status = c_int;
 
 const SUCCESS: Status = 0;
 const OP_N: c_int = 0;
+const OP_T: c_int = 1;
 // cudaDataType_t
 const R_32F: c_int = 0;
 const R_16F: c_int = 2;
@@ -39,6 +41,7 @@ const COMPUTE_32F_FAST_TF32: c_int = 77;
 const GEMM_DEFAULT: c_int = -1;
 const DEFAULT_MATH: c_int = 0;
 // cublasLtMatmulDescAttributes_t
+const DESC_TRANSA: c_int = 3;
 const DESC_EPILOGUE: c_int = 7;
 const DESC_BIAS_POINTER: c_int = 8;
 const DESC_BIAS_DATA_TYPE: c_int = 26;
@@ -184,6 +187,31 @@ pub struct Gemm {
     pub m: u32,
     pub n: u32,
     pub k: u32,
+    /// B is stored transposed (`N×K` row-major, as a 1×1 convolution's KRSC weights
+    /// are); cuBLAS reads it with `OP_T` (see the module doc).
+    pub b_transposed: bool,
+}
+
+impl Gemm {
+    /// `C[M,N] = A[M,K]·B[K,N]`, each of `batch` matrices row-major and packed.
+    pub fn new(batch: u32, m: u32, n: u32, k: u32) -> Gemm {
+        Gemm {
+            batch,
+            m,
+            n,
+            k,
+            b_transposed: false,
+        }
+    }
+
+    /// cuBLAS's operation on its A (our B) and that operand's leading dimension.
+    fn b_operation(&self) -> (c_int, i32) {
+        if self.b_transposed {
+            (OP_T, self.k as i32)
+        } else {
+            (OP_N, self.n as i32)
+        }
+    }
 }
 
 /// The cuBLAS types of a task: the inputs' and the output's `cudaDataType_t` and the
@@ -329,6 +357,7 @@ impl Cublas {
             i64::from(shape.m) * i64::from(shape.n),
         );
         let (pa, pb, pc) = (a.device_ptr(), b.device_ptr(), c.device_ptr());
+        let (op_b, ldb) = shape.b_operation();
         let h = self.handle;
         if types.is_sgemm() {
             let (pa, pb, pc) = (pa as *const f32, pb as *const f32, pc as *mut f32);
@@ -337,7 +366,7 @@ impl Cublas {
                 // lengths of the row-major operands (see the module doc).
                 return check("cublasSgemm", unsafe {
                     (api.cublasSgemm_v2)(
-                        h, OP_N, OP_N, ni, mi, ki, &alpha, pb, ni, pa, ki, &beta, pc, ni,
+                        h, op_b, OP_N, ni, mi, ki, &alpha, pb, ldb, pa, ki, &beta, pc, ni,
                     )
                 });
             }
@@ -345,14 +374,14 @@ impl Cublas {
             return check("cublasSgemmStridedBatched", unsafe {
                 (api.cublasSgemmStridedBatched)(
                     h,
-                    OP_N,
+                    op_b,
                     OP_N,
                     ni,
                     mi,
                     ki,
                     &alpha,
                     pb,
-                    ni,
+                    ldb,
                     sb,
                     pa,
                     ki,
@@ -374,7 +403,7 @@ impl Cublas {
             return check("cublasGemmEx", unsafe {
                 (api.cublasGemmEx)(
                     h,
-                    OP_N,
+                    op_b,
                     OP_N,
                     ni,
                     mi,
@@ -382,7 +411,7 @@ impl Cublas {
                     alpha,
                     pb,
                     types.input,
-                    ni,
+                    ldb,
                     pa,
                     types.input,
                     ki,
@@ -399,7 +428,7 @@ impl Cublas {
         check("cublasGemmStridedBatchedEx", unsafe {
             (api.cublasGemmStridedBatchedEx)(
                 h,
-                OP_N,
+                op_b,
                 OP_N,
                 ni,
                 mi,
@@ -407,7 +436,7 @@ impl Cublas {
                 alpha,
                 pb,
                 types.input,
-                ni,
+                ldb,
                 sb,
                 pa,
                 types.input,
@@ -539,9 +568,15 @@ impl LtMatmul {
         };
         let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
         // Column-major views of our row-major operands (see the module doc): cuBLASLt's
-        // A is our B (N×K, ld N), its B our A (K×M, ld K), C and D our C (N×M, ld N).
+        // A is our B (N×K, ld N; or, stored transposed, K×N with ld K, read with
+        // `OP_T`), its B our A (K×M, ld K), C and D our C (N×M, ld N).
+        let a_dims = if shape.b_transposed {
+            (types.input, k, n, k, k * n)
+        } else {
+            (types.input, n, k, n, k * n)
+        };
         let dims = [
-            (types.input, n, k, n, k * n),
+            a_dims,
             (types.input, k, m, k, m * k),
             (types.output, n, m, n, m * n),
         ];
@@ -554,6 +589,17 @@ impl LtMatmul {
                 "cublasLtMatmulDescCreate",
                 (api.cublasLtMatmulDescCreate)(&mut this.desc, types.compute, R_32F),
             )?;
+            if shape.b_transposed {
+                check(
+                    "cublasLtMatmulDescSetAttribute(TRANSA)",
+                    (api.cublasLtMatmulDescSetAttribute)(
+                        this.desc,
+                        DESC_TRANSA,
+                        (&OP_T as *const c_int).cast(),
+                        4,
+                    ),
+                )?;
+            }
             if let Some(kind) = lt_epilogue(epilogue) {
                 check(
                     "cublasLtMatmulDescSetAttribute(EPILOGUE)",

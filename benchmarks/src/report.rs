@@ -11,7 +11,8 @@
 //!
 //! No silent weak baseline: a row of a tensor-core type (TF32, fp16, bf16) is flagged
 //! when its vendor routine does not run on tensor cores, or when the vendor's time is
-//! bimodal over our rounds (p90/p10 above [`BIMODAL_RATIO`]). Flagged rows stay in the
+//! bimodal over our rounds (p90/p10 above [`BIMODAL_RATIO`]) even after the session
+//! passed over such routines for runners-up (`run`). Flagged rows stay in the
 //! table but out of the headline (totals, geometric mean, slowest), which says how many
 //! rows it covers; the flagged rows' own geometric mean is reported beside it.
 
@@ -45,6 +46,19 @@ impl Side {
             p90_us: at(0.9),
             samples: samples.len(),
         })
+    }
+
+    /// p90/p10: above [`BIMODAL_RATIO`] the times are bimodal.
+    pub fn spread(&self) -> f64 {
+        if self.p10_us > 0.0 {
+            self.p90_us / self.p10_us
+        } else {
+            1.0
+        }
+    }
+
+    pub fn is_bimodal(&self) -> bool {
+        self.spread() > BIMODAL_RATIO
     }
 }
 
@@ -138,13 +152,9 @@ pub fn flags(m: &Measured) -> Vec<String> {
         flags.push("vendor not on tensor cores".to_string());
     }
     if let Some(v) = m.vendor
-        && v.p10_us > 0.0
-        && v.p90_us / v.p10_us > BIMODAL_RATIO
+        && v.is_bimodal()
     {
-        flags.push(format!(
-            "vendor bimodal (p90/p10 {:.2})",
-            v.p90_us / v.p10_us
-        ));
+        flags.push(format!("vendor bimodal (p90/p10 {:.2})", v.spread()));
     }
     flags
 }

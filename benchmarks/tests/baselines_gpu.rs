@@ -3,8 +3,8 @@
 //! cuBLASLt routine agrees exactly with a CPU reference on small-integer inputs (sums
 //! stay far inside every type's exact range), every engine of cuDNN's graph API that the
 //! baseline would time does too (fused bias and ReLU, a half input with a float32
-//! output, groups, dilation, asymmetric padding), as do cuBLASLt's epilogues, and the
-//! `mma.sync` peaks run.
+//! output, groups, dilation, asymmetric padding), as do cuBLASLt's epilogues and 1×1
+//! convolutions run as GEMMs, and the `mma.sync` peaks run.
 //!
 //! Run on the GPU machine with `--ignored --test-threads 1 --nocapture` (the printed
 //! routines, candidates and versions are the record of what ran).
@@ -99,6 +99,8 @@ fn run_baseline_with(
         algorithms: 8,
         handles,
         lt_algorithms: 4,
+        // The graph-API tests (`handles` 0) check cuDNN alone.
+        conv_gemm_algorithms: if handles == 0 { 0 } else { 4 },
     };
     let prepared = baseline::prepare(&protocol, task, &|_| (operands, bias), choices)
         .unwrap_or_else(|e| panic!("{}: {e}", task.key()));
@@ -354,6 +356,95 @@ fn cudnn_graph_engines_are_exact() {
     check_graph_conv(depthwise, bias, DType::Fp16, DType::Fp16, Layout::Nhwc);
 }
 
+/// A 1×1 convolution through the GEMM route alone (`baseline::prepare_conv_gemm`),
+/// checked exactly against the CPU: the NHWC form reads the KRSC weights as B
+/// transposed, the NCHW form swaps the inputs and adds its bias after the GEMM.
+fn check_conv_gemm(
+    shape: Conv2d,
+    epilogue: Epilogue,
+    dtype: DType,
+    out_dtype: DType,
+    layout: Layout,
+) {
+    load(Library::Cudnn);
+    load(Library::Cublas);
+    let (ctx, device) = context();
+    let task = Task {
+        op: Operator::Conv2d(shape),
+        epilogue,
+        dtype,
+        out_dtype,
+        layout,
+    };
+    let s = shape;
+    let x = values((s.n * s.c * s.h * s.w) as usize, 1, 31);
+    let w = values((s.k * s.c) as usize, 1, 32);
+    let bias = values(s.k as usize, 3, 33);
+    let mut expected = conv_reference(&s, layout, &x, &w);
+    let (k, pq) = (s.k as usize, (s.h * s.w) as usize);
+    apply_epilogue(&mut expected, epilogue, &bias, |i| match layout {
+        Layout::Nchw => (i / pq) % k,
+        Layout::Nhwc => i % k,
+    });
+    let upload = |v: &[f32]| host::upload(&ctx, v, dtype).unwrap();
+    let (xb, wb, biasb) = (upload(&x), upload(&w), upload(&bias));
+    let out_len = expected.len();
+    let yb = host::alloc(&ctx, out_len, out_dtype).unwrap();
+    let operands = ([&xb, &wb, &yb], epilogue.bias.then_some(&biasb));
+    let spin_module = ctx.load(SPIN_PTX.as_bytes()).unwrap();
+    let spin = spin_module.function("tilesched_spin", 0).unwrap();
+    let protocol = Protocol {
+        ctx: &ctx,
+        spin: &spin,
+        sm_clock_mhz: device.sm_clock_mhz,
+        timing: quick(),
+    };
+    let prepared = baseline::prepare_conv_gemm(&protocol, &task, &|_| operands, 8)
+        .unwrap_or_else(|e| panic!("{}: {e}", task.key()));
+    let routine = prepared.baseline.describe();
+    println!("{}: {routine} ({} timed)", task.key(), prepared.timed);
+    for line in &prepared.candidates {
+        println!("  {line}");
+        assert!(!line.contains("failed"), "{line}");
+    }
+    assert!(routine.contains("the 1×1 conv as a GEMM"), "{routine}");
+    ctx.poison(&yb).unwrap();
+    prepared.baseline.run(operands).unwrap();
+    ctx.synchronize().unwrap();
+    let got = host::download(&ctx, &yb, out_len, out_dtype).unwrap();
+    let wrong = expected.iter().zip(&got).filter(|(e, g)| e != g).count();
+    assert_eq!(
+        wrong,
+        0,
+        "{} with {routine}: {wrong} of {out_len} differ (first: {:?})",
+        task.key(),
+        expected.iter().zip(&got).find(|(e, g)| e != g)
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU, cuDNN and cuBLAS"]
+fn pointwise_convolutions_as_gemms_are_exact() {
+    let e = |bias, relu| Epilogue { bias, relu };
+    // |sum| <= 96 + 3: exact in every type.
+    let nhwc = Conv2d::new(2, 96, 7, 9, 40, 1, 1, 1, 0);
+    check_conv_gemm(
+        nhwc,
+        e(false, false),
+        DType::Fp16,
+        DType::Fp16,
+        Layout::Nhwc,
+    );
+    check_conv_gemm(nhwc, e(true, true), DType::Fp16, DType::Fp16, Layout::Nhwc);
+    check_conv_gemm(nhwc, e(true, false), DType::Bf16, DType::Bf16, Layout::Nhwc);
+    check_conv_gemm(nhwc, e(true, true), DType::Fp16, DType::F32, Layout::Nhwc);
+    // EfficientNet-B0's long reduction over a small image; |sum| <= 1152 + 3.
+    let nchw = Conv2d::new(1, 1152, 7, 7, 48, 1, 1, 1, 0);
+    check_conv_gemm(nchw, e(true, true), DType::F32, DType::F32, Layout::Nchw);
+    check_conv_gemm(nchw, e(false, true), DType::F32, DType::F32, Layout::Nchw);
+    check_conv_gemm(nchw, e(false, false), DType::F32, DType::F32, Layout::Nchw);
+}
+
 /// A matmul or batch matmul task and its (batch, M, N, K).
 fn matmul_task(
     op: Operator,
@@ -450,7 +541,7 @@ fn check_matmul(op: Operator, dtype: DType, out_dtype: DType, range: i32) {
     assert!(routine.starts_with("cuBLAS"), "{routine}");
     assert_eq!(expected, got, "{}: {routine}", task.key());
 
-    let shape = benchmarks::cublas::Gemm { batch, m, n, k };
+    let shape = benchmarks::cublas::Gemm::new(batch, m, n, k);
     let types = benchmarks::cublas::GemmTypes::for_types(dtype, out_dtype);
     let lt = benchmarks::cublas::LtMatmul::new(&ctx, shape, types, Epilogue::default(), 64 << 20)
         .unwrap();
@@ -668,7 +759,7 @@ fn cublas_fast_tf32_rounds_like_tf32() {
     let bb = host::upload(&ctx, &b, DType::F32).unwrap();
     let cb = host::alloc(&ctx, (m * n) as usize, DType::F32).unwrap();
     let cublas = Cublas::new(&ctx).unwrap();
-    let shape = Gemm { batch: 1, m, n, k };
+    let shape = Gemm::new(1, m, n, k);
     for (dtype, tf32) in [(DType::Tf32, true), (DType::F32, false)] {
         let types = GemmTypes::for_types(dtype, dtype);
         ctx.poison(&cb).unwrap();

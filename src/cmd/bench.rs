@@ -73,6 +73,10 @@ pub struct Args {
     /// cuBLASLt heuristic algorithms timed by our protocol per matmul.
     #[arg(long, default_value_t = Choices::default().lt_algorithms)]
     lt_algorithms: usize,
+    /// cuBLASLt heuristic algorithms timed by our protocol per 1×1 convolution that is
+    /// one GEMM, beside the plain cuBLAS call (0: convolutions get cuDNN alone).
+    #[arg(long, default_value_t = Choices::default().conv_gemm_algorithms)]
+    conv_gemm_algorithms: usize,
     /// Also time the same kernels beside PyTorch eager and torch.compile, in a python3
     /// with torch (writes DIR/peer/peer.json and peer.md).
     #[arg(long, value_enum)]
@@ -192,6 +196,7 @@ pub fn run(args: Args) -> Result<()> {
             algorithms: args.algorithms,
             handles: args.handles,
             lt_algorithms: args.lt_algorithms,
+            conv_gemm_algorithms: args.conv_gemm_algorithms,
         },
         seed: args.seed,
     };
