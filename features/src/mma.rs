@@ -32,8 +32,11 @@ use crate::geometry::{Coords, MAX_AXES};
 use crate::sample::{R2, R3, scattered, warp_instructions};
 use crate::table::FeatureRow;
 use crate::warp::{Cost, WARP_LANES, WarpAccess, wavefronts};
+use schedule::atom::copy::MATRIX_ROWS;
+use schedule::atom::mma::{C_M16N8, TF32_M16N8K8};
+use schedule::atom::{CHUNK_BYTES, Ldmatrix, MmaAtom, SharedTileLayout};
 use schedule::gemm::GemmView;
-use schedule::mma::{CHUNK_BYTES, MmaTiling, SharedTileLayout};
+use schedule::mma::MmaTiling;
 use schedule::task::{Access, AxisRef, Contraction};
 use schedule::validate::validate;
 use schedule::{DType, GpuSpec, State};
@@ -57,11 +60,6 @@ const STORE_SAMPLES: usize = 8;
 /// every distinct pattern.
 const LDMATRIX_ROW_GROUPS: i64 = 4;
 const LDMATRIX_CHUNKS: i64 = 16;
-/// Rows of one ldmatrix 8x8 matrix (one phase), bytes of one ldmatrix.x4, and fragment
-/// bytes of B per 8-column MMA tile and k-step (8 x 32 bytes).
-const MATRIX_ROWS: i64 = 8;
-const LDMATRIX_X4_BYTES: f64 = 512.0;
-const B_FRAGMENT_BYTES: f64 = 256.0;
 const SECTOR_BYTES: i64 = 32;
 const WAVEFRONT_BYTES: f64 = 128.0;
 
@@ -419,18 +417,20 @@ fn ldmatrix_conflict(layout: &SharedTileLayout, element_bytes: i64, banks: u32) 
 }
 
 /// Mean wavefronts of the 32-bit shared loads of a TF32 fragment from an N-major B tile
-/// (ideal 1): lane `l` reads `B[k + l % 4 (+ 4)][n + l / 4]`.
+/// (ideal 1): each lane reads its values of the TF32 B fragment (`atom::mma`).
 fn lds32_conflict(layout: &SharedTileLayout, banks: u32) -> f64 {
+    let b = TF32_M16N8K8.b;
     let n_tiles = (layout.row_elements / 8).clamp(1, LDMATRIX_CHUNKS);
     let k_steps = (layout.rows / 8).clamp(1, LDMATRIX_ROW_GROUPS);
     let (mut total, mut loads) = (0.0, 0.0);
     let mut access = WarpAccess::new();
     for j in 0..n_tiles {
         for step in 0..k_steps {
-            for half in [0, 4] {
+            for value in 0..b.values {
                 access.clear();
                 for lane in 0..WARP_LANES as i64 {
-                    access.push(layout.offset(8 * step + half + lane % 4, 8 * j + lane / 4));
+                    let (k, n) = b.coord(lane, value);
+                    access.push(layout.offset(8 * step + k, 8 * j + n));
                 }
                 total += f64::from(wavefronts(&access, 1, banks).actual);
                 loads += 1.0;
@@ -448,9 +448,11 @@ struct Epilogue {
 }
 
 /// Simulates a sample of the epilogue's store instructions: per warp, MMA tile and row
-/// half, lane `l` stores two consecutive outputs at row `l / 4 (+ 8)`, column
-/// `2 * (l % 4)` of the 16 x 8 tile.
+/// half, each lane stores its two consecutive accumulators of that half (`atom::mma`'s
+/// C fragment: row `l / 4 (+ 8)`, column `2 * (l % 4)` of the 16 x 8 tile).
 fn epilogue(task: &MmaTask, grid: &Grid, t: &MmaTiling) -> Epilogue {
+    const MMA_M: i64 = schedule::atom::mma::M;
+    const MMA_N: i64 = schedule::atom::mma::N;
     let (tiles_m, tiles_n) = (i64::from(t.tiles_m()), i64::from(t.tiles_n()));
     let per_warp = tiles_m * tiles_n * 2;
     let instructions = i64::from(t.warps_m * t.warps_n) * per_warp;
@@ -475,8 +477,10 @@ fn epilogue(task: &MmaTask, grid: &Grid, t: &MmaTiling) -> Epilogue {
         let mut sectors = Sectors::default();
         let mut active = 0;
         for lane in 0..WARP_LANES as i64 {
-            let row = m0 + wm * warp_m + tm * 16 + lane / 4 + 8 * half;
-            let column = n0 + wn * warp_n + tn * 8 + 2 * (lane % 4);
+            // The first of the two accumulators of this row half.
+            let (r, c) = C_M16N8.coord(lane, 2 * half);
+            let row = m0 + wm * warp_m + tm * MMA_M + r;
+            let column = n0 + wn * warp_n + tn * MMA_N + c;
             if row < m && column < n {
                 active += 1;
                 let offset = task.output_offset(batch, row, column);
@@ -578,7 +582,7 @@ pub(crate) fn fill(
     // MMA and fragment loads per block and K tile.
     let mma_per_ktile = warps * tiles_m * tiles_n * k_steps;
     let a_loads = warps * tiles_m * k_steps;
-    let a_matrices = 4.0 * a_loads;
+    let a_matrices = Ldmatrix::A.matrices as f64 * a_loads;
     let a_conflict = ldmatrix_conflict(
         &t.tile_layout(0, view, dtype),
         element_bytes,
@@ -586,17 +590,22 @@ pub(crate) fn fill(
     );
     let b_layout = t.tile_layout(1, view, dtype);
     let (b_loads, b_conflict, b_wavefronts) = if dtype.bytes() == 4 && !view.b_k_major {
-        let loads = warps * k_steps * 2.0 * tiles_n;
+        // One 32-bit load per register of each 8-column tile's fragment.
+        let loads = warps * k_steps * TF32_M16N8K8.b_registers as f64 * tiles_n;
         let conflict = lds32_conflict(&b_layout, gpu.shared_banks);
         (loads, conflict, loads * conflict)
     } else {
         let loads = warps * k_steps * (tiles_n / 2.0).ceil();
-        let matrices = warps * k_steps * 2.0 * tiles_n;
+        let matrices = warps * k_steps * Ldmatrix::B_K_MAJOR.matrices as f64 * tiles_n;
         let conflict = ldmatrix_conflict(&b_layout, element_bytes, gpu.shared_banks);
         (loads, conflict, matrices * conflict)
     };
     let a_wavefronts = a_matrices * a_conflict;
-    let fragment_bytes = a_loads * LDMATRIX_X4_BYTES + warps * k_steps * tiles_n * B_FRAGMENT_BYTES;
+    // A per ldmatrix.x4; B per 8-column tile and k-step: its n × k elements.
+    let atom = MmaAtom::sizing(dtype);
+    let b_fragment_bytes = (atom.n * atom.k * element_bytes) as f64;
+    let fragment_bytes =
+        a_loads * Ldmatrix::A.bytes() as f64 + warps * k_steps * tiles_n * b_fragment_bytes;
     row.mma_per_block = mma_per_ktile * block_ktiles;
     row.mma_instructions = mma_per_ktile * tile_ktiles;
     row.mma_input_ldmatrix_per_block = a_loads * block_ktiles;

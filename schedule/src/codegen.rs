@@ -9,8 +9,9 @@
 //! already in the loop nest, so what the CPU interpreter runs is what is compiled. A
 //! register array `array` is named `pf{array}`.
 
+use crate::atom::fragment::{self, lane_c};
+use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout, Term};
 use crate::ir::{Cond, Expr, Kernel, Scope, Stmt};
-use crate::mma::SharedTileLayout;
 use crate::task::DType;
 use std::fmt::Write;
 
@@ -93,21 +94,6 @@ fn mma_opening(out: &mut String, kernel: &Kernel) {
     fragment_counts(&kernel.body, &mut counts);
     let _ = writeln!(out, "  unsigned frag_a[{}][4];", counts[0].max(1));
     let _ = writeln!(out, "  unsigned frag_b[{}][2];", counts[1].max(1));
-}
-
-/// `layout.offset(row, col)` printed over C expressions `row` and `col`.
-fn tile_offset_c(layout: &SharedTileLayout, row: &str, col: &str) -> String {
-    let e = layout.chunk_elements;
-    let chunk = if layout.swizzle {
-        let (divisor, phases) = layout.swizzle_parameters();
-        format!("((({col}) / {e}) ^ ((({row}) / {divisor}) % {phases}))")
-    } else {
-        format!("(({col}) / {e})")
-    };
-    format!(
-        "({row}) * {} + {chunk} * {e} + ({col}) % {e}",
-        layout.row_elements
-    )
 }
 
 /// The leading comments: `header`, the launch configuration and, for split-K, that
@@ -360,7 +346,7 @@ impl Printer<'_> {
         let name = self.kernel.params.inputs[input];
         let bytes = width * self.kernel.params.dtype.bytes();
         let at = self.expr(shared);
-        if bytes == 2 {
+        if FillCopy::of(bytes, self.kernel.params.dtype.bytes()) == Some(FillCopy::Element) {
             // One half: an ordinary load and store.
             let value = if valid.is_empty() {
                 format!("{name}[{}]", self.expr(global))
@@ -378,7 +364,7 @@ impl Printer<'_> {
             );
             return;
         }
-        let cache = if bytes == 16 { "cg" } else { "ca" };
+        let cache = FillCopy::cache(bytes);
         let address = self.shared_address(input, &at);
         if valid.is_empty() {
             let _ = writeln!(
@@ -422,14 +408,21 @@ impl Printer<'_> {
             self.expr_in(k, ADD),
         );
         let e = layout.chunk_elements;
-        let tf32 = self.kernel.params.dtype.bytes() == 4;
-        if input == 1 && !k_major && tf32 {
+        let atom = MmaAtom::sizing(self.kernel.params.dtype);
+        if input == 1 && !k_major && self.kernel.params.dtype.bytes() == 4 {
+            // B's fragment itself, one 32-bit element per register: k and n of value
+            // `reg`, the lane's part printed, the value's a constant.
+            let b = atom.b;
             for f in 0..count {
-                for (reg, dk) in [(0, 0), (1, 4)] {
-                    let at = tile_offset_c(
-                        layout,
-                        &format!("{k} + lane % 4 + {dk}"),
-                        &format!("{row} + {} + lane / 4", 8 * f),
+                for reg in 0..atom.b_registers {
+                    let dk = fragment::part(&Numbers, b.row, Index::Value, reg as i64).unwrap_or(0);
+                    let at = layout.c(
+                        &format!("{k} + {} + {dk}", lane_c(b.row, "lane")),
+                        &format!(
+                            "{row} + {} + {}",
+                            atom.n * f as i64,
+                            lane_c(b.column, "lane")
+                        ),
                     );
                     let _ = writeln!(
                         out,
@@ -443,42 +436,33 @@ impl Printer<'_> {
         }
         // B registers of `count` fragments, in the order ldmatrix's matrices fill them.
         let b_regs: Vec<String> = (0..count)
-            .flat_map(|f| (0..2).map(move |i| format!("frag_b[{}][{i}]", frag + f)))
+            .flat_map(|f| (0..atom.b_registers).map(move |i| format!("frag_b[{}][{i}]", frag + f)))
             .collect();
-        let pair = count == 2;
-        let (r, c, shape, regs) = match (input, k_major) {
-            (0, _) => (
-                format!("{row} + lane % 16"),
-                format!("{k} + lane / 16 * {e}"),
-                "x4",
-                (0..4)
-                    .map(|i| format!("frag_a[{frag}][{i}]"))
-                    .collect::<Vec<_>>(),
-            ),
-            // Matrices: (n 0-7, k chunk 0), (n 0-7, chunk 1), then n 8-15 likewise.
-            (_, true) => (
-                if pair {
-                    format!("{row} + lane % 8 + lane / 16 * 8")
-                } else {
-                    format!("{row} + lane % 8")
-                },
-                format!("{k} + lane / 8 % 2 * {e}"),
-                if pair { "x4" } else { "x2" },
-                b_regs,
-            ),
-            // Matrices: (k 0-7, n chunk 0), (k 8-15, chunk 0), then the next 8 columns.
-            (_, false) => (
-                format!("{k} + lane % 16"),
-                if pair {
-                    format!("{row} + lane / 16 * 8")
-                } else {
-                    row.clone()
-                },
-                if pair { "x4.trans" } else { "x2.trans" },
-                b_regs,
-            ),
+        let (form, regs) = if input == 0 {
+            let regs = (0..atom.a_registers)
+                .map(|i| format!("frag_a[{frag}][{i}]"))
+                .collect::<Vec<_>>();
+            (Ldmatrix::A, regs)
+        } else {
+            (Ldmatrix::b(k_major, count), b_regs)
         };
-        let at = format!("{base} + {}", tile_offset_c(layout, &r, &c));
+        // The lane's tile row and column from the fragment's origin: (row, k) as stored
+        // for A and a K-major B, (k, row) for an N-major B.
+        let offset = |origin: &str, terms: &[Term], scale: i64| {
+            let scaled: Vec<Term> = terms.iter().map(|t| t.scaled(scale)).collect();
+            if scaled.is_empty() {
+                origin.to_string()
+            } else {
+                format!("{origin} + {}", lane_c(&scaled, "lane"))
+            }
+        };
+        let (r, c) = if input == 0 || k_major {
+            (offset(&row, form.rows, 1), offset(&k, form.chunks, e))
+        } else {
+            (offset(&k, form.rows, 1), offset(&row, form.chunks, e))
+        };
+        let shape = form.shape;
+        let at = format!("{base} + {}", layout.c(&r, &c));
         let outs: Vec<String> = regs.iter().map(|r| format!("\"=r\"({r})")).collect();
         let slots: Vec<String> = (0..regs.len()).map(|i| format!("%{i}")).collect();
         let _ = writeln!(
@@ -647,11 +631,7 @@ impl Printer<'_> {
                 *k_major,
             ),
             Stmt::Mma { acc, a, b } => {
-                let shape = match self.kernel.params.dtype {
-                    DType::Fp16 => "m16n8k16.row.col.f32.f16.f16.f32",
-                    DType::Bf16 => "m16n8k16.row.col.f32.bf16.bf16.f32",
-                    _ => "m16n8k8.row.col.f32.tf32.tf32.f32",
-                };
+                let shape = MmaAtom::sizing(self.kernel.params.dtype).ptx;
                 let _ = writeln!(
                     out,
                     "{pad}asm volatile(\"mma.sync.aligned.{shape} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\\n\" : \"+f\"(acc[{}]), \"+f\"(acc[{}]), \"+f\"(acc[{}]), \"+f\"(acc[{}]) : \"r\"(frag_a[{a}][0]), \"r\"(frag_a[{a}][1]), \"r\"(frag_a[{a}][2]), \"r\"(frag_a[{a}][3]), \"r\"(frag_b[{b}][0]), \"r\"(frag_b[{b}][1]));",

@@ -23,6 +23,7 @@
 //! whatever they shadowed is visible again. (Other bodies bind only variables that are
 //! unique in the kernel, so they need no restoring.)
 
+use crate::atom::MmaAtom;
 use crate::ir::{Cond, Expr, Kernel, Stmt};
 use crate::task::Contraction;
 use thiserror::Error;
@@ -521,16 +522,17 @@ impl Block<'_> {
                     k_step,
                     k_major,
                 } => {
-                    let (rows, cols) = if *input == 0 {
-                        (16, *k_step)
+                    // A is m × k, B is k × n; consecutive fragments are m or n apart.
+                    let atom = MmaAtom::sizing(self.kernel.params.dtype);
+                    let (rows, cols, stride) = if *input == 0 {
+                        (atom.m, *k_step, atom.m)
                     } else {
-                        (*k_step, 8)
+                        (*k_step, atom.n, atom.n)
                     };
-                    let stride = if *input == 0 { 16 } else { 8 };
                     for t in threads.clone().filter(|&t| active[t]) {
                         let (b, k0) = (self.eval(base, t), self.eval(k, t));
                         for f in 0..*count {
-                            let r0 = self.eval(row, t) + (stride * f) as i64;
+                            let r0 = self.eval(row, t) + stride * f as i64;
                             let mut values = Vec::with_capacity((rows * cols) as usize);
                             for r in 0..rows {
                                 for c in 0..cols {
@@ -556,15 +558,17 @@ impl Block<'_> {
                     for t in threads.clone().filter(|&t| active[t]) {
                         let fa = self.fragment(0, *a, t)?.clone();
                         let fb = self.fragment(1, *b, t)?.clone();
-                        let k = fb.len() / 8;
-                        let lane = t % 32;
-                        let (g, q) = (lane / 4, lane % 4);
-                        for e in 0..4 {
-                            let (r, c) = (g + 8 * (e / 2), 2 * q + e % 2);
-                            let i = self.acc_slot(&Expr::Const(acc + e as i64), t)?;
+                        let atom = MmaAtom::sizing(self.kernel.params.dtype);
+                        let n = atom.n as usize;
+                        let k = fb.len() / n;
+                        let lane = (t % 32) as i64;
+                        for e in 0..atom.c.values {
+                            let (r, c) = atom.c.coord(lane, e);
+                            let (r, c) = (r as usize, c as usize);
+                            let i = self.acc_slot(&Expr::Const(acc + e), t)?;
                             let mut sum = self.acc[t][i];
                             for x in 0..k {
-                                sum = fa[r * k + x].mul_add(fb[x * 8 + c], sum);
+                                sum = fa[r * k + x].mul_add(fb[x * n + c], sum);
                             }
                             self.acc[t][i] = sum;
                         }

@@ -132,7 +132,7 @@ pub enum Stmt {
         base: Expr,
         row: Expr,
         k: Expr,
-        layout: crate::mma::SharedTileLayout,
+        layout: crate::atom::SharedTileLayout,
         k_step: i64,
         k_major: bool,
     },

@@ -12,6 +12,7 @@
 //! the same nest computes the task's definition (`interp`).
 //! Nothing here needs a GPU.
 
+pub mod atom;
 pub mod codegen;
 pub mod gemm;
 pub mod gpu_spec;

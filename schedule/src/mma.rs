@@ -9,12 +9,12 @@
 //! tile `t`). Fragments are read from shared memory with `ldmatrix`.
 //!
 //! Every shared row is a whole number of 16-byte chunks (one MMA k-step is always 32
-//! bytes of a row: 16 halves or 8 floats). With `swizzle`, chunk `x` of row `r` is
-//! stored at chunk `x ^ f(r)` (`f` in `SharedTileLayout::offset`), so that the eight
-//! row addresses one `ldmatrix` 8×8 matrix reads fall in eight different 16-byte bank
-//! groups; without it the rows are plain and such reads conflict whenever a row is a
-//! multiple of 128 bytes.
+//! bytes of a row: 16 halves or 8 floats), laid out as `atom::SharedTileLayout` says
+//! (XOR-swizzled with `swizzle`). The instructions themselves (shapes, fragment
+//! layouts, copies) are `atom`'s.
 
+use crate::atom::mma::{C_M16N8, FP16_M16N8K16};
+use crate::atom::{CHUNK_BYTES, FillCopy, MmaAtom, SharedTileLayout};
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
@@ -26,9 +26,9 @@ use crate::task::{Contraction, DType};
 /// a conservative estimate for the register check.
 const MMA_ADDRESSING_REGISTERS: u64 = 40;
 
-/// Bytes of a 16-byte shared chunk / of one MMA k-step of a row.
-pub const CHUNK_BYTES: u32 = 16;
-pub const K_STEP_BYTES: u32 = 32;
+/// Rows and columns of one MMA tile (every instruction the sketch uses has the same).
+pub const MMA_M: u32 = crate::atom::mma::M as u32;
+pub const MMA_N: u32 = crate::atom::mma::N as u32;
 
 impl MmaTiling {
     pub fn threads(&self) -> u32 {
@@ -45,21 +45,22 @@ impl MmaTiling {
 
     /// MMA tiles per warp along M (16 rows each) and N (8 columns each).
     pub fn tiles_m(&self) -> u32 {
-        self.warp_m() / 16
+        self.warp_m() / MMA_M
     }
 
     pub fn tiles_n(&self) -> u32 {
-        self.warp_n() / 8
+        self.warp_n() / MMA_N
     }
 
     /// f32 accumulators per thread: four per MMA tile of the warp.
     pub fn accumulators(&self) -> u32 {
-        4 * self.tiles_m() * self.tiles_n()
+        C_M16N8.values as u32 * self.tiles_m() * self.tiles_n()
     }
 
-    /// Reduction elements of one MMA instruction for `dtype` (16 halves, 8 TF32).
+    /// Reduction elements of one MMA instruction for `dtype` (16 halves, 8 TF32): the
+    /// instruction's K (`MmaAtom::sizing`).
     pub fn k_step(dtype: DType) -> u64 {
-        u64::from(K_STEP_BYTES / dtype.bytes())
+        MmaAtom::sizing(dtype).k as u64
     }
 
     /// Reduction elements per shared tile.
@@ -99,10 +100,11 @@ impl MmaTiling {
     }
 
     /// Estimated registers per thread: accumulators, one k-step's fragments (4 per
-    /// M tile, 2 per N tile), addressing.
+    /// M tile, 2 per N tile: every shape's register counts are m16n8k16's), addressing.
     pub fn register_estimate(&self) -> u64 {
         u64::from(self.accumulators())
-            + u64::from(4 * self.tiles_m() + 2 * self.tiles_n())
+            + (FP16_M16N8K16.a_registers as u64 * u64::from(self.tiles_m())
+                + FP16_M16N8K16.b_registers as u64 * u64::from(self.tiles_n()))
             + MMA_ADDRESSING_REGISTERS
     }
 
@@ -112,53 +114,10 @@ impl MmaTiling {
     pub fn vector_feasible(&self, input: usize, width: u32, view: &GemmView, dtype: DType) -> bool {
         let bytes = width * dtype.bytes();
         let layout = self.tile_layout(input, view, dtype);
-        (matches!(bytes, 4 | 8 | 16) || (bytes == 2 && dtype.bytes() == 2))
+        FillCopy::of(bytes, dtype.bytes()).is_some()
             && width > 0
             && view.contiguous[input].is_multiple_of(width)
             && layout.row_elements % i64::from(width) == 0
-    }
-}
-
-/// Where element (row, column) of one stage's shared tile lives: rows of
-/// `row_elements`, 16-byte chunks of `chunk_elements`, chunk index XOR-swizzled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SharedTileLayout {
-    pub rows: i64,
-    pub row_elements: i64,
-    pub chunk_elements: i64,
-    pub swizzle: bool,
-}
-
-impl SharedTileLayout {
-    pub fn elements(&self) -> i64 {
-        self.rows * self.row_elements
-    }
-
-    /// Chunks per row.
-    pub fn chunks(&self) -> i64 {
-        self.row_elements / self.chunk_elements
-    }
-
-    /// The swizzle's rows-per-phase divisor and phase count: chunk `x` of row `r` goes
-    /// to `x ^ ((r / divisor) % phases)`. Eight consecutive 16-byte chunks span the 32
-    /// banks; rows of `chunks < 8` chunks share a bank line `8 / chunks` at a time, so
-    /// the phase advances every `8 / chunks` rows.
-    pub fn swizzle_parameters(&self) -> (i64, i64) {
-        let chunks = self.chunks().max(1);
-        ((8 / chunks).max(1), chunks.min(8))
-    }
-
-    /// Element offset of (row, column) in the stage's tile.
-    pub fn offset(&self, row: i64, column: i64) -> i64 {
-        let chunk = column / self.chunk_elements;
-        let within = column % self.chunk_elements;
-        let chunk = if self.swizzle {
-            let (divisor, phases) = self.swizzle_parameters();
-            chunk ^ ((row / divisor) % phases)
-        } else {
-            chunk
-        };
-        row * self.row_elements + chunk * self.chunk_elements + within
     }
 }
 
@@ -179,8 +138,8 @@ pub fn validate_mma(
         || warps > MAX_WARPS
         || t.block_m == 0
         || t.block_n == 0
-        || !t.block_m.is_multiple_of(16 * t.warps_m)
-        || !t.block_n.is_multiple_of(8 * t.warps_n)
+        || !t.block_m.is_multiple_of(MMA_M * t.warps_m)
+        || !t.block_n.is_multiple_of(MMA_N * t.warps_n)
     {
         return Err(InvalidState::MmaTiles {
             block_m: t.block_m,
@@ -255,56 +214,4 @@ pub fn validate_mma(
         });
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The 8 rows that one `ldmatrix` 8×8 matrix reads (same logical chunk) land in 8
-    /// different 16-byte bank groups for every row length the sketch builds.
-    #[test]
-    fn swizzled_ldmatrix_rows_are_conflict_free() {
-        for chunk_elements in [8, 4] {
-            for chunks in [2, 4, 8, 16] {
-                let layout = SharedTileLayout {
-                    rows: 64,
-                    row_elements: chunks * chunk_elements,
-                    chunk_elements,
-                    swizzle: true,
-                };
-                for first in (0..64).step_by(8) {
-                    for chunk in 0..chunks {
-                        let mut groups: Vec<i64> = (first..first + 8)
-                            .map(|r| layout.offset(r, chunk * chunk_elements) / chunk_elements % 8)
-                            .collect();
-                        groups.sort();
-                        groups.dedup();
-                        assert_eq!(groups.len(), 8, "{chunks} chunks, rows {first}.., {chunk}");
-                    }
-                }
-                // A bijection within each row.
-                for r in 0..64 {
-                    let mut cols: Vec<i64> = (0..layout.row_elements)
-                        .map(|x| layout.offset(r, x) - r * layout.row_elements)
-                        .collect();
-                    cols.sort();
-                    assert_eq!(cols, (0..layout.row_elements).collect::<Vec<_>>());
-                }
-                let plain = SharedTileLayout {
-                    swizzle: false,
-                    ..layout
-                };
-                if chunks >= 8 {
-                    let groups: Vec<i64> = (0..8)
-                        .map(|r| plain.offset(r, 0) / chunk_elements % 8)
-                        .collect();
-                    assert!(
-                        groups.iter().all(|&g| g == groups[0]),
-                        "plain rows conflict"
-                    );
-                }
-            }
-        }
-    }
 }

@@ -33,7 +33,7 @@
 
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
-use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling};
+use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MMA_M, MMA_N, MmaTiling};
 use crate::state::{
     MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit, State, UNROLL_STEPS,
     VECTOR_WIDTHS,
@@ -268,7 +268,7 @@ impl Sampler {
             .into_iter()
             .flat_map(|wm| [1, 2, 4, 8].map(|wn| (wm, wn)))
             .filter(|&(wm, wn)| {
-                wm * wn <= MAX_WARPS && block_m % (16 * wm) == 0 && block_n % (8 * wn) == 0
+                wm * wn <= MAX_WARPS && block_m % (MMA_M * wm) == 0 && block_n % (MMA_N * wn) == 0
             })
             .collect();
         let (warps_m, warps_n) = warps[(self.mma_rng.next_u64() % warps.len() as u64) as usize];

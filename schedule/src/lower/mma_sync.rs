@@ -23,9 +23,10 @@
 //! atomically under split-K with the bias from chunk 0 only.
 
 use super::common::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
+use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
-use crate::mma::{MmaTiling, SharedTileLayout};
+use crate::mma::MmaTiling;
 use crate::task::{Contraction, Task};
 
 /// Lowers a validated tensor-core state of `task`.
@@ -81,6 +82,7 @@ struct MmaLowering<'a> {
     split: i64,
     scope: Scope,
     layouts: [SharedTileLayout; 2],
+    atom: &'static MmaAtom,
     block_k: i64,
     k_step: i64,
     ktiles: i64,
@@ -104,6 +106,7 @@ impl<'a> MmaLowering<'a> {
             split,
             scope: Scope::new(grid, i64::from(t.threads())),
             layouts: [0, 1].map(|i| t.tile_layout(i, view, c.dtype)),
+            atom: MmaAtom::sizing(c.dtype),
             block_k,
             k_step: MmaTiling::k_step(c.dtype) as i64,
             ktiles,
@@ -242,7 +245,7 @@ impl<'a> MmaLowering<'a> {
                 let col = s.mul(s.rem(v, per_row), width);
                 let row = bind(&mut self.scope, out, &format!("{tensor}_row{r}"), row);
                 let col = bind(&mut self.scope, out, &format!("{tensor}_col{r}"), col);
-                let shared = swizzled(&self.scope, &layout, &row, &col);
+                let shared = layout.expr(&self.scope, &row, &col);
                 let shared = bind(&mut self.scope, out, &format!("{tensor}_sh{r}"), shared);
                 let (k_local, side_local) = if rows_along_k { (row, col) } else { (col, row) };
                 let side = self.scope.add(side_base.clone(), side_local);
@@ -405,7 +408,9 @@ impl<'a> MmaLowering<'a> {
                     frag: i,
                     count: 1,
                     base: base_a.clone(),
-                    row: self.scope.add(wm.clone(), Expr::Const(16 * i as i64)),
+                    row: self
+                        .scope
+                        .add(wm.clone(), Expr::Const(self.atom.m * i as i64)),
                     k: k.clone(),
                     layout: self.layouts[0],
                     k_step: self.k_step,
@@ -419,7 +424,9 @@ impl<'a> MmaLowering<'a> {
                     frag: j,
                     count: (t.tiles_n() as usize - j).min(2),
                     base: base_b.clone(),
-                    row: self.scope.add(wn.clone(), Expr::Const(8 * j as i64)),
+                    row: self
+                        .scope
+                        .add(wn.clone(), Expr::Const(self.atom.n * j as i64)),
                     k: k.clone(),
                     layout: self.layouts[1],
                     k_step: self.k_step,
@@ -429,7 +436,7 @@ impl<'a> MmaLowering<'a> {
             for i in 0..t.tiles_m() as usize {
                 for j in 0..t.tiles_n() as usize {
                     body.push(Stmt::Mma {
-                        acc: 4 * (i * t.tiles_n() as usize + j) as i64,
+                        acc: self.atom.c.values * (i * t.tiles_n() as usize + j) as i64,
                         a: i,
                         b: j,
                     });
@@ -459,31 +466,38 @@ impl<'a> MmaLowering<'a> {
     ) -> Vec<Stmt> {
         let (t, view, c) = (self.t, self.view, self.c);
         let mut head = Vec::new();
-        let g = self.scope.div(lane.clone(), 4);
+        // The accumulator fragment: lane and value parts of each coordinate.
+        let layout = self.atom.c;
+        let part = |scope: &Scope, terms, index, x: &Expr| {
+            fragment::part(scope, terms, index, x.clone()).unwrap_or(Expr::Const(0))
+        };
+        let g = part(&self.scope, layout.row, Index::Lane, lane);
         let g = bind(&mut self.scope, &mut head, "lane_row", g);
-        let q = self.scope.rem(lane.clone(), 4);
-        let q2 = self.scope.mul(q, 2);
+        let q2 = part(&self.scope, layout.column, Index::Lane, lane);
         let q2 = bind(&mut self.scope, &mut head, "lane_col", q2);
         let vi = self.loop_var("ti", i64::from(t.tiles_m()));
         let vj = self.loop_var("tj", i64::from(t.tiles_n()));
-        let ve = self.scope.var("e", 0, 3);
+        let ve = self.scope.var("e", 0, layout.values - 1);
         let (i, j, e) = (var_or_zero(vi), var_or_zero(vj), Expr::Var(ve));
         let s = &self.scope;
         let row = s.sum([
             m0.clone(),
             wm.clone(),
-            s.mul(i.clone(), 16),
+            s.mul(i.clone(), self.atom.m),
             g,
-            s.mul(s.div(e.clone(), 2), 8),
+            part(s, layout.row, Index::Value, &e),
         ]);
         let col = s.sum([
             n0.clone(),
             wn.clone(),
-            s.mul(j.clone(), 8),
+            s.mul(j.clone(), self.atom.n),
             q2,
-            s.rem(e.clone(), 2),
+            part(s, layout.column, Index::Value, &e),
         ]);
-        let acc = s.add(s.mul(s.add(s.mul(i, i64::from(t.tiles_n())), j), 4), e);
+        let acc = s.add(
+            s.mul(s.add(s.mul(i, i64::from(t.tiles_n())), j), layout.values),
+            e,
+        );
         let mut body = Vec::new();
         let row = bind(&mut self.scope, &mut body, "out_m", row);
         let col = bind(&mut self.scope, &mut body, "out_n", col);
@@ -535,7 +549,11 @@ impl<'a> MmaLowering<'a> {
         });
         head.extend(wrap_loops(
             &[vi, vj, Some(ve)],
-            &[i64::from(t.tiles_m()), i64::from(t.tiles_n()), 4],
+            &[
+                i64::from(t.tiles_m()),
+                i64::from(t.tiles_n()),
+                layout.values,
+            ],
             |_| true,
             body,
         ));
@@ -559,23 +577,6 @@ fn flat_reduction_lead(access: &crate::task::Access, c: &Contraction) -> Option<
         .iter()
         .all(|ix| (0..r).all(|i| ix.coeff(AxisRef::Reduction(i)) == 0));
     (suffix_ok && lead_free).then_some(lead)
-}
-
-/// `layout.offset(row, col)` as an expression.
-fn swizzled(scope: &Scope, layout: &SharedTileLayout, row: &Expr, col: &Expr) -> Expr {
-    let s = scope;
-    let chunk = s.div(col.clone(), layout.chunk_elements);
-    let chunk = if layout.swizzle {
-        let (divisor, phases) = layout.swizzle_parameters();
-        s.xor(chunk, s.rem(s.div(row.clone(), divisor), phases))
-    } else {
-        chunk
-    };
-    s.sum([
-        s.mul(row.clone(), layout.row_elements),
-        s.mul(chunk, layout.chunk_elements),
-        s.rem(col.clone(), layout.chunk_elements),
-    ])
 }
 
 fn ceil_div(a: i64, b: i64) -> i64 {
