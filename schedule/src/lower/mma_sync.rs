@@ -10,12 +10,13 @@
 //! per tile. Padding, tails of M, N and K, and a stem's three channels are all the same
 //! predicate on the copy, which zero-fills.
 //!
-//! The reduction loop is a `stages`-deep pipeline of `cp.async` groups: the prologue
-//! issues tiles `0..stages-1` (one group each, empty when the tile does not exist, so
-//! that `wait_group stages-2` always means "tile t has landed"); iteration `t` waits
-//! for tile `t`, synchronizes (which also publishes that every warp is done with the
-//! stage that tile `t + stages - 1` overwrites), issues that tile, and multiplies tile
-//! `t`. One stage is the plain fill / wait / barrier / multiply / barrier loop.
+//! The reduction loop is `pipeline`'s ring of `stages` buffers handed over by
+//! `cp.async` groups: the prologue issues tiles `0..stages-1` (one group each, empty
+//! when the tile does not exist, so that `wait_group stages-2` always means "tile t has
+//! landed"); iteration `t` waits for tile `t`, synchronizes (which also publishes that
+//! every warp is done with the stage that tile `t + stages - 1` overwrites), issues
+//! that tile, and multiplies tile `t`. One stage is the plain fill / wait / barrier /
+//! multiply / barrier loop.
 //!
 //! Per k-step each warp loads one A fragment per 16-row MMA tile and one B fragment
 //! per 8-column tile, then issues every (A, B) product; the epilogue writes each
@@ -23,6 +24,7 @@
 //! atomically under split-K with the bias from chunk 0 only.
 
 use super::common::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
+use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
@@ -73,6 +75,31 @@ struct Copy {
     /// Coordinates of the row side (M or N axes), and their bounds.
     side_coords: Vec<(usize, Expr)>,
     side_valid: Vec<Cond>,
+}
+
+/// The pipeline ring's view of the lowering (`pipeline::Stages`): the fill's copies
+/// and the block's coordinates.
+struct Tiles<'l, 'a> {
+    lowering: &'l mut MmaLowering<'a>,
+    copies: &'l [Vec<Copy>; 2],
+    z: &'l Expr,
+    batch: &'l [Expr],
+    wm: &'l Expr,
+    wn: &'l Expr,
+}
+
+impl Stages for Tiles<'_, '_> {
+    fn scope(&mut self) -> &mut Scope {
+        &mut self.lowering.scope
+    }
+    fn fill(&mut self, local: Expr, out: &mut Vec<Stmt>) {
+        self.lowering
+            .fill(out, self.copies, self.z, self.batch, local);
+    }
+    fn consume(&mut self, local: Expr, stage: Expr, out: &mut Vec<Stmt>) {
+        self.lowering
+            .compute(out, self.z, local, stage, self.wm, self.wn);
+    }
 }
 
 struct MmaLowering<'a> {
@@ -160,46 +187,19 @@ impl<'a> MmaLowering<'a> {
         let wn = self.scope.mul(wn, i64::from(t.warp_n()));
         let wn = bind(&mut self.scope, &mut body, "warp_n0", wn);
 
-        let fill = |this: &mut Self, local: Expr, out: &mut Vec<Stmt>| {
-            this.fill(out, &copies, &z, &batch_coords, local)
+        let (stages, tiles) = (i64::from(t.stages), self.chunk);
+        let mut prologue = Vec::new();
+        let mut ring = Tiles {
+            lowering: self,
+            copies: &copies,
+            z: &z,
+            batch: &batch_coords,
+            wm: &wm,
+            wn: &wn,
         };
-        let stages = i64::from(t.stages);
-        let kt = self.loop_var("kt", self.chunk);
-        let ktv = var_or_zero(kt);
-        let mut iteration = Vec::new();
-        if stages == 1 {
-            fill(self, ktv.clone(), &mut iteration);
-            iteration.push(Stmt::CommitGroup);
-            iteration.push(Stmt::WaitGroup { pending: 0 });
-            iteration.push(Stmt::Sync);
-            self.compute(&mut iteration, &z, ktv.clone(), Expr::Const(0), &wm, &wn);
-            iteration.push(Stmt::Sync);
-        } else {
-            for s in 0..stages - 1 {
-                if s < self.chunk {
-                    fill(self, Expr::Const(s), &mut body);
-                }
-                body.push(Stmt::CommitGroup);
-            }
-            iteration.push(Stmt::WaitGroup {
-                pending: (stages - 2) as u32,
-            });
-            iteration.push(Stmt::Sync);
-            let next = self.scope.add(ktv.clone(), Expr::Const(stages - 1));
-            let mut issue = Vec::new();
-            fill(self, next.clone(), &mut issue);
-            match self.scope.bound(&next, 0, self.chunk) {
-                None => iteration.extend(issue),
-                Some(cond) => iteration.push(Stmt::If {
-                    conds: vec![cond],
-                    body: issue,
-                }),
-            }
-            iteration.push(Stmt::CommitGroup);
-            let stage = self.scope.rem(ktv.clone(), stages);
-            self.compute(&mut iteration, &z, ktv.clone(), stage, &wm, &wn);
-        }
-        body.extend(wrap_loops(&[kt], &[self.chunk], |_| false, iteration));
+        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, tiles, &mut prologue);
+        body.extend(prologue);
+        body.extend(main);
         body.extend(self.store(&z, &batch_coords, &m0, &n0, &wm, &wn, &lane));
         body
     }

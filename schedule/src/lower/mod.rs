@@ -1,10 +1,12 @@
 //! Lowering: a validated state becomes a loop nest (`ir`), by its sketch's lowering
-//! (`cuda_core`, `mma_sync`), both built from the same helpers (`common`); transform
-//! passes rewrite the finished nest (`prefetch`: register prefetch).
+//! (`cuda_core`, `mma_sync`), both built from the same helpers (`common`), a pipelined
+//! fill through `pipeline`'s ring of stages; transform passes rewrite the finished nest
+//! (`prefetch`: register prefetch).
 
 mod common;
 mod cuda_core;
 mod mma_sync;
+mod pipeline;
 pub mod prefetch;
 
 use crate::ir::Kernel;
