@@ -11,7 +11,7 @@
 
 use crate::atom::fragment::{self, lane_c};
 use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout, Term};
-use crate::ir::{Cond, Expr, Kernel, Scope, Stmt};
+use crate::ir::{Cond, Expr, GlobalRead, Kernel, Scope, SharedWrite, Stmt};
 use crate::task::DType;
 use std::fmt::Write;
 
@@ -39,19 +39,14 @@ __device__ __forceinline__ float4 ts_load4(const unsigned short* p) { const uint
 
 /// The most fragments of each input a kernel's `LoadFragment`s use.
 fn fragment_counts(body: &[Stmt], counts: &mut [usize; 2]) {
-    for s in body {
-        match s {
-            Stmt::LoadFragment {
-                input, frag, count, ..
-            } => {
-                counts[*input] = counts[*input].max(frag + count);
-            }
-            Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
-                fragment_counts(body, counts)
-            }
-            _ => {}
+    Stmt::walk(body, &mut |s| {
+        if let Stmt::LoadFragment {
+            input, frag, count, ..
+        } = s
+        {
+            counts[*input] = counts[*input].max(frag + count);
         }
-    }
+    });
 }
 
 /// The tensor-core kernel's opening: typed parameters, the byte pool and its shared
@@ -173,24 +168,6 @@ struct Printer<'a> {
     kernel: &'a Kernel,
 }
 
-/// Where a fetched vector goes in an input's shared tile (a `Fetch`'s or a
-/// `RegisterStore`'s destination).
-#[derive(Clone, Copy)]
-struct SharedWrite<'a> {
-    input: usize,
-    shared: &'a Expr,
-    width: u32,
-    step: i64,
-    vector_store: bool,
-}
-
-impl SharedWrite<'_> {
-    /// Whether the vector is stored component by component.
-    fn scattered(&self) -> bool {
-        self.width > 1 && !self.vector_store
-    }
-}
-
 /// Operator precedence levels for parenthesization.
 const ADD: u8 = 1;
 const MUL: u8 = 2;
@@ -263,9 +240,10 @@ impl Printer<'_> {
 
     /// The value a global read loads: `valid ? load : zero`, or the load alone when
     /// always valid (one float, or one `float{w}` vector).
-    fn global_value(&self, input: usize, global: &Expr, valid: &[Cond], width: u32) -> String {
-        let name = self.kernel.params.inputs[input];
-        let w = width;
+    fn global_value(&self, read: &GlobalRead) -> String {
+        let (global, valid) = (&read.at, &read.valid);
+        let name = self.kernel.params.inputs[read.input];
+        let w = read.width;
         let half = self.kernel.params.dtype.bytes() == 2;
         let (load, zero) = if w == 1 && half {
             (
@@ -299,14 +277,14 @@ impl Printer<'_> {
     /// tile: as one store, or component by component `step` floats apart when
     /// `scattered` (a shared layout whose contiguous dimension is not the vector's, or
     /// whose padded rows are not aligned to the vector).
-    fn shared_store(&self, out: &mut String, pad: &str, to: SharedWrite, value: &str) {
+    fn shared_store(&self, out: &mut String, pad: &str, to: &SharedWrite, value: &str) {
         let name = self.kernel.params.inputs[to.input];
         let w = to.width;
         if to.scattered() {
             for (j, component) in ["x", "y", "z", "w"].iter().take(w as usize).enumerate() {
                 let at = self
                     .scope()
-                    .add(to.shared.clone(), Expr::Const(j as i64 * to.step));
+                    .add(to.at.clone(), Expr::Const(j as i64 * to.step));
                 let _ = writeln!(
                     out,
                     "{pad}{name}_sh[{}] = {value}.{component};",
@@ -314,12 +292,12 @@ impl Printer<'_> {
                 );
             }
         } else if w == 1 {
-            let _ = writeln!(out, "{pad}{name}_sh[{}] = {value};", self.expr(to.shared));
+            let _ = writeln!(out, "{pad}{name}_sh[{}] = {value};", self.expr(&to.at));
         } else {
             let _ = writeln!(
                 out,
                 "{pad}*reinterpret_cast<float{w}*>({name}_sh + {}) = {value};",
-                self.expr_in(to.shared, ADD)
+                self.expr_in(&to.at, ADD)
             );
         }
     }
@@ -332,20 +310,11 @@ impl Printer<'_> {
         format!("shared_base + (unsigned)(({off} + {at}) * {bytes})")
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn async_copy(
-        &self,
-        out: &mut String,
-        pad: &str,
-        input: usize,
-        shared: &Expr,
-        global: &Expr,
-        valid: &[Cond],
-        width: u32,
-    ) {
+    fn async_copy(&self, out: &mut String, pad: &str, read: &GlobalRead, write: &SharedWrite) {
+        let (input, global, valid) = (read.input, &read.at, &read.valid);
         let name = self.kernel.params.inputs[input];
-        let bytes = width * self.kernel.params.dtype.bytes();
-        let at = self.expr(shared);
+        let bytes = read.width * self.kernel.params.dtype.bytes();
+        let at = self.expr(&write.at);
         if FillCopy::of(bytes, self.kernel.params.dtype.bytes()) == Some(FillCopy::Element) {
             // One half: an ordinary load and store.
             let value = if valid.is_empty() {
@@ -522,26 +491,12 @@ impl Printer<'_> {
                 let _ = writeln!(out, "{pad}#pragma unroll");
                 let _ = writeln!(out, "{pad}for (int i = 0; i < {n}; ++i) acc[i] = 0.0f;");
             }
-            Stmt::Fetch {
-                input,
-                shared,
-                global,
-                valid,
-                width,
-                step,
-                vector_store,
-            } => {
-                let value = self.global_value(*input, global, valid, *width);
-                let to = SharedWrite {
-                    input: *input,
-                    shared,
-                    width: *width,
-                    step: *step,
-                    vector_store: *vector_store,
-                };
+            Stmt::Fetch { read, write: to } => {
+                let value = self.global_value(read);
+                let width = read.width;
                 if to.scattered() {
                     // The vector is loaded once, then stored component by component.
-                    let name = self.kernel.params.inputs[*input];
+                    let name = self.kernel.params.inputs[read.input];
                     let _ = writeln!(out, "{pad}{{");
                     let _ = writeln!(out, "{pad}  const float{width} {name}_f = {value};");
                     self.shared_store(out, &format!("{pad}  "), to, &format!("{name}_f"));
@@ -558,48 +513,20 @@ impl Printer<'_> {
                 };
                 let _ = writeln!(out, "{pad}{ty} pf{array}[{len}];");
             }
-            Stmt::RegisterLoad {
-                array,
-                slot,
-                input,
-                global,
-                valid,
-                width,
-            } => {
-                let value = self.global_value(*input, global, valid, *width);
+            Stmt::RegisterLoad { array, slot, read } => {
+                let value = self.global_value(read);
                 let _ = writeln!(out, "{pad}pf{array}[{}] = {value};", self.expr(slot));
             }
-            Stmt::RegisterStore {
-                array,
-                slot,
-                input,
-                shared,
-                width,
-                step,
-                vector_store,
-            } => {
-                let to = SharedWrite {
-                    input: *input,
-                    shared,
-                    width: *width,
-                    step: *step,
-                    vector_store: *vector_store,
-                };
+            Stmt::RegisterStore { array, slot, write } => {
                 let value = format!("pf{array}[{}]", self.expr(slot));
-                self.shared_store(out, &pad, to, &value);
+                self.shared_store(out, &pad, write, &value);
             }
             Stmt::Block { body } => {
                 let _ = writeln!(out, "{pad}{{");
                 self.body(out, body, depth + 1);
                 let _ = writeln!(out, "{pad}}}");
             }
-            Stmt::AsyncCopy {
-                input,
-                shared,
-                global,
-                valid,
-                width,
-            } => self.async_copy(out, &pad, *input, shared, global, valid, *width),
+            Stmt::AsyncCopy { read, write } => self.async_copy(out, &pad, read, write),
             Stmt::CommitGroup => {
                 let _ = writeln!(out, "{pad}asm volatile(\"cp.async.commit_group;\\n\" ::);");
             }

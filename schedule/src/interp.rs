@@ -24,7 +24,7 @@
 //! unique in the kernel, so they need no restoring.)
 
 use crate::atom::MmaAtom;
-use crate::ir::{Cond, Expr, Kernel, Stmt};
+use crate::ir::{Cond, Expr, GlobalRead, Kernel, SharedWrite, Stmt};
 use crate::task::Contraction;
 use thiserror::Error;
 
@@ -115,17 +115,6 @@ struct Cell {
     /// any later interval: a pipeline reads stages filled several barriers ago),
     /// rather than only in the interval right after the fetch.
     asynchronous: bool,
-}
-
-/// A copy from global to shared memory (`Fetch`, `AsyncCopy`), as the interpreter
-/// runs it.
-struct Copy<'a> {
-    input: usize,
-    shared: &'a Expr,
-    global: &'a Expr,
-    valid: &'a [Cond],
-    width: u32,
-    step: i64,
 }
 
 /// One declared register array (`Stmt::Registers`) of every thread of a block.
@@ -288,25 +277,25 @@ impl Block<'_> {
     /// stores, or with `asynchronous` a `cp.async` that lands at a wait.
     fn copy(
         &mut self,
-        copy: &Copy,
+        (read, write): (&GlobalRead, &SharedWrite),
         active: &[bool],
         inputs: &Inputs,
         asynchronous: bool,
     ) -> Result<(), InterpError> {
         for t in (0..self.threads).filter(|&t| active[t]) {
-            let (s, g) = (self.eval(copy.shared, t), self.eval(copy.global, t));
-            let ok = self.holds(copy.valid, t);
-            for j in 0..i64::from(copy.width) {
+            let (s, g) = (self.eval(&write.at, t), self.eval(&read.at, t));
+            let ok = self.holds(&read.valid, t);
+            for j in 0..i64::from(read.width) {
                 let value = if ok {
-                    self.read_global(inputs, copy.input, g + j, t)?
+                    self.read_global(inputs, read.input, g + j, t)?
                 } else {
                     0.0
                 };
-                let at = s + j * copy.step;
+                let at = s + j * write.step;
                 if asynchronous {
-                    self.write_async(copy.input, at, t, value)?;
+                    self.write_async(write.input, at, t, value)?;
                 } else {
-                    self.write_shared(copy.input, at, t, value)?;
+                    self.write_shared(write.input, at, t, value)?;
                 }
             }
         }
@@ -454,41 +443,11 @@ impl Block<'_> {
                         self.acc[t].fill(0.0);
                     }
                 }
-                Stmt::Fetch {
-                    input,
-                    shared,
-                    global,
-                    valid,
-                    width,
-                    step,
-                    ..
-                } => {
-                    let copy = Copy {
-                        input: *input,
-                        shared,
-                        global,
-                        valid,
-                        width: *width,
-                        step: *step,
-                    };
-                    self.copy(&copy, active, inputs, false)?;
+                Stmt::Fetch { read, write } => {
+                    self.copy((read, write), active, inputs, false)?;
                 }
-                Stmt::AsyncCopy {
-                    input,
-                    shared,
-                    global,
-                    valid,
-                    width,
-                } => {
-                    let copy = Copy {
-                        input: *input,
-                        shared,
-                        global,
-                        valid,
-                        width: *width,
-                        step: 1,
-                    };
-                    self.copy(&copy, active, inputs, true)?;
+                Stmt::AsyncCopy { read, write } => {
+                    self.copy((read, write), active, inputs, true)?;
                 }
                 Stmt::CommitGroup => {
                     for t in threads.clone().filter(|&t| active[t]) {
@@ -575,40 +534,27 @@ impl Block<'_> {
                     }
                 }
                 Stmt::Registers { array, width, len } => self.declare(*array, *width, *len),
-                Stmt::RegisterLoad {
-                    array,
-                    slot,
-                    input,
-                    global,
-                    valid,
-                    width,
-                } => {
+                Stmt::RegisterLoad { array, slot, read } => {
+                    let width = read.width;
                     for t in threads.clone().filter(|&t| active[t]) {
-                        let (slot, g) = (self.eval(slot, t), self.eval(global, t));
-                        let ok = self.holds(valid, t);
-                        for j in 0..*width as usize {
+                        let (slot, g) = (self.eval(slot, t), self.eval(&read.at, t));
+                        let ok = self.holds(&read.valid, t);
+                        for j in 0..width as usize {
                             let value = if ok {
-                                self.read_global(inputs, *input, g + j as i64, t)?
+                                self.read_global(inputs, read.input, g + j as i64, t)?
                             } else {
                                 0.0
                             };
-                            *self.register_cell(*array, slot, *width, j, t)? = Some(value);
+                            *self.register_cell(*array, slot, width, j, t)? = Some(value);
                         }
                     }
                 }
-                Stmt::RegisterStore {
-                    array,
-                    slot,
-                    input,
-                    shared,
-                    width,
-                    step,
-                    ..
-                } => {
+                Stmt::RegisterStore { array, slot, write } => {
+                    let width = write.width;
                     for t in threads.clone().filter(|&t| active[t]) {
-                        let (slot, s) = (self.eval(slot, t), self.eval(shared, t));
-                        for j in 0..*width as usize {
-                            let value = self.register_cell(*array, slot, *width, j, t)?.ok_or(
+                        let (slot, s) = (self.eval(slot, t), self.eval(&write.at, t));
+                        for j in 0..width as usize {
+                            let value = self.register_cell(*array, slot, width, j, t)?.ok_or(
                                 InterpError::UnsetRegister {
                                     block: self.index,
                                     thread: t,
@@ -616,7 +562,7 @@ impl Block<'_> {
                                     slot,
                                 },
                             )?;
-                            self.write_shared(*input, s + j as i64 * step, t, value)?;
+                            self.write_shared(write.input, s + j as i64 * write.step, t, value)?;
                         }
                     }
                 }
@@ -813,13 +759,19 @@ mod tests {
         // inside the block `ro` is 7 (an accumulator out of range if it leaked).
         let shared = scope.add(scope.mul(Expr::ThreadIdx, 2), Expr::Var(ro));
         let fetch = |input| Stmt::Fetch {
-            input,
-            shared: shared.clone(),
-            global: shared.clone(),
-            valid: Vec::new(),
-            width: 1,
-            step: 1,
-            vector_store: false,
+            read: GlobalRead {
+                input,
+                at: shared.clone(),
+                valid: Vec::new(),
+                width: 1,
+            },
+            write: SharedWrite {
+                input,
+                at: shared.clone(),
+                width: 1,
+                step: 1,
+                vector: false,
+            },
         };
         let body = vec![
             Stmt::ZeroAcc,
@@ -870,10 +822,12 @@ mod tests {
                 declare_and_load.push(Stmt::RegisterLoad {
                     array: input,
                     slot: Expr::Const(0),
-                    input,
-                    global: base.clone(),
-                    valid: Vec::new(),
-                    width: 2,
+                    read: GlobalRead {
+                        input,
+                        at: base.clone(),
+                        valid: Vec::new(),
+                        width: 2,
+                    },
                 });
             }
         }
@@ -888,11 +842,13 @@ mod tests {
             body.push(Stmt::RegisterStore {
                 array: input,
                 slot: Expr::Const(0),
-                input,
-                shared: base.clone(),
-                width: 2,
-                step: 1,
-                vector_store: true,
+                write: SharedWrite {
+                    input,
+                    at: base.clone(),
+                    width: 2,
+                    step: 1,
+                    vector: true,
+                },
             });
         }
         body.push(Stmt::Sync);

@@ -53,46 +53,29 @@ pub enum Stmt {
     Sync,
     /// Sets every accumulator to zero.
     ZeroAcc,
-    /// `shared_tile[input][shared + j * step] = valid ? global[input][global + j] : 0` for
-    /// `j` in `0..width`: one vector load from global memory, stored as one vector when
-    /// `vector_store` (then `step` is 1 and the address aligned), else component by
-    /// component (a shared layout whose contiguous dimension is not the vector's).
+    /// `write` ← `read`: one vector load from global memory into the shared tile.
     Fetch {
-        input: usize,
-        shared: Expr,
-        global: Expr,
-        valid: Vec<Cond>,
-        width: u32,
-        step: i64,
-        vector_store: bool,
+        read: GlobalRead,
+        write: SharedWrite,
     },
     /// `float{width} pf{array}[len];` (`float` when `width` is 1): a per-thread array of
     /// `len` register vectors, unwritten until a `RegisterLoad` fills a slot. Like any C
     /// declaration it lives until the end of the enclosing body.
     Registers { array: usize, width: u32, len: i64 },
-    /// `pf{array}[slot] = valid ? global[input][global + j] : 0` for `j` in `0..width`:
-    /// the global half of a `Fetch`, kept in registers (register prefetch, see
-    /// `prefetch`). `slot` must be a compile-time constant once unrolled (the fetch
-    /// loops around it are), or the array would leave the registers.
+    /// `pf{array}[slot]` ← `read`: the global half of a `Fetch`, kept in registers
+    /// (register prefetch, see `prefetch`). `slot` must be a compile-time constant once
+    /// unrolled (the fetch loops around it are), or the array would leave the registers.
     RegisterLoad {
         array: usize,
         slot: Expr,
-        input: usize,
-        global: Expr,
-        valid: Vec<Cond>,
-        width: u32,
+        read: GlobalRead,
     },
-    /// `shared_tile[input][shared + j * step] = pf{array}[slot][j]` for `j` in
-    /// `0..width`: the shared half of a `Fetch`, from the registers a `RegisterLoad`
-    /// filled (one vector store when `vector_store`, as for `Fetch`).
+    /// `write` ← `pf{array}[slot]`: the shared half of a `Fetch`, from the registers a
+    /// `RegisterLoad` filled.
     RegisterStore {
         array: usize,
         slot: Expr,
-        input: usize,
-        shared: Expr,
-        width: u32,
-        step: i64,
-        vector_store: bool,
+        write: SharedWrite,
     },
     /// `{ body }`: a C block. Every binding made inside it (`Let`, loop counters,
     /// `Registers`) ends with it, including a `Let` that shadows a variable bound
@@ -101,17 +84,14 @@ pub enum Stmt {
     Block { body: Vec<Stmt> },
     /// `acc[acc] += tile0[a] * tile1[b]` (offsets within each input's shared tile).
     Fma { acc: Expr, a: Expr, b: Expr },
-    /// Tensor-core sketch (`lower::mma_sync`). `cp.async` of `width` elements of input
-    /// `input` from `global` into its shared tile at `shared`, zero-filled when a
-    /// condition of `valid` fails; lands at a `WaitGroup`, is seen by other threads
-    /// after the next barrier. A copy of one 2-byte element is an ordinary load and
-    /// store, which the interpreter treats alike.
+    /// Tensor-core sketch (`lower::mma_sync`). `write` ← `read` by `cp.async` (the
+    /// write contiguous: `step` 1), zero-filled where the read is invalid; lands at a
+    /// `WaitGroup`, is seen by other threads after the next barrier. A copy of one
+    /// 2-byte element is an ordinary load and store, which the interpreter treats
+    /// alike.
     AsyncCopy {
-        input: usize,
-        shared: Expr,
-        global: Expr,
-        valid: Vec<Cond>,
-        width: u32,
+        read: GlobalRead,
+        write: SharedWrite,
     },
     /// `cp.async.commit_group`: the thread's copies since the last commit form a group.
     CommitGroup,
@@ -153,6 +133,67 @@ pub enum Stmt {
         valid: Vec<Cond>,
         atomic: bool,
     },
+}
+
+/// The source of every copy statement: `width` consecutive elements of input `input`
+/// from global memory at `at`, zeros where a condition of `valid` fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalRead {
+    pub input: usize,
+    pub at: Expr,
+    pub valid: Vec<Cond>,
+    pub width: u32,
+}
+
+/// The destination of every copy into shared memory: element `j` of `width` goes to
+/// input `input`'s shared tile at `at + j * step`, stored as one vector when `vector`
+/// (then `step` is 1 and the address aligned), else component by component (a shared
+/// layout whose contiguous dimension is not the vector's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedWrite {
+    pub input: usize,
+    pub at: Expr,
+    pub width: u32,
+    pub step: i64,
+    pub vector: bool,
+}
+
+impl SharedWrite {
+    /// Whether the vector is stored component by component.
+    pub fn scattered(&self) -> bool {
+        self.width > 1 && !self.vector
+    }
+}
+
+impl Stmt {
+    /// The copy a statement makes: what it reads from global memory and what it writes
+    /// into shared memory (one side only for the register halves of a fetch).
+    pub fn copy(&self) -> Option<(Option<&GlobalRead>, Option<&SharedWrite>)> {
+        match self {
+            Stmt::Fetch { read, write } | Stmt::AsyncCopy { read, write } => {
+                Some((Some(read), Some(write)))
+            }
+            Stmt::RegisterLoad { read, .. } => Some((Some(read), None)),
+            Stmt::RegisterStore { write, .. } => Some((None, Some(write))),
+            _ => None,
+        }
+    }
+
+    /// The statements nested directly in this one (a loop's, a branch's, a block's).
+    pub fn body(&self) -> &[Stmt] {
+        match self {
+            Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => body,
+            _ => &[],
+        }
+    }
+
+    /// Visits every statement of `body` and of the bodies nested in it, in order.
+    pub fn walk(body: &[Stmt], visit: &mut impl FnMut(&Stmt)) {
+        for s in body {
+            visit(s);
+            Stmt::walk(s.body(), visit);
+        }
+    }
 }
 
 /// A variable's name and inclusive value range.

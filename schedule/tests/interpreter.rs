@@ -617,9 +617,9 @@ fn without_barrier(kernel: &Kernel, k: usize) -> Kernel {
 fn without_predicates(kernel: &Kernel) -> (Kernel, usize) {
     let mut removed = 0;
     let body = rewrite(&kernel.body, &mut |mut s| {
-        if let Stmt::Fetch { valid, .. } | Stmt::RegisterLoad { valid, .. } = &mut s {
-            removed += valid.len();
-            valid.clear();
+        if let Stmt::Fetch { read, .. } | Stmt::RegisterLoad { read, .. } = &mut s {
+            removed += read.valid.len();
+            read.valid.clear();
         }
         Some(s)
     });

@@ -43,7 +43,7 @@
 
 use super::common::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
 use super::prefetch::register_prefetch;
-use crate::ir::{Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
+use crate::ir::{Expr, GlobalRead, Kernel, LaunchConfig, Params, Scope, SharedWrite, Stmt, Var};
 use crate::state::State;
 use crate::task::{Access, Contraction, Task};
 use crate::tiling::{ReductionUnroll, Tiling, fetch_unrolled};
@@ -302,13 +302,19 @@ impl<'a> Lowering<'a> {
             )
         };
         body.push(Stmt::Fetch {
-            input,
-            shared,
-            global,
-            valid,
-            width: width as u32,
-            step: strides.last().copied().unwrap_or(1),
-            vector_store: tile.vector_store(width),
+            read: GlobalRead {
+                input,
+                at: global,
+                valid,
+                width: width as u32,
+            },
+            write: SharedWrite {
+                input,
+                at: shared,
+                width: width as u32,
+                step: strides.last().copied().unwrap_or(1),
+                vector: tile.vector_store(width),
+            },
         });
         match self.scope.bound(&vector, 0, vectors) {
             None => inner.extend(body),

@@ -27,7 +27,9 @@ use super::common::{affine_terms, bias_offset, bind, decompose, var_or_zero, wra
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
-use crate::ir::{Cond, Expr, Kernel, LaunchConfig, Params, Scope, Stmt, Var};
+use crate::ir::{
+    Cond, Expr, GlobalRead, Kernel, LaunchConfig, Params, Scope, SharedWrite, Stmt, Var,
+};
 use crate::mma::MmaTiling;
 use crate::task::{Contraction, Task};
 
@@ -357,12 +359,21 @@ impl<'a> MmaLowering<'a> {
                     global = self.scope.add(global, self.scope.mul(g, stride));
                 }
                 let shared = self.scope.add(stage_base.clone(), copy.shared.clone());
+                let width = self.t.vector[input];
                 copy_body.push(Stmt::AsyncCopy {
-                    input,
-                    shared,
-                    global,
-                    valid,
-                    width: self.t.vector[input],
+                    read: GlobalRead {
+                        input,
+                        at: global,
+                        valid,
+                        width,
+                    },
+                    write: SharedWrite {
+                        input,
+                        at: shared,
+                        width,
+                        step: 1,
+                        vector: true,
+                    },
                 });
                 match &copy.exists {
                     None => body.extend(copy_body),

@@ -210,33 +210,18 @@ fn phase(
         match stmt {
             Stmt::Sync => break,
             Stmt::Let { .. } => out.push(stmt.clone()),
-            Stmt::Fetch {
-                input,
-                shared,
-                global,
-                valid,
-                width,
-                step,
-                vector_store,
-            } => {
+            Stmt::Fetch { read, write } => {
                 let slot = slot(scope, loops);
                 out.push(match which {
                     Phase::Load => Stmt::RegisterLoad {
                         array: *array,
                         slot,
-                        input: *input,
-                        global: global.clone(),
-                        valid: valid.clone(),
-                        width: *width,
+                        read: read.clone(),
                     },
                     Phase::Store => Stmt::RegisterStore {
                         array: *array,
                         slot,
-                        input: *input,
-                        shared: shared.clone(),
-                        width: *width,
-                        step: *step,
-                        vector_store: *vector_store,
+                        write: write.clone(),
                     },
                 });
                 *array += 1;
@@ -283,7 +268,7 @@ fn fetch_slots(stmts: &[Stmt], loops: i64, out: &mut Vec<(u32, i64)>) {
     for stmt in stmts {
         match stmt {
             Stmt::Sync => return,
-            Stmt::Fetch { width, .. } => out.push((*width, loops)),
+            Stmt::Fetch { read, .. } => out.push((read.width, loops)),
             Stmt::For { extent, body, .. } if contains_fetch(body) => {
                 fetch_slots(body, loops * extent, out);
             }
@@ -305,11 +290,7 @@ fn contains_sync(stmts: &[Stmt]) -> bool {
 }
 
 fn contains_fetch(stmts: &[Stmt]) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Fetch { .. } => true,
-        Stmt::If { body, .. } | Stmt::For { body, .. } | Stmt::Block { body } => {
-            contains_fetch(body)
-        }
-        _ => false,
-    })
+    let mut found = false;
+    Stmt::walk(stmts, &mut |s| found |= matches!(s, Stmt::Fetch { .. }));
+    found
 }
