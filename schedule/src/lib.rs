@@ -6,8 +6,10 @@
 //! their sampling and validation against a GPU description; lowering of a state to a
 //! loop nest (`lower`: each sketch's lowering, and the transform passes it applies to
 //! the nest, `lower::prefetch`: register prefetch); the tensor-core sketch (`gemm`: a
-//! contraction's GEMM view, `mma`: its tiles and shared layouts, lowered by
-//! `lower::mma_sync` to its cp.async / ldmatrix / mma.sync nest); CUDA C generation
+//! contraction's GEMM view, `mma`: its tiles, lowered by `lower::mma_sync` to its
+//! cp.async / ldmatrix / mma.sync nest through `lower::pipeline`'s ring of stages);
+//! the instructions themselves as data (`atom`: shared layouts, MMA and copy atoms,
+//! read by lowering, code generation, the interpreter and the features); CUDA C generation
 //! that only prints the finished nest (`codegen`), and a CPU interpreter that proves
 //! the same nest computes the task's definition (`interp`).
 //! Nothing here needs a GPU.
