@@ -93,18 +93,24 @@ impl FeatureExtractor {
     /// sketch) and zeros.
     pub fn extract(&self, state: &State) -> [f32; FEATURE_COUNT] {
         let mut row = self.task_row.clone();
-        if let Some(tiling) = &state.mma {
-            crate::mma::fill(
-                &mut row,
-                &self.contraction,
-                &self.gpu,
-                self.mma.as_ref(),
-                state,
-                tiling,
-            );
-        } else if let Some(geo) = Geometry::new(&self.contraction, state) {
-            self.fill(&mut row, &geo);
-        }
+        state.sketch_with(
+            &mut row,
+            |row| {
+                if let Some(geo) = Geometry::new(&self.contraction, state) {
+                    self.fill(row, &geo);
+                }
+            },
+            |row, tiling| {
+                crate::mma::fill(
+                    row,
+                    &self.contraction,
+                    &self.gpu,
+                    self.mma.as_ref(),
+                    state,
+                    tiling,
+                )
+            },
+        );
         row.to_array()
     }
 

@@ -8,7 +8,7 @@
 
 use crate::record::Record;
 use gpu::{Outcome, UnknownArch};
-use schedule::mma::MAX_WARPS;
+use schedule::mma::{MAX_WARPS, MmaTiling};
 use schedule::task::{Contraction, TaskError};
 use schedule::validate::check_structure;
 use schedule::{InvalidState, State, Task, validate};
@@ -55,39 +55,59 @@ pub fn check_task(task: &Task) -> Result<(), InvalidRecord> {
 /// per block and per thread, accumulators), so that validating a damaged state reports
 /// it instead of overflowing. Valid states are far below these bounds.
 fn check_products(task: &str, c: &Contraction, state: &State) -> Result<(), InvalidRecord> {
-    let overflow = |what| InvalidRecord::Overflow {
+    state.sketch(
+        || check_cuda_core_products(task, c, state),
+        |m| check_mma_products(task, m),
+    )
+}
+
+fn overflow(task: &str, what: &'static str) -> InvalidRecord {
+    InvalidRecord::Overflow {
         task: task.to_string(),
         what,
-    };
+    }
+}
+
+fn check_mma_products(task: &str, m: &MmaTiling) -> Result<(), InvalidRecord> {
+    let overflow = |what| overflow(task, what);
     let invalid = |error| InvalidRecord::State {
         task: task.to_string(),
         error,
     };
-    if let Some(m) = &state.mma {
-        // `validate_mma` multiplies the warp counts and the copy widths (by the element
-        // size) before it bounds them: bound them first.
-        if !(1..=MAX_WARPS).contains(&m.warps_m) || !(1..=MAX_WARPS).contains(&m.warps_n) {
-            return Err(invalid(InvalidState::MmaTiles {
-                block_m: m.block_m,
-                block_n: m.block_n,
-                warps_m: m.warps_m,
-                warps_n: m.warps_n,
-            }));
-        }
-        // No copy is wider than 16 bytes, so never more than 16 elements.
-        if let Some((input, &width)) = m.vector.iter().enumerate().find(|(_, w)| **w > 16) {
-            return Err(invalid(InvalidState::VectorWidth { input, width }));
-        }
-        if m.block_m.checked_add(m.block_n).is_none() {
-            return Err(overflow("the block tile"));
-        }
-        let accumulators = 4 * u64::from(m.tiles_m()) * u64::from(m.tiles_n());
-        return match u32::try_from(accumulators) {
-            Ok(_) => Ok(()),
-            Err(_) => Err(overflow("accumulators per thread")),
-        };
+    // `validate_mma` multiplies the warp counts and the copy widths (by the element
+    // size) before it bounds them: bound them first.
+    if !(1..=MAX_WARPS).contains(&m.warps_m) || !(1..=MAX_WARPS).contains(&m.warps_n) {
+        return Err(invalid(InvalidState::MmaTiles {
+            block_m: m.block_m,
+            block_n: m.block_n,
+            warps_m: m.warps_m,
+            warps_n: m.warps_n,
+        }));
     }
-    check_structure(c, state).map_err(invalid)?;
+    // No copy is wider than 16 bytes, so never more than 16 elements.
+    if let Some((input, &width)) = m.vector.iter().enumerate().find(|(_, w)| **w > 16) {
+        return Err(invalid(InvalidState::VectorWidth { input, width }));
+    }
+    if m.block_m.checked_add(m.block_n).is_none() {
+        return Err(overflow("the block tile"));
+    }
+    let accumulators = 4 * u64::from(m.tiles_m()) * u64::from(m.tiles_n());
+    match u32::try_from(accumulators) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(overflow("accumulators per thread")),
+    }
+}
+
+fn check_cuda_core_products(
+    task: &str,
+    c: &Contraction,
+    state: &State,
+) -> Result<(), InvalidRecord> {
+    let overflow = |what| overflow(task, what);
+    check_structure(c, state).map_err(|error| InvalidRecord::State {
+        task: task.to_string(),
+        error,
+    })?;
     let fits = |factors: &[u32]| {
         factors
             .iter()

@@ -21,7 +21,12 @@
 //!
 //! A state with `mma` set belongs to the tensor-core sketch instead (`mma`,
 //! `lower::mma_sync`): its tiling lives in `MmaTiling`, and the per-axis fields below keep
-//! their defaults. What follows describes the CUDA-core sketch.
+//! their defaults. Which sketch a state belongs to is decided by [`State::sketch`] alone;
+//! everything that treats the sketches differently (validation, sampling's drawing of
+//! each sketch's fields, mutation, the DGD lattice, lowering, features, the log's
+//! checks) gives it one arm per sketch. Adding a sketch is implementing that interface:
+//! one more arm, which the compiler then asks of every caller. What follows describes the
+//! CUDA-core sketch.
 //!
 //! The sketch is Ansor's GPU structure "SSSRRSRS": each spatial axis is split into five
 //! levels (block, virtual thread, thread, outer register, inner register) and each
@@ -236,6 +241,33 @@ pub struct State {
 }
 
 impl State {
+    /// Which sketch the state belongs to, decided here and nowhere else: a caller that
+    /// treats the sketches differently gives one arm per sketch, the CUDA-core sketch's
+    /// (`SSSRRSRS` tiling: `spatial`, `reduction` and their annotations) and the
+    /// tensor-core sketch's (its `MmaTiling`). A new sketch is one more arm, which the
+    /// compiler then asks of every caller: the interface to implement.
+    pub fn sketch<'a, R>(
+        &'a self,
+        cuda_core: impl FnOnce() -> R,
+        mma_sync: impl FnOnce(&'a MmaTiling) -> R,
+    ) -> R {
+        self.sketch_with((), |()| cuda_core(), |(), tiling| mma_sync(tiling))
+    }
+
+    /// [`State::sketch`] with a context that the arm that runs takes (such as a `&mut`
+    /// borrow both arms need).
+    pub fn sketch_with<'a, C, R>(
+        &'a self,
+        context: C,
+        cuda_core: impl FnOnce(C) -> R,
+        mma_sync: impl FnOnce(C, &'a MmaTiling) -> R,
+    ) -> R {
+        match &self.mma {
+            None => cuda_core(context),
+            Some(tiling) => mma_sync(context, tiling),
+        }
+    }
+
     /// A state of the tensor-core sketch.
     pub fn tensor_core(mma: MmaTiling, split_k: u32) -> State {
         State {
@@ -252,10 +284,10 @@ impl State {
 
     /// Threads per block.
     pub fn threads(&self) -> u32 {
-        match &self.mma {
-            Some(m) => m.threads(),
-            None => self.spatial.iter().map(|s| s.thread).product(),
-        }
+        self.sketch(
+            || self.spatial.iter().map(|s| s.thread).product(),
+            MmaTiling::threads,
+        )
     }
 
     /// Product of the virtual-thread factors.
@@ -265,10 +297,10 @@ impl State {
 
     /// Accumulator registers per thread.
     pub fn accumulators(&self) -> u32 {
-        match &self.mma {
-            Some(m) => m.accumulators(),
-            None => self.spatial.iter().map(|s| s.register_tile()).product(),
-        }
+        self.sketch(
+            || self.spatial.iter().map(|s| s.register_tile()).product(),
+            MmaTiling::accumulators,
+        )
     }
 
     /// Thread blocks per axis.
@@ -293,13 +325,15 @@ impl State {
     /// stages per reduction axis (the flattened outer reduction loop); for the
     /// tensor-core sketch the GEMM's reduction tiles.
     pub fn stages(&self, c: &Contraction) -> u64 {
-        if let Some(m) = &self.mma {
-            return GemmView::of(c).map_or(1, |v| v.k.div_ceil(m.block_k(c.dtype)));
-        }
-        self.stages_per_axis(c)
-            .iter()
-            .map(|&s| u64::from(s))
-            .product()
+        self.sketch(
+            || {
+                self.stages_per_axis(c)
+                    .iter()
+                    .map(|&s| u64::from(s))
+                    .product()
+            },
+            |m| GemmView::of(c).map_or(1, |v| v.k.div_ceil(m.block_k(c.dtype))),
+        )
     }
 
     /// Stages one block runs at most: `ceil(stages / split_k)`.
@@ -315,15 +349,21 @@ impl State {
 
     /// Thread blocks that together cover the output once: one per output tile.
     pub fn spatial_blocks(&self, c: &Contraction) -> u64 {
-        if let Some(m) = &self.mma {
-            return GemmView::of(c).map_or(1, |v| {
-                v.batch * v.m.div_ceil(u64::from(m.block_m)) * v.n.div_ceil(u64::from(m.block_n))
-            });
-        }
-        self.blocks_per_axis(c)
-            .iter()
-            .map(|&b| u64::from(b))
-            .product()
+        self.sketch(
+            || {
+                self.blocks_per_axis(c)
+                    .iter()
+                    .map(|&b| u64::from(b))
+                    .product()
+            },
+            |m| {
+                GemmView::of(c).map_or(1, |v| {
+                    v.batch
+                        * v.m.div_ceil(u64::from(m.block_m))
+                        * v.n.div_ceil(u64::from(m.block_n))
+                })
+            },
+        )
     }
 
     /// Thread blocks in the grid: one per output tile and reduction chunk.

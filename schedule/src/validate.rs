@@ -8,7 +8,7 @@
 
 use crate::gpu_spec::GpuSpec;
 pub use crate::invalid::InvalidState;
-use crate::mma::validate_mma;
+use crate::mma::{MmaTiling, validate_mma};
 use crate::state::{MAX_SPLIT_K, SHARED_PADS, State, UNROLL_STEPS, VECTOR_WIDTHS};
 use crate::task::DType;
 use crate::task::{AxisRef, Contraction};
@@ -27,9 +27,13 @@ const STEPS_IN_FLIGHT: u64 = 4;
 /// reduction steps in flight (one value per register-tile position along the axes that
 /// index each input), and the addressing overhead.
 pub fn register_estimate(c: &Contraction, state: &State) -> u64 {
-    if let Some(mma) = &state.mma {
-        return mma.register_estimate();
-    }
+    state.sketch(
+        || cuda_core_register_estimate(c, state),
+        MmaTiling::register_estimate,
+    )
+}
+
+fn cuda_core_register_estimate(c: &Contraction, state: &State) -> u64 {
     let operand = |input: usize| -> u64 {
         state
             .spatial
@@ -64,10 +68,11 @@ pub fn register_estimate(c: &Contraction, state: &State) -> u64 {
 /// Whether register prefetch can apply: every fetch loop unrolled (registers need
 /// compile-time indices) and at least two stages per block.
 pub fn prefetch_feasible(c: &Contraction, state: &State) -> bool {
-    if state.mma.is_some() {
-        // The tensor-core sketch pipelines with cp.async instead.
-        return false;
-    }
+    // The tensor-core sketch pipelines with cp.async instead.
+    state.sketch(|| cuda_core_prefetch_feasible(c, state), |_| false)
+}
+
+fn cuda_core_prefetch_feasible(c: &Contraction, state: &State) -> bool {
     let tiling = Tiling::new(c, state);
     let unrolled = (0..2).all(|i| {
         crate::tiling::fetch_unrolled(
@@ -140,13 +145,19 @@ pub fn check_structure(c: &Contraction, state: &State) -> Result<(), InvalidStat
 
 /// Validates `state` for contraction `c` on `gpu`.
 pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), InvalidState> {
-    if let Some(mma) = &state.mma {
-        let cuda_core_defaults = State::tensor_core(*mma, state.split_k);
-        if *state != cuda_core_defaults {
-            return Err(InvalidState::MixedSketch);
-        }
-        return validate_mma(c, mma, state.split_k, gpu);
-    }
+    state.sketch(
+        || validate_cuda_core(c, state, gpu),
+        |mma| {
+            let cuda_core_defaults = State::tensor_core(*mma, state.split_k);
+            if *state != cuda_core_defaults {
+                return Err(InvalidState::MixedSketch);
+            }
+            validate_mma(c, mma, state.split_k, gpu)
+        },
+    )
+}
+
+fn validate_cuda_core(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), InvalidState> {
     check_structure(c, state)?;
     let threads: u64 = state.spatial.iter().map(|s| u64::from(s.thread)).product();
     let min_threads = u64::from(gpu.warp_size).min(c.output_elements());

@@ -80,21 +80,27 @@ fn divisors(n: u32) -> Vec<u32> {
 /// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
 /// warps_m, warps_n, k_steps, stages, both copy widths, swizzle and split.
 pub fn tile_vector(s: &State) -> Vec<u32> {
-    if let Some(t) = &s.mma {
-        return vec![
-            1,
-            t.block_m,
-            t.block_n,
-            t.warps_m,
-            t.warps_n,
-            t.k_steps,
-            t.stages,
-            t.vector[0],
-            t.vector[1],
-            u32::from(t.swizzle),
-            s.split_k,
-        ];
-    }
+    s.sketch(
+        || cuda_core_vector(s),
+        |t| {
+            vec![
+                1,
+                t.block_m,
+                t.block_n,
+                t.warps_m,
+                t.warps_n,
+                t.k_steps,
+                t.stages,
+                t.vector[0],
+                t.vector[1],
+                u32::from(t.swizzle),
+                s.split_k,
+            ]
+        },
+    )
+}
+
+fn cuda_core_vector(s: &State) -> Vec<u32> {
     let mut v = vec![0];
     for split in &s.spatial {
         v.extend([split.vthread, split.thread, split.outer, split.inner]);
@@ -124,9 +130,14 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
 /// (`mutate::mma_steps`), valid ones only.
 pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
     let c = space.contraction;
-    if s.mma.is_some() {
-        return mma_steps(c, s, space.gpu);
-    }
+    s.sketch(
+        || cuda_core_neighbours(s, space),
+        |_| mma_steps(c, s, space.gpu),
+    )
+}
+
+fn cuda_core_neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
+    let c = space.contraction;
     let mut out = Vec::new();
     let mut push = |mut n: State| {
         fit_vector_widths(c, &mut n);

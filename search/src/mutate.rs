@@ -111,17 +111,21 @@ fn mutate_tile(state: &mut State, c: &Contraction, gpu: &GpuSpec, rng: &mut ChaC
 /// Lowers each input's fetch vector width to the widest one the (changed) tiles still
 /// allow.
 pub fn fit_vector_widths(c: &Contraction, s: &mut State) {
-    if s.mma.is_some() {
-        return;
+    // The tensor-core sketch's copy widths are its tiling's own.
+    if let Some(widths) = s.sketch(|| Some(fitted_vector_widths(c, s)), |_| None) {
+        s.vector_width = widths;
     }
+}
+
+fn fitted_vector_widths(c: &Contraction, s: &State) -> [u32; 2] {
     let tiling = Tiling::new(c, s);
-    for input in 0..2 {
-        s.vector_width[input] = VECTOR_WIDTHS
+    [0, 1].map(|input| {
+        VECTOR_WIDTHS
             .into_iter()
             .filter(|&w| w <= s.vector_width[input] && tiling.vector_feasible(c, input, w))
             .max()
-            .unwrap_or(1);
-    }
+            .unwrap_or(1)
+    })
 }
 
 /// Halves the reduction split until the state's stage count allows it (a tile change
@@ -262,9 +266,10 @@ impl MmaCoordinate {
 /// (`MmaCoordinate`) to a neighbouring value, nothing else changed, in the order of
 /// `MmaCoordinate::ALL` (smaller value first). Empty for a CUDA-core state.
 pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
-    let Some(t) = &s.mma else {
-        return Vec::new();
-    };
+    s.sketch(Vec::new, |t| mma_moves(c, s, t, gpu))
+}
+
+fn mma_moves(c: &Contraction, s: &State, t: &MmaTiling, gpu: &GpuSpec) -> Vec<State> {
     let mut out = Vec::new();
     for coordinate in MmaCoordinate::ALL {
         for value in coordinate.steps(coordinate.get(t, s.split_k)) {
@@ -284,14 +289,26 @@ pub fn mutate(
     gpu: &GpuSpec,
     rng: &mut ChaCha8Rng,
 ) -> Option<State> {
-    if state.mma.is_some() {
-        let mut moves = mma_steps(c, state, gpu);
-        if moves.is_empty() {
-            return None;
-        }
-        let i = pick(rng, moves.len());
-        return Some(moves.swap_remove(i));
-    }
+    state.sketch_with(
+        rng,
+        |rng| mutate_cuda_core(state, c, gpu, rng),
+        |rng, _| {
+            let mut moves = mma_steps(c, state, gpu);
+            if moves.is_empty() {
+                return None;
+            }
+            let i = pick(rng, moves.len());
+            Some(moves.swap_remove(i))
+        },
+    )
+}
+
+fn mutate_cuda_core(
+    state: &State,
+    c: &Contraction,
+    gpu: &GpuSpec,
+    rng: &mut ChaCha8Rng,
+) -> Option<State> {
     let mut s = state.clone();
     let draw = rng.next_u64() % 10;
     if draw == 0 {

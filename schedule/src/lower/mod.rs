@@ -15,8 +15,8 @@ use crate::task::Task;
 
 /// Lowers a validated state of `task`, applying the state's transform passes.
 pub fn lower(task: &Task, state: &State) -> Kernel {
-    match &state.mma {
-        Some(mma) => mma_sync::lower(task, mma, state.split_k),
-        None => cuda_core::lower(task, state),
-    }
+    state.sketch(
+        || cuda_core::lower(task, state),
+        |mma| mma_sync::lower(task, mma, state.split_k),
+    )
 }
