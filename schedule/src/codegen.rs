@@ -11,7 +11,9 @@
 
 use crate::atom::fragment::{self, lane_c};
 use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout, Term};
-use crate::ir::{Cond, Expr, GlobalRead, Kernel, Scope, SharedWrite, Stmt};
+use crate::ir::{
+    Cond, Expr, GlobalRead, Kernel, Param, Role, Scope, SharedPool, SharedWrite, Stmt,
+};
 use crate::task::DType;
 use std::fmt::Write;
 
@@ -49,24 +51,23 @@ fn fragment_counts(body: &[Stmt], counts: &mut [usize; 2]) {
     });
 }
 
-/// The tensor-core kernel's opening: typed parameters, the byte pool and its shared
-/// address, the lane, accumulators and fragment registers.
-fn mma_opening(out: &mut String, kernel: &Kernel) {
-    let p = &kernel.params;
-    let _ = write!(out, "{}", conversions(p.dtype));
-    if p.out_dtype != p.dtype {
-        let _ = write!(out, "{}", conversions(p.out_dtype));
-    }
-    let ty = p.dtype.c_type();
-    let mut params: Vec<String> = p
-        .inputs
+/// `extern "C" __global__ void __launch_bounds__(block) name(params) {`.
+fn signature(out: &mut String, kernel: &Kernel) {
+    let params: Vec<String> = kernel
+        .params
         .iter()
-        .map(|name| format!("const {ty}* __restrict__ {name}"))
+        .map(|p| match p {
+            Param::Buffer {
+                name,
+                role: Role::Output,
+                dtype,
+            } => format!("{}* __restrict__ {name}", dtype.c_type()),
+            Param::Buffer { name, dtype, .. } => {
+                format!("const {}* __restrict__ {name}", dtype.c_type())
+            }
+            Param::TensorMap { name } => format!("const __grid_constant__ CUtensorMap {name}"),
+        })
         .collect();
-    if p.bias {
-        params.push(format!("const {ty}* __restrict__ bias"));
-    }
-    params.push(format!("{}* __restrict__ out", p.out_dtype.c_type()));
     let _ = writeln!(
         out,
         "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
@@ -74,6 +75,16 @@ fn mma_opening(out: &mut String, kernel: &Kernel) {
         kernel.name,
         params.join(", ")
     );
+}
+
+/// The tensor-core kernel's opening: typed parameters, the byte pool and its shared
+/// address, the lane, accumulators and fragment registers.
+fn mma_opening(out: &mut String, kernel: &Kernel) {
+    let _ = write!(out, "{}", conversions(kernel.dtype));
+    if kernel.out_dtype != kernel.dtype {
+        let _ = write!(out, "{}", conversions(kernel.out_dtype));
+    }
+    signature(out, kernel);
     let _ = writeln!(
         out,
         "  extern __shared__ __align__(16) unsigned char shared_pool[];"
@@ -116,45 +127,28 @@ fn leading_comments(out: &mut String, kernel: &Kernel, header: &[String]) {
 pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
     let mut out = String::new();
     leading_comments(&mut out, kernel, header);
-    if kernel.mma {
+    if kernel.shared == SharedPool::Typed {
         mma_opening(&mut out, kernel);
         Printer { kernel }.body(&mut out, &kernel.body, 1);
         out.push_str("}\n");
         return out;
     }
-    let l = &kernel.launch;
-    let p = &kernel.params;
     // Half data: the tiles in shared memory and the arithmetic stay f32; elements are
     // widened as they are fetched and the result narrowed as it is stored.
-    let _ = write!(out, "{}", conversions(p.dtype));
-    if p.out_dtype != p.dtype {
-        let _ = write!(out, "{}", conversions(p.out_dtype));
+    let _ = write!(out, "{}", conversions(kernel.dtype));
+    if kernel.out_dtype != kernel.dtype {
+        let _ = write!(out, "{}", conversions(kernel.out_dtype));
     }
-    if p.dtype.bytes() == 2 {
+    if kernel.dtype.bytes() == 2 {
         out.push_str(HALF_VECTOR_LOADS);
     }
-    let ty = p.dtype.c_type();
-    let mut params: Vec<String> = p
-        .inputs
-        .iter()
-        .map(|name| format!("const {ty}* __restrict__ {name}"))
-        .collect();
-    if p.bias {
-        params.push(format!("const {ty}* __restrict__ bias"));
-    }
-    params.push(format!("{}* __restrict__ out", p.out_dtype.c_type()));
-    let _ = writeln!(
-        out,
-        "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
-        l.block,
-        kernel.name,
-        params.join(", ")
-    );
+    signature(&mut out, kernel);
     let _ = writeln!(out, "  extern __shared__ float4 shared_pool[];");
-    for (i, name) in p.inputs.iter().enumerate() {
+    for i in 0..2 {
         let _ = writeln!(
             out,
-            "  float* {name}_sh = reinterpret_cast<float*>(shared_pool) + {};",
+            "  float* {}_sh = reinterpret_cast<float*>(shared_pool) + {};",
+            kernel.input(i),
             kernel.tile_offsets[i]
         );
     }
@@ -242,9 +236,9 @@ impl Printer<'_> {
     /// always valid (one float, or one `float{w}` vector).
     fn global_value(&self, read: &GlobalRead) -> String {
         let (global, valid) = (&read.at, &read.valid);
-        let name = self.kernel.params.inputs[read.input];
+        let name = self.kernel.input(read.input);
         let w = read.width;
-        let half = self.kernel.params.dtype.bytes() == 2;
+        let half = self.kernel.dtype.bytes() == 2;
         let (load, zero) = if w == 1 && half {
             (
                 format!("ts_to_f32({name}[{}])", self.expr(global)),
@@ -278,7 +272,7 @@ impl Printer<'_> {
     /// `scattered` (a shared layout whose contiguous dimension is not the vector's, or
     /// whose padded rows are not aligned to the vector).
     fn shared_store(&self, out: &mut String, pad: &str, to: &SharedWrite, value: &str) {
-        let name = self.kernel.params.inputs[to.input];
+        let name = self.kernel.input(to.input);
         let w = to.width;
         if to.scattered() {
             for (j, component) in ["x", "y", "z", "w"].iter().take(w as usize).enumerate() {
@@ -305,17 +299,17 @@ impl Printer<'_> {
     /// Byte address in shared memory of element `at` (a C expression) of input
     /// `input`'s tile.
     fn shared_address(&self, input: usize, at: &str) -> String {
-        let bytes = self.kernel.params.dtype.bytes();
+        let bytes = self.kernel.dtype.bytes();
         let off = self.kernel.tile_offsets[input];
         format!("shared_base + (unsigned)(({off} + {at}) * {bytes})")
     }
 
     fn async_copy(&self, out: &mut String, pad: &str, read: &GlobalRead, write: &SharedWrite) {
         let (input, global, valid) = (read.input, &read.at, &read.valid);
-        let name = self.kernel.params.inputs[input];
-        let bytes = read.width * self.kernel.params.dtype.bytes();
+        let name = self.kernel.input(input);
+        let bytes = read.width * self.kernel.dtype.bytes();
         let at = self.expr(&write.at);
-        if FillCopy::of(bytes, self.kernel.params.dtype.bytes()) == Some(FillCopy::Element) {
+        if FillCopy::of(bytes, self.kernel.dtype.bytes()) == Some(FillCopy::Element) {
             // One half: an ordinary load and store.
             let value = if valid.is_empty() {
                 format!("{name}[{}]", self.expr(global))
@@ -377,8 +371,8 @@ impl Printer<'_> {
             self.expr_in(k, ADD),
         );
         let e = layout.chunk_elements;
-        let atom = MmaAtom::sizing(self.kernel.params.dtype);
-        if input == 1 && !k_major && self.kernel.params.dtype.bytes() == 4 {
+        let atom = MmaAtom::sizing(self.kernel.dtype);
+        if input == 1 && !k_major && self.kernel.dtype.bytes() == 4 {
             // B's fragment itself, one 32-bit element per register: k and n of value
             // `reg`, the lane's part printed, the value's a constant.
             let b = atom.b;
@@ -496,7 +490,7 @@ impl Printer<'_> {
                 let width = read.width;
                 if to.scattered() {
                     // The vector is loaded once, then stored component by component.
-                    let name = self.kernel.params.inputs[read.input];
+                    let name = self.kernel.input(read.input);
                     let _ = writeln!(out, "{pad}{{");
                     let _ = writeln!(out, "{pad}  const float{width} {name}_f = {value};");
                     self.shared_store(out, &format!("{pad}  "), to, &format!("{name}_f"));
@@ -558,7 +552,7 @@ impl Printer<'_> {
                 *k_major,
             ),
             Stmt::Mma { acc, a, b } => {
-                let shape = MmaAtom::sizing(self.kernel.params.dtype).ptx;
+                let shape = MmaAtom::sizing(self.kernel.dtype).ptx;
                 let _ = writeln!(
                     out,
                     "{pad}asm volatile(\"mma.sync.aligned.{shape} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\\n\" : \"+f\"(acc[{}]), \"+f\"(acc[{}]), \"+f\"(acc[{}]), \"+f\"(acc[{}]) : \"r\"(frag_a[{a}][0]), \"r\"(frag_a[{a}][1]), \"r\"(frag_a[{a}][2]), \"r\"(frag_a[{a}][3]), \"r\"(frag_b[{b}][0]), \"r\"(frag_b[{b}][1]));",
@@ -569,7 +563,7 @@ impl Printer<'_> {
                 );
             }
             Stmt::Fma { acc, a, b } => {
-                let [na, nb] = self.kernel.params.inputs;
+                let (na, nb) = (self.kernel.input(0), self.kernel.input(1));
                 let _ = writeln!(
                     out,
                     "{pad}acc[{}] += {na}_sh[{}] * {nb}_sh[{}];",
@@ -587,8 +581,8 @@ impl Printer<'_> {
                 atomic,
             } => {
                 let mut value = format!("acc[{}]", self.expr(acc));
-                let half_in = self.kernel.params.dtype.bytes() == 2;
-                let half_out = self.kernel.params.out_dtype.bytes() == 2;
+                let half_in = self.kernel.dtype.bytes() == 2;
+                let half_out = self.kernel.out_dtype.bytes() == 2;
                 if let Some(b) = bias {
                     let load = if half_in {
                         format!("ts_to_f32(bias[{}])", self.expr(b))
@@ -602,7 +596,7 @@ impl Printer<'_> {
                         value = format!("{value} + ({when} ? {load} : 0.0f)");
                     }
                 }
-                if self.kernel.params.relu {
+                if self.kernel.relu {
                     value = format!("fmaxf({value}, 0.0f)");
                 }
                 let store = if *atomic {

@@ -348,7 +348,7 @@ impl Block<'_> {
             .ok_or(InterpError::OutOfBounds {
                 block: self.index,
                 thread: t,
-                tensor: self.kernel.params.inputs[input],
+                tensor: self.kernel.input(input),
                 index,
                 len: data.len(),
             })
@@ -482,7 +482,7 @@ impl Block<'_> {
                     k_major,
                 } => {
                     // A is m × k, B is k × n; consecutive fragments are m or n apart.
-                    let atom = MmaAtom::sizing(self.kernel.params.dtype);
+                    let atom = MmaAtom::sizing(self.kernel.dtype);
                     let (rows, cols, stride) = if *input == 0 {
                         (atom.m, *k_step, atom.m)
                     } else {
@@ -517,7 +517,7 @@ impl Block<'_> {
                     for t in threads.clone().filter(|&t| active[t]) {
                         let fa = self.fragment(0, *a, t)?.clone();
                         let fb = self.fragment(1, *b, t)?.clone();
-                        let atom = MmaAtom::sizing(self.kernel.params.dtype);
+                        let atom = MmaAtom::sizing(self.kernel.dtype);
                         let n = atom.n as usize;
                         let k = fb.len() / n;
                         let lane = (t % 32) as i64;
@@ -615,7 +615,7 @@ impl Block<'_> {
                                 },
                             )?;
                         }
-                        if self.kernel.params.relu {
+                        if self.kernel.relu {
                             v = v.max(0.0);
                         }
                         let o = self.eval(index, t);
@@ -695,7 +695,7 @@ pub fn reference(c: &Contraction, inputs: &Inputs) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{LaunchConfig, Params, Scope};
+    use crate::ir::{LaunchConfig, Param, Role, Scope, SharedPool};
 
     /// One block of two threads, two accumulators each, tiles of 4 floats, running
     /// `body` over inputs and an output of 4 floats.
@@ -703,14 +703,19 @@ mod tests {
         let kernel = Kernel {
             name: "k".to_string(),
             scope,
-            mma: false,
-            params: Params {
-                inputs: ["a", "b"],
-                bias: false,
-                relu: false,
-                dtype: crate::task::DType::F32,
-                out_dtype: crate::task::DType::F32,
-            },
+            shared: SharedPool::FloatTiles,
+            params: ["a", "b"]
+                .into_iter()
+                .enumerate()
+                .map(|(i, name)| Param::Buffer {
+                    name,
+                    role: Role::Input(i),
+                    dtype: crate::task::DType::F32,
+                })
+                .collect(),
+            relu: false,
+            dtype: crate::task::DType::F32,
+            out_dtype: crate::task::DType::F32,
             tile_offsets: [0, 4],
             tile_elements: [4, 4],
             accumulators: 2,

@@ -369,15 +369,41 @@ impl Scope {
     }
 }
 
-/// Which tensors a kernel reads and writes, by parameter name.
+/// What a tensor parameter is to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Input `i` of the contraction (read-only).
+    Input(usize),
+    /// The bias (read-only).
+    Bias,
+    /// The output (written, or added into under split-K).
+    Output,
+}
+
+/// One kernel parameter, in launch order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Params {
-    pub inputs: [&'static str; 2],
-    pub bias: bool,
-    pub relu: bool,
-    /// Element types of the inputs (and bias) and of the output.
-    pub dtype: crate::task::DType,
-    pub out_dtype: crate::task::DType,
+pub enum Param {
+    /// A device pointer to a tensor of `dtype` elements.
+    Buffer {
+        name: &'static str,
+        role: Role,
+        dtype: crate::task::DType,
+    },
+    /// A 128-byte `CUtensorMap` passed by value (`__grid_constant__`), describing a TMA
+    /// copy's tensor: none is lowered yet.
+    TensorMap { name: &'static str },
+}
+
+/// How a kernel declares its shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedPool {
+    /// A pool split into one `float` tile per input (`{name}_sh`), half data widened as
+    /// it is fetched (the CUDA-core sketch).
+    FloatTiles,
+    /// One pool of the inputs' own element type, addressed in bytes from `shared_base`
+    /// for `cp.async` and `ldmatrix`, with the MMA fragments' registers (the
+    /// tensor-core sketch).
+    Typed,
 }
 
 /// A lowered kernel: the loop nest and everything needed to launch it.
@@ -385,7 +411,13 @@ pub struct Params {
 pub struct Kernel {
     pub name: String,
     pub scope: Scope,
-    pub params: Params,
+    /// The parameters in launch order.
+    pub params: Vec<Param>,
+    /// Element types of the inputs (and bias) and of the output.
+    pub dtype: crate::task::DType,
+    pub out_dtype: crate::task::DType,
+    /// The epilogue's ReLU.
+    pub relu: bool,
     /// Offset (in floats) of each input's tile in the shared pool.
     pub tile_offsets: [i64; 2],
     /// Floats each input's tile occupies in the pool (its row padding included).
@@ -396,8 +428,24 @@ pub struct Kernel {
     pub split_k: u32,
     pub body: Vec<Stmt>,
     pub launch: LaunchConfig,
-    /// A tensor-core kernel (`lower::mma_sync`): typed shared pool, fragments, `cp.async`.
-    pub mma: bool,
+    pub shared: SharedPool,
+}
+
+impl Kernel {
+    /// The name of input `i`'s parameter.
+    pub fn input(&self, i: usize) -> &'static str {
+        self.params
+            .iter()
+            .find_map(|p| match p {
+                Param::Buffer {
+                    name,
+                    role: Role::Input(j),
+                    ..
+                } if *j == i => Some(*name),
+                _ => None,
+            })
+            .expect("a kernel has a parameter per input")
+    }
 }
 
 /// Grid, block and dynamic shared memory of a kernel launch (1-D grid and block).

@@ -1,8 +1,8 @@
 //! What both sketches' lowerings build their nests with: named bindings, index
 //! decomposition, affine index terms, the bias offset and loop wrapping.
 
-use crate::ir::{Expr, Scope, Stmt, Var};
-use crate::task::{Access, AffineIndex, AxisRef};
+use crate::ir::{Expr, Param, Role, Scope, Stmt, Var};
+use crate::task::{Access, AffineIndex, AxisRef, Contraction};
 
 /// Binds `value` to a named `const int` unless it is already trivial.
 pub(super) fn bind(scope: &mut Scope, out: &mut Vec<Stmt>, name: &str, value: Expr) -> Expr {
@@ -92,4 +92,18 @@ pub(super) fn wrap_loops(
         }
     }
     body
+}
+
+/// A contraction's kernel parameters: both inputs, the bias if any, the output.
+pub(super) fn tensor_params(c: &Contraction) -> Vec<Param> {
+    let buffer = |name, role, dtype| Param::Buffer { name, role, dtype };
+    let mut params = vec![
+        buffer(c.inputs[0].tensor, Role::Input(0), c.dtype),
+        buffer(c.inputs[1].tensor, Role::Input(1), c.dtype),
+    ];
+    if c.bias.is_some() {
+        params.push(buffer("bias", Role::Bias, c.dtype));
+    }
+    params.push(buffer("out", Role::Output, c.out_dtype));
+    params
 }

@@ -41,9 +41,13 @@
 //! in `lower::prefetch`: lowering only gives it what it rewrites, the flattened stage loop
 //! (built as for split-K, with split coordinate 0 when the reduction is not split).
 
-use super::common::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
+use super::common::{
+    affine_terms, bias_offset, bind, decompose, tensor_params, var_or_zero, wrap_loops,
+};
 use super::prefetch::register_prefetch;
-use crate::ir::{Expr, GlobalRead, Kernel, LaunchConfig, Params, Scope, SharedWrite, Stmt, Var};
+use crate::ir::{
+    Expr, GlobalRead, Kernel, LaunchConfig, Scope, SharedPool, SharedWrite, Stmt, Var,
+};
 use crate::state::State;
 use crate::task::{Access, Contraction, Task};
 use crate::tiling::{ReductionUnroll, Tiling, fetch_unrolled};
@@ -165,13 +169,10 @@ impl<'a> Lowering<'a> {
         };
         Kernel {
             name: self.name,
-            params: Params {
-                inputs: [c.inputs[0].tensor, c.inputs[1].tensor],
-                bias: c.bias.is_some(),
-                relu: c.relu,
-                dtype: c.dtype,
-                out_dtype: c.out_dtype,
-            },
+            params: tensor_params(c),
+            dtype: c.dtype,
+            out_dtype: c.out_dtype,
+            relu: c.relu,
             tile_offsets: [tiling.tiles[0].offset, tiling.tiles[1].offset],
             tile_elements: [tiling.tiles[0].allocated(), tiling.tiles[1].allocated()],
             accumulators: i64::from(state.accumulators()),
@@ -179,7 +180,7 @@ impl<'a> Lowering<'a> {
             scope: self.scope,
             body,
             launch,
-            mma: false,
+            shared: SharedPool::FloatTiles,
         }
     }
 

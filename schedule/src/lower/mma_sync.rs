@@ -23,12 +23,14 @@
 //! thread's four accumulators per MMA tile through the fused epilogue (f32), adding
 //! atomically under split-K with the bias from chunk 0 only.
 
-use super::common::{affine_terms, bias_offset, bind, decompose, var_or_zero, wrap_loops};
+use super::common::{
+    affine_terms, bias_offset, bind, decompose, tensor_params, var_or_zero, wrap_loops,
+};
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
 use crate::ir::{
-    Cond, Expr, GlobalRead, Kernel, LaunchConfig, Params, Scope, SharedWrite, Stmt, Var,
+    Cond, Expr, GlobalRead, Kernel, LaunchConfig, Scope, SharedPool, SharedWrite, Stmt, Var,
 };
 use crate::mma::MmaTiling;
 use crate::task::{Contraction, Task};
@@ -43,13 +45,10 @@ pub(super) fn lower(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
     let elements = lowering.layouts.map(|l| l.elements() * i64::from(t.stages));
     Kernel {
         name: task.key(),
-        params: Params {
-            inputs: [c.inputs[0].tensor, c.inputs[1].tensor],
-            bias: c.bias.is_some(),
-            relu: c.relu,
-            dtype: c.dtype,
-            out_dtype: c.out_dtype,
-        },
+        params: tensor_params(&c),
+        dtype: c.dtype,
+        out_dtype: c.out_dtype,
+        relu: c.relu,
         tile_offsets: [0, elements[0]],
         tile_elements: elements,
         accumulators: i64::from(t.accumulators()),
@@ -62,7 +61,7 @@ pub(super) fn lower(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
         },
         scope: lowering.scope,
         body,
-        mma: true,
+        shared: SharedPool::Typed,
     }
 }
 
