@@ -1026,15 +1026,12 @@ mod tests {
             !GemmInputs::ConvNchw.fuses_bias(),
             "NCHW's bias runs along the rows"
         );
-        let described = description(
-            Library::Cudnn,
-            &conv(
-                Conv2d::new(1, 8, 4, 4, 8, 1, 1, 1, 0),
-                Layout::Nhwc,
-                DType::Fp16,
-            ),
-            Choices::default(),
+        let one = conv(
+            Conv2d::new(1, 8, 4, 4, 8, 1, 1, 1, 0),
+            Layout::Nhwc,
+            DType::Fp16,
         );
+        let described = description(Library::Cudnn, &one, Choices::default());
         assert!(
             described.ends_with(
                 "also through cuBLAS and the first 8 algorithms of cuBLASLt's heuristic)"
@@ -1045,15 +1042,7 @@ mod tests {
             conv_gemm_algorithms: 0,
             ..Choices::default()
         };
-        let described = description(
-            Library::Cudnn,
-            &conv(
-                Conv2d::new(1, 8, 4, 4, 8, 1, 1, 1, 0),
-                Layout::Nhwc,
-                DType::Fp16,
-            ),
-            off,
-        );
+        let described = description(Library::Cudnn, &one, off);
         assert!(described.ends_with("in each of 2 handles)"), "{described}");
     }
 }

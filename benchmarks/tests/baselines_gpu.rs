@@ -258,6 +258,23 @@ fn apply_epilogue(
     }
 }
 
+/// Inputs with entries in {-1, 0, 1} and a bias in [-3, 3] (from seeds `seed`, `+1`,
+/// `+2`), and the exact output of the convolution with its epilogue: [x, w, bias,
+/// expected].
+fn conv_case(s: &Conv2d, epilogue: Epilogue, layout: Layout, seed: u64) -> [Vec<f32>; 4] {
+    let (p, q) = s.output_size().unwrap();
+    let x = values((s.n * s.c * s.h * s.w) as usize, 1, seed);
+    let w = values((s.k * (s.c / s.groups) * s.r * s.s) as usize, 1, seed + 1);
+    let bias = values(s.k as usize, 3, seed + 2);
+    let mut expected = conv_reference(s, layout, &x, &w);
+    let (k, pq) = (s.k as usize, (p * q) as usize);
+    apply_epilogue(&mut expected, epilogue, &bias, |i| match layout {
+        Layout::Nchw => (i / pq) % k,
+        Layout::Nhwc => i % k,
+    });
+    [x, w, bias, expected]
+}
+
 /// Uploads the two factors and the bias in the task's input type and runs the task's
 /// baseline on them (see `run_baseline_with`, `handles` legacy cuDNN handles).
 fn baseline_on(
@@ -291,18 +308,8 @@ fn check_graph_conv(
         out_dtype,
         layout,
     };
-    let s = shape;
-    let (p, q) = s.output_size().unwrap();
-    let x = values((s.n * s.c * s.h * s.w) as usize, 1, 11);
-    let w = values((s.k * (s.c / s.groups) * s.r * s.s) as usize, 1, 12);
-    let bias = values(s.k as usize, 3, 13);
-    let mut expected = conv_reference(&s, layout, &x, &w);
-    let (k, pq) = (s.k as usize, (p * q) as usize);
-    apply_epilogue(&mut expected, epilogue, &bias, |i| match layout {
-        Layout::Nchw => (i / pq) % k,
-        Layout::Nhwc => i % k,
-    });
-    let out_len = (s.n * s.k * p * q) as usize;
+    let [x, w, bias, expected] = conv_case(&shape, epilogue, layout, 11);
+    let out_len = expected.len();
     let (got, routine) = baseline_on(&task, [&x, &w, &bias], out_len, 0);
     assert!(routine.contains(" graph eng"), "{routine}");
     let wrong = expected.iter().zip(&got).filter(|(e, g)| e != g).count();
@@ -376,16 +383,7 @@ fn check_conv_gemm(
         out_dtype,
         layout,
     };
-    let s = shape;
-    let x = values((s.n * s.c * s.h * s.w) as usize, 1, 31);
-    let w = values((s.k * s.c) as usize, 1, 32);
-    let bias = values(s.k as usize, 3, 33);
-    let mut expected = conv_reference(&s, layout, &x, &w);
-    let (k, pq) = (s.k as usize, (s.h * s.w) as usize);
-    apply_epilogue(&mut expected, epilogue, &bias, |i| match layout {
-        Layout::Nchw => (i / pq) % k,
-        Layout::Nhwc => i % k,
-    });
+    let [x, w, bias, expected] = conv_case(&shape, epilogue, layout, 31);
     let upload = |v: &[f32]| host::upload(&ctx, v, dtype).unwrap();
     let (xb, wb, biasb) = (upload(&x), upload(&w), upload(&bias));
     let out_len = expected.len();

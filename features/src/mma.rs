@@ -451,8 +451,7 @@ struct Epilogue {
 /// half, each lane stores its two consecutive accumulators of that half (`atom::mma`'s
 /// C fragment: row `l / 4 (+ 8)`, column `2 * (l % 4)` of the 16 x 8 tile).
 fn epilogue(task: &MmaTask, grid: &Grid, t: &MmaTiling) -> Epilogue {
-    const MMA_M: i64 = schedule::atom::mma::M;
-    const MMA_N: i64 = schedule::atom::mma::N;
+    use schedule::atom::mma::{M as MMA_M, N as MMA_N};
     let (tiles_m, tiles_n) = (i64::from(t.tiles_m()), i64::from(t.tiles_n()));
     let per_warp = tiles_m * tiles_n * 2;
     let instructions = i64::from(t.warps_m * t.warps_n) * per_warp;

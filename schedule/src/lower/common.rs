@@ -1,7 +1,7 @@
 //! What both sketches' lowerings build their nests with: named bindings, index
 //! decomposition, affine index terms, the bias offset and loop wrapping.
 
-use crate::ir::{Expr, Param, Role, Scope, Stmt, Var};
+use crate::ir::{Cond, Expr, Param, Role, Scope, Stmt, Var};
 use crate::task::{Access, AffineIndex, AxisRef, Contraction};
 
 /// Binds `value` to a named `const int` unless it is already trivial.
@@ -106,4 +106,46 @@ pub(super) fn tensor_params(c: &Contraction) -> Vec<Param> {
     }
     params.push(buffer("out", Role::Output, c.out_dtype));
     params
+}
+
+/// `body` under `cond` (an `If`), or, without one, inlined into `out`, or in a C block of
+/// its own when `scoped` (its bindings then end with it).
+pub(super) fn guarded(out: &mut Vec<Stmt>, cond: Option<Cond>, body: Vec<Stmt>, scoped: bool) {
+    match cond {
+        Some(cond) => out.push(Stmt::If {
+            conds: vec![cond],
+            body,
+        }),
+        None if scoped => out.push(Stmt::Block { body }),
+        None => out.extend(body),
+    }
+}
+
+/// The epilogue's store of accumulator `acc` to output element `out` (at output
+/// coordinates `coords`, written where `valid` holds), with the contraction's bias; under
+/// split-K (`split`: the block's split coordinate) an atomic add, the bias from chunk 0
+/// only.
+pub(super) fn epilogue_store(
+    scope: &Scope,
+    c: &Contraction,
+    coords: &[Expr],
+    split: Option<&Expr>,
+    (acc, out, valid): (Expr, Expr, Vec<Cond>),
+) -> Stmt {
+    let bias = c
+        .bias
+        .as_ref()
+        .map(|access| bias_offset(scope, access, coords));
+    let bias_when = match (split, &bias) {
+        (Some(z), Some(_)) => scope.bound(z, 0, 1).into_iter().collect(),
+        _ => Vec::new(),
+    };
+    Stmt::Store {
+        acc,
+        out,
+        bias,
+        bias_when,
+        valid,
+        atomic: split.is_some(),
+    }
 }

@@ -42,7 +42,7 @@
 //! (built as for split-K, with split coordinate 0 when the reduction is not split).
 
 use super::common::{
-    affine_terms, bias_offset, bind, decompose, tensor_params, var_or_zero, wrap_loops,
+    affine_terms, bind, decompose, epilogue_store, guarded, tensor_params, var_or_zero, wrap_loops,
 };
 use super::prefetch::register_prefetch;
 use crate::ir::{
@@ -317,13 +317,12 @@ impl<'a> Lowering<'a> {
                 vector: tile.vector_store(width),
             },
         });
-        match self.scope.bound(&vector, 0, vectors) {
-            None => inner.extend(body),
-            Some(tail) => inner.push(Stmt::If {
-                conds: vec![tail],
-                body,
-            }),
-        }
+        guarded(
+            &mut inner,
+            self.scope.bound(&vector, 0, vectors),
+            body,
+            false,
+        );
         out.extend(wrap_loops(&[round], &[rounds], |_| unroll, inner));
     }
 
@@ -361,20 +360,7 @@ impl<'a> Lowering<'a> {
 
         let unroll = ReductionUnroll::of(state);
         let stmt = vec![Stmt::Fma { acc, a, b }];
-        let (vthread_ext, outer_ext, inner_ext) = self.register_extents();
-        let reg_vars: Vec<Option<Var>> = reg
-            .vthread_vars
-            .iter()
-            .chain(&reg.outer_vars)
-            .chain(&reg.inner_vars)
-            .copied()
-            .collect();
-        let reg_ext: Vec<i64> = vthread_ext
-            .iter()
-            .chain(&outer_ext)
-            .chain(&inner_ext)
-            .copied()
-            .collect();
+        let (reg_vars, reg_ext) = self.register_nest(&reg);
         let body = wrap_loops(&reg_vars, &reg_ext, |_| true, stmt);
         let body = wrap_loops(&inner, &inner_extents, |_| unroll.inner, body);
         wrap_loops(&middle, &middle_extents, |_| unroll.middle, body)
@@ -387,6 +373,20 @@ impl<'a> Lowering<'a> {
             s.iter().map(|x| i64::from(x.outer)).collect(),
             s.iter().map(|x| i64::from(x.inner)).collect(),
         )
+    }
+
+    /// The loops over a thread's register tile, outermost first: its variables and
+    /// extents (virtual threads, outer, inner register factors of every axis).
+    fn register_nest(&self, reg: &RegisterLoops) -> (Vec<Option<Var>>, Vec<i64>) {
+        let (v, o, i) = self.register_extents();
+        let vars = reg
+            .vthread_vars
+            .iter()
+            .chain(&reg.outer_vars)
+            .chain(&reg.inner_vars)
+            .copied()
+            .collect();
+        (vars, v.into_iter().chain(o).chain(i).collect())
     }
 
     /// Fresh loop variables over one thread's register tile.
@@ -488,31 +488,14 @@ impl<'a> Lowering<'a> {
             out = self.scope.add(out, self.scope.mul(o.clone(), stride));
             coords.push(o);
         }
-        let bias = c
-            .bias
-            .as_ref()
-            .map(|access| bias_offset(&self.scope, access, &coords));
-        let bias_when = match (split, &bias) {
-            (Some(z), Some(_)) => self.scope.bound(z, 0, 1).into_iter().collect(),
-            _ => Vec::new(),
-        };
-        body.push(Stmt::Store {
-            acc,
-            out,
-            bias,
-            bias_when,
-            valid,
-            atomic: split.is_some(),
-        });
-        let (v, o, i) = self.register_extents();
-        let vars: Vec<Option<Var>> = reg
-            .vthread_vars
-            .iter()
-            .chain(&reg.outer_vars)
-            .chain(&reg.inner_vars)
-            .copied()
-            .collect();
-        let extents: Vec<i64> = v.iter().chain(&o).chain(&i).copied().collect();
+        body.push(epilogue_store(
+            &self.scope,
+            c,
+            &coords,
+            split,
+            (acc, out, valid),
+        ));
+        let (vars, extents) = self.register_nest(&reg);
         wrap_loops(&vars, &extents, |_| true, body)
     }
 }

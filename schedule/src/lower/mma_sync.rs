@@ -24,7 +24,7 @@
 //! atomically under split-K with the bias from chunk 0 only.
 
 use super::common::{
-    affine_terms, bias_offset, bind, decompose, tensor_params, var_or_zero, wrap_loops,
+    affine_terms, bind, decompose, epilogue_store, guarded, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
@@ -374,22 +374,10 @@ impl<'a> MmaLowering<'a> {
                         vector: true,
                     },
                 });
-                match &copy.exists {
-                    None => body.extend(copy_body),
-                    Some(cond) => body.push(Stmt::If {
-                        conds: vec![cond.clone()],
-                        body: copy_body,
-                    }),
-                }
+                guarded(&mut body, copy.exists.clone(), copy_body, false);
             }
         }
-        match exists {
-            None => out.push(Stmt::Block { body }),
-            Some(cond) => out.push(Stmt::If {
-                conds: vec![cond],
-                body,
-            }),
-        }
+        guarded(out, exists, body, true);
     }
 
     /// The products of local K tile `local` from stage `stage`.
@@ -453,13 +441,7 @@ impl<'a> MmaLowering<'a> {
                 }
             }
         }
-        match exists {
-            None => out.push(Stmt::Block { body }),
-            Some(cond) => out.push(Stmt::If {
-                conds: vec![cond],
-                body,
-            }),
-        }
+        guarded(out, exists, body, true);
     }
 
     /// The epilogue: each thread's accumulators of every MMA tile of its warp.
@@ -540,23 +522,8 @@ impl<'a> MmaLowering<'a> {
                 .zip(c.output_strides())
                 .map(|(x, st)| s.mul(x.clone(), st)),
         );
-        let bias = c
-            .bias
-            .as_ref()
-            .map(|access| bias_offset(s, access, &coords));
-        let split = self.split > 1;
-        let bias_when = match (split, &bias) {
-            (true, Some(_)) => s.bound(z, 0, 1).into_iter().collect(),
-            _ => Vec::new(),
-        };
-        body.push(Stmt::Store {
-            acc,
-            out,
-            bias,
-            bias_when,
-            valid,
-            atomic: split,
-        });
+        let split = (self.split > 1).then_some(z);
+        body.push(epilogue_store(s, c, &coords, split, (acc, out, valid)));
         head.extend(wrap_loops(
             &[vi, vj, Some(ve)],
             &[

@@ -9,7 +9,7 @@
 //! `cp.async` groups today (commit after a stage's copies; `wait_group` on all but the
 //! newest in flight, then a barrier), mbarriers with transaction counts next.
 
-use super::common::{var_or_zero, wrap_loops};
+use super::common::{guarded, var_or_zero, wrap_loops};
 use crate::ir::{Expr, Scope, Stmt};
 
 /// How a stage's data reaches its consumers.
@@ -79,13 +79,8 @@ pub(super) fn ring(
         let next = lowering.scope().add(ktv.clone(), Expr::Const(stages - 1));
         let mut issue = Vec::new();
         lowering.fill(next.clone(), &mut issue);
-        match lowering.scope().bound(&next, 0, tiles) {
-            None => iteration.extend(issue),
-            Some(cond) => iteration.push(Stmt::If {
-                conds: vec![cond],
-                body: issue,
-            }),
-        }
+        let exists = lowering.scope().bound(&next, 0, tiles);
+        guarded(&mut iteration, exists, issue, false);
         handoff.issued(&mut iteration);
         let stage = lowering.scope().rem(ktv.clone(), stages);
         lowering.consume(ktv, stage, &mut iteration);
