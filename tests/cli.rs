@@ -294,12 +294,7 @@ fn deploy_cache(dir: &Path) -> runtime::DeployEntry {
         )
         .unwrap(),
         kernel: "default_function_kernel".to_string(),
-        launch: schedule::LaunchConfig {
-            grid: 64,
-            block: 256,
-            dynamic_shared_bytes: 32768,
-            zero_output: false,
-        },
+        launch: schedule::LaunchConfig::linear(64, 256, 32768),
         stage1_us: 21.5,
         final_us: 19.25,
         stage: Stage::Sass,

@@ -395,6 +395,17 @@ class Inputs(unittest.TestCase):
         self.assertEqual([c.key for c in kept], [self.KEY])
         self.assertIn("tuned for NVIDIA H200 (sm_90)", foreign[0]["reason"])
 
+    def test_deploy_launch_forms(self):
+        image = b"\x7fELF a"
+        grid3 = self.entry(self.KEY, self.TASK, "cubins/a.cubin", image)
+        grid3["launch"]["grid"] = [4, 3, 2]
+        clustered = self.entry(self.KEY, self.TASK, "cubins/a.cubin", image)
+        clustered["launch"]["cluster"] = [2, 1, 1]
+        self.write("index.json", {"version": 1, "entries": [grid3, clustered]})
+        found, skipped = tp.load_deploy(self.dir)
+        self.assertEqual([c.launch.grid for c in found], [(4, 3, 2)])
+        self.assertIn("clusters of [2, 1, 1]", skipped[0]["reason"])
+
     def test_unreadable_index(self):
         with self.assertRaises(tp.InputError):
             tp.load_deploy(self.dir)
@@ -426,6 +437,10 @@ class Inputs(unittest.TestCase):
             tp.load_export(self.sidecar(grid=[196, 1]))
         with self.assertRaises(tp.InputError):
             tp.load_export(self.sidecar(dtype="fp16"))
+        with self.assertRaises(tp.InputError):
+            tp.load_export(self.sidecar(cluster=[2, 1, 1]))
+        found, _ = tp.load_export(self.sidecar(cluster=[1, 1, 1]))
+        self.assertEqual(found.key, self.KEY)
 
     def test_foreign_sidecars(self):
         self.write("k.cubin", b"\x7fELF k")

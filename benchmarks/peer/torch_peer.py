@@ -380,6 +380,26 @@ def _uint_field(obj, name, where):
     return value
 
 
+def _dim3(value, name, where):
+    """An extent as tilesched writes it: a positive number (one dimension) or [x, y, z]."""
+    def positive(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    if positive(value):
+        return (value, 1, 1)
+    if isinstance(value, list) and len(value) == 3 and all(positive(v) for v in value):
+        return tuple(value)
+    raise ValueError(f"{where}: {name} {value!r} is not a positive number or [x, y, z]")
+
+
+def _refuse_clusters(launch, where):
+    """Kernels launched in thread block clusters need cuLaunchKernelEx, which this
+    script does not call: refused rather than launched without their clusters."""
+    cluster = launch.get("cluster")
+    if cluster is not None and _dim3(cluster, "cluster", where) != (1, 1, 1):
+        raise ValueError(f"{where}: the kernel runs in clusters of {cluster}, which this "
+                         "script cannot launch")
+
+
 def _task_of(shape, key, where):
     """The Task of a recorded shape whose key must be `key` (as runtime::params_of)."""
     task = parse_task(shape, where)
@@ -416,7 +436,8 @@ def load_deploy(directory):
         try:
             task = _task_of(entry["shape"], key, where)
             launch = entry.get("launch") or {}
-            launch = Launch((_uint_field(launch, "grid", where), 1, 1),
+            _refuse_clusters(launch, where)
+            launch = Launch(_dim3(launch.get("grid"), "grid", where),
                             (_uint_field(launch, "block", where), 1, 1),
                             _uint_field(launch, "dynamic_shared_bytes", where),
                             bool(launch.get("zero_output", False)))
@@ -479,6 +500,7 @@ def load_export(sidecar_path):
                     and all(isinstance(v, int) and v >= 1 for v in value)):
                 raise ValueError(f"{name} {value!r} is not [x, y, z]")
             dims.append(tuple(value))
+        _refuse_clusters(sidecar, sidecar_path)
         launch = Launch(dims[0], dims[1],
                         _uint_field(sidecar, "dynamic_shared_bytes", sidecar_path),
                         bool(sidecar.get("zero_output", False)))

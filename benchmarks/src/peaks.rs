@@ -113,12 +113,7 @@ pub fn measure(
     init[1] = 1e-6;
     ctx.upload(&out, &init)?;
     let iters: u64 = 4096;
-    let launch = LaunchConfig {
-        grid: blocks,
-        block: THREADS,
-        dynamic_shared_bytes: 0,
-        zero_output: false,
-    };
+    let launch = LaunchConfig::linear(blocks, THREADS, 0);
     let t = timing::time_kernel(ctx, spin, sm_clock_mhz, cfg, |_| {
         ctx.launch(&fma, launch, &[&out], &[iters])
     })?;
@@ -130,12 +125,7 @@ pub fn measure(
     let src = ctx.alloc(floats)?;
     let dst = ctx.alloc(floats)?;
     ctx.poison(&src)?;
-    let copy_launch = LaunchConfig {
-        grid: sm_count * 16,
-        block: THREADS,
-        dynamic_shared_bytes: 0,
-        zero_output: false,
-    };
+    let copy_launch = LaunchConfig::linear(sm_count * 16, THREADS, 0);
     let n4 = (floats / 4) as u64;
     let t = timing::time_kernel(ctx, spin, sm_clock_mhz, cfg, |_| {
         ctx.launch(&copy, copy_launch, &[&src, &dst], &[n4])
@@ -248,12 +238,7 @@ pub fn measure_tensor(
     let blocks = device.sm_count * 4;
     let out = ctx.alloc(blocks as usize)?;
     let iters: u64 = 512;
-    let launch = LaunchConfig {
-        grid: blocks,
-        block: THREADS,
-        dynamic_shared_bytes: 0,
-        zero_output: false,
-    };
+    let launch = LaunchConfig::linear(blocks, THREADS, 0);
     let t = timing::time_kernel(ctx, &spin, device.sm_clock_mhz, cfg, |_| {
         ctx.launch(&function, launch, &[&input, &out], &[iters])
     })?;

@@ -8,6 +8,11 @@
 //! which launches deployed kernels on its caller's pointers and streams
 //! (`LoadedKernel`).
 //!
+//! Launches take typed arguments (`KernelArg`: device pointers, 64-bit scalars, and
+//! the 128-byte tensor maps that TMA copies read) and a `LaunchConfig` with a 3-D grid
+//! and, where a kernel runs in thread block clusters, the cluster's shape (launched
+//! through `cuLaunchKernelEx`).
+//!
 //! A buffer knows its element type: uploads and downloads take and give f32 values and
 //! encode or decode them (`element`), so that callers compare in f32 whatever the type.
 
@@ -200,11 +205,11 @@ impl Context {
         buffers: &[&Buffer],
         scalars: &[u64],
     ) -> Result<(), CudaError> {
-        let mut values: Vec<u64> = buffers.iter().map(|b| b.ptr).collect();
-        values.extend_from_slice(scalars);
+        let mut args: Vec<KernelArg> = buffers.iter().map(|b| b.arg()).collect();
+        args.extend(scalars.iter().map(|&v| KernelArg::U64(v)));
         // SAFETY: the function comes from a live module (the borrow keeps it); the
         // buffers are live allocations of this context and the stream is its own.
-        unsafe { launch_raw(function.function, launch, &values, self.stream) }
+        unsafe { launch_raw(function.function, launch, &args, self.stream) }
     }
 
     pub fn event(&self) -> Result<Event, CudaError> {
@@ -252,6 +257,11 @@ impl Buffer {
     /// The device address, for vendor libraries that take raw pointers.
     pub fn device_ptr(&self) -> sys::CUdeviceptr {
         self.ptr
+    }
+
+    /// The buffer as a kernel parameter.
+    pub fn arg(&self) -> KernelArg {
+        KernelArg::Ptr(self.ptr)
     }
 }
 
@@ -339,18 +349,18 @@ impl LoadedKernel {
         })
     }
 
-    /// Enqueues the kernel on `stream` with `params` (device pointers and 64-bit
-    /// scalars, in the kernel's parameter order), after zeroing `zero` (a device pointer
-    /// and a size in bytes) on the same stream when given.
+    /// Enqueues the kernel on `stream` with `params` (in the kernel's parameter order),
+    /// after zeroing `zero` (a device pointer and a size in bytes) on the same stream
+    /// when given.
     ///
     /// # Safety
     ///
     /// Every pointer in `params` and `zero` must be a live device allocation of the
-    /// current context, at least as large as the kernel reads or writes through it, and
-    /// `stream` a live stream of that context (or null).
+    /// current context, at least as large as the kernel reads or writes through it (a
+    /// tensor map's too), and `stream` a live stream of that context (or null).
     pub unsafe fn launch(
         &self,
-        params: &[u64],
+        params: &[KernelArg],
         zero: Option<(u64, usize)>,
         stream: RawStream,
     ) -> Result<(), CudaError> {
@@ -365,37 +375,93 @@ impl LoadedKernel {
     }
 }
 
-/// Enqueues `function` with `values` (each a 64-bit parameter) on `stream`.
+/// One kernel parameter, in the form the driver copies it from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelArg {
+    /// A device pointer.
+    Ptr(u64),
+    /// A 64-bit scalar.
+    U64(u64),
+    /// 128 opaque bytes: a `CUtensorMap`, passed as a `const __grid_constant__`
+    /// parameter of that size and alignment.
+    Bytes128(Bytes128),
+}
+
+/// 128 bytes aligned to 64, as the driver requires of a tensor map.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bytes128(pub [u8; 128]);
+
+impl KernelArg {
+    /// Where the driver reads the parameter's bytes from.
+    fn address(&self) -> *mut c_void {
+        match self {
+            KernelArg::Ptr(v) | KernelArg::U64(v) => (v as *const u64).cast_mut().cast(),
+            KernelArg::Bytes128(b) => (b as *const Bytes128).cast_mut().cast(),
+        }
+    }
+}
+
+/// Enqueues `function` with `args` on `stream`: `cuLaunchKernel`, or `cuLaunchKernelEx`
+/// with the cluster dimension as a launch attribute when the launch has clusters.
 ///
 /// # Safety
 ///
-/// `function` must belong to a loaded module, the values must be what its parameters
-/// expect, and `stream` a live stream of the current context (or null).
+/// `function` must belong to a loaded module, the arguments must be what its
+/// parameters expect, and `stream` a live stream of the current context (or null).
 unsafe fn launch_raw(
     function: sys::CUfunction,
     launch: LaunchConfig,
-    values: &[u64],
+    args: &[KernelArg],
     stream: sys::CUstream,
 ) -> Result<(), CudaError> {
     // The driver only reads through these pointers (`void**` is its C signature).
-    let mut params: Vec<*mut c_void> = values
-        .iter()
-        .map(|v| (v as *const u64).cast_mut().cast::<c_void>())
-        .collect();
-    // SAFETY: each parameter points at a 64-bit value that lives until the call
-    // returns, which is when the driver has copied the parameters; the caller
-    // guarantees the function and the stream.
-    unsafe {
-        result::launch_kernel(
-            function,
-            (launch.grid, 1, 1),
-            (launch.block, 1, 1),
-            launch.dynamic_shared_bytes,
-            stream,
-            &mut params,
-        )
+    let mut params: Vec<*mut c_void> = args.iter().map(KernelArg::address).collect();
+    let grid = (launch.grid.x, launch.grid.y, launch.grid.z);
+    if launch.cluster.is_one() {
+        // SAFETY: each parameter points into `args`, which lives until the call returns,
+        // which is when the driver has copied the parameters; the caller guarantees the
+        // function and the stream.
+        return unsafe {
+            result::launch_kernel(
+                function,
+                grid,
+                (launch.block, 1, 1),
+                launch.dynamic_shared_bytes,
+                stream,
+                &mut params,
+            )
+        }
+        .map_err(err("cuLaunchKernel"));
     }
-    .map_err(err("cuLaunchKernel"))
+    let mut cluster = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        pad: [0; 4],
+        value: sys::CUlaunchAttributeValue { pad: [0; 64] },
+    };
+    cluster.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+        x: launch.cluster.x,
+        y: launch.cluster.y,
+        z: launch.cluster.z,
+    };
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: launch.block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: launch.dynamic_shared_bytes,
+        hStream: stream,
+        attrs: &mut cluster,
+        numAttrs: 1,
+    };
+    // SAFETY: `config` and its one attribute, and the parameters (pointing into `args`),
+    // live until the call returns, when the driver has copied them; the caller
+    // guarantees the function and the stream.
+    unsafe { sys::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
+        .map_err(err("cuLaunchKernelEx"))
 }
 
 /// A timing event, destroyed on drop.

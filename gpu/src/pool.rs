@@ -633,12 +633,7 @@ done
         let image = KernelImage {
             cubin: "k.cubin".into(),
             name: "k".into(),
-            launch: LaunchConfig {
-                grid: 1,
-                block: 32,
-                dynamic_shared_bytes: 0,
-                zero_output: false,
-            },
+            launch: LaunchConfig::linear(1, 32, 0),
         };
         MeasureRequest {
             id,

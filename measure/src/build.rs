@@ -87,7 +87,8 @@ fn generate_one(
     }?)
 }
 
-/// Compiles one generated kernel and writes its cubin.
+/// Compiles one generated kernel for its target on a GPU of architecture `arch`, and
+/// writes its cubin.
 fn build_one(
     task: &Task,
     state: &State,
@@ -96,12 +97,13 @@ fn build_one(
     dir: &Path,
     cache: Option<&CubinCache>,
 ) -> Result<(KernelImage, CompileInfo, Origin), BuildError> {
-    let (compiled, origin) = compile(&kernel.source, &kernel.name, arch, cache)?;
+    let arch = kernel.launch.target.arch(arch);
+    let (compiled, origin) = compile(&kernel.source, &kernel.name, &arch, cache)?;
     let path = task_dir(dir, task).join(format!("{}.cubin", state.id()));
     write_cubin(&path, &compiled.cubin)?;
     let r = compiled.resources;
     let info = CompileInfo {
-        arch: arch.to_string(),
+        arch,
         registers: r.registers,
         shared_bytes: r.static_shared_bytes + kernel.launch.dynamic_shared_bytes,
         stack_frame_bytes: r.stack_frame_bytes,

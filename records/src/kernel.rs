@@ -196,15 +196,21 @@ impl<'a> BestKernel<'a> {
         })
     }
 
+    /// The architecture the kernel is compiled for: the GPU's, or its arch-specific
+    /// variant when the kernel's target asks for it.
+    pub fn target_arch(&self) -> String {
+        self.kernel.launch.target.arch(&self.arch)
+    }
+
     /// Compiles the kernel to a cubin.
     pub fn compile(&self) -> Result<CompiledKernel, KernelError> {
-        gpu::compile(&self.kernel.source, &self.kernel.name, &self.arch)
+        gpu::compile(&self.kernel.source, &self.kernel.name, &self.target_arch())
             .map_err(|error| self.compile_error(error))
     }
 
     /// Compiles the kernel to PTX.
     pub fn ptx(&self) -> Result<String, KernelError> {
-        gpu::compile::compile_ptx(&self.kernel.source, &self.kernel.name, &self.arch)
+        gpu::compile::compile_ptx(&self.kernel.source, &self.kernel.name, &self.target_arch())
             .map_err(|error| self.compile_error(error))
     }
 

@@ -504,10 +504,8 @@ mod tests {
             shape: shape(),
             kernel: "default_function_kernel".to_string(),
             launch: LaunchConfig {
-                grid: 392,
-                block: 128,
-                dynamic_shared_bytes: 18432,
                 zero_output: true,
+                ..LaunchConfig::linear(392, 128, 18432)
             },
             stage1_us: 20.0,
             final_us,

@@ -34,7 +34,7 @@ pub use cache::{
 };
 pub use gpu::cuda::RawStream;
 
-use gpu::cuda::{Context, CudaError, LoadedKernel};
+use gpu::cuda::{Context, CudaError, KernelArg, LoadedKernel};
 use gpu::{DType, DeviceInfo, Problem};
 use std::collections::HashMap;
 use std::fmt;
@@ -168,9 +168,10 @@ impl Kernel {
             let output = self.params.last().expect("a kernel has an output");
             (*pointers.last().expect("as many as params"), output.bytes())
         });
+        let args: Vec<KernelArg> = pointers.iter().map(|&p| KernelArg::Ptr(p)).collect();
         // SAFETY: the caller guarantees the pointers and the stream; their count is the
         // kernel's parameter count.
-        unsafe { self.loaded.launch(pointers, zero, stream) }?;
+        unsafe { self.loaded.launch(&args, zero, stream) }?;
         Ok(())
     }
 }
@@ -353,12 +354,7 @@ mod tests {
             task: task.key(),
             shape: *task,
             kernel: "k".to_string(),
-            launch: LaunchConfig {
-                grid: 1,
-                block: 32,
-                dynamic_shared_bytes: 0,
-                zero_output: false,
-            },
+            launch: LaunchConfig::linear(1, 32, 0),
             stage1_us: 2.0,
             final_us: 2.0,
             stage: Stage::Stage1,

@@ -14,6 +14,7 @@ use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout,
 use crate::ir::{
     Cond, Expr, GlobalRead, Kernel, Param, Role, Scope, SharedPool, SharedWrite, Stmt,
 };
+use crate::launch::Target;
 use crate::task::DType;
 use std::fmt::Write;
 
@@ -109,11 +110,27 @@ fn leading_comments(out: &mut String, kernel: &Kernel, header: &[String]) {
         let _ = writeln!(out, "// {line}");
     }
     let l = &kernel.launch;
+    let [gx, gy, gz] = l.grid.as_array();
+    let _ = write!(
+        out,
+        "// launch: grid ({gx}, {gy}, {gz}), block ({}, 1, 1)",
+        l.block
+    );
+    if !l.cluster.is_one() {
+        let [cx, cy, cz] = l.cluster.as_array();
+        let _ = write!(out, ", cluster ({cx}, {cy}, {cz})");
+    }
     let _ = writeln!(
         out,
-        "// launch: grid ({}, 1, 1), block ({}, 1, 1), dynamic shared memory {} bytes",
-        l.grid, l.block, l.dynamic_shared_bytes
+        ", dynamic shared memory {} bytes",
+        l.dynamic_shared_bytes
     );
+    if l.target == Target::ArchSpecific {
+        let _ = writeln!(
+            out,
+            "// target: the architecture-specific instruction set (sm_90a on Hopper)"
+        );
+    }
     if l.zero_output {
         let _ = writeln!(
             out,
@@ -180,7 +197,14 @@ impl Printer<'_> {
         let (text, own) = match e {
             Expr::Const(c) => (c.to_string(), u8::MAX),
             Expr::Var(v) => (self.scope().vars[v.0].name.clone(), u8::MAX),
-            Expr::BlockIdx => ("(int)blockIdx.x".to_string(), u8::MAX),
+            Expr::BlockIdx if self.kernel.launch.grid.is_linear() => {
+                ("(int)blockIdx.x".to_string(), u8::MAX)
+            }
+            // The IR's block index is the linear one, x fastest.
+            Expr::BlockIdx => (
+                "(int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))".to_string(),
+                u8::MAX,
+            ),
             Expr::ThreadIdx => ("(int)threadIdx.x".to_string(), u8::MAX),
             Expr::Add(a, b) => {
                 let rhs = match &**b {
@@ -613,5 +637,60 @@ impl Printer<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::{Dim3, Target};
+    use crate::{Epilogue, GpuSpec, Sampler, Task, interp, lower::lower, parse_shape};
+
+    /// The IR's block index is the linear one: on a 3-D grid, the printed kernel
+    /// computes it from all three coordinates, and the interpreter, which runs the
+    /// blocks by that index, gives the same output as on the 1-D grid.
+    #[test]
+    fn a_three_dimensional_grid_prints_the_linear_block_index() {
+        let task = Task::new(
+            parse_shape("matmul", "40,48,24").unwrap(),
+            Epilogue::default(),
+        )
+        .unwrap();
+        let state = Sampler::new(&task, &GpuSpec::h100(), 3)
+            .sample_distinct(16)
+            .into_iter()
+            .find(|s| s.blocks(&task.contraction()) % 2 == 0)
+            .expect("a state of an even block count");
+        let linear = lower(&task, &state);
+        let half = linear.launch.grid.x / 2;
+        let mut reshaped = linear.clone();
+        reshaped.launch.grid = Dim3 {
+            x: 1,
+            y: half,
+            z: 2,
+        };
+        reshaped.launch.cluster = Dim3 {
+            x: 1,
+            y: half,
+            z: 1,
+        };
+        reshaped.launch.target = Target::ArchSpecific;
+        let a: Vec<f32> = (0..40 * 24).map(|i| (i % 5) as f32 - 2.0).collect();
+        let b: Vec<f32> = (0..24 * 48).map(|i| (i % 3) as f32 - 1.0).collect();
+        let inputs = interp::Inputs {
+            inputs: [&a, &b],
+            bias: None,
+        };
+        assert_eq!(
+            interp::run(&reshaped, &inputs, 40 * 48).unwrap(),
+            interp::run(&linear, &inputs, 40 * 48).unwrap()
+        );
+        let source = cuda_source(&reshaped, &[]);
+        assert!(source.contains("blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)"));
+        assert!(!cuda_source(&linear, &[]).contains("gridDim"));
+        let grid = format!("// launch: grid (1, {half}, 2), block (");
+        assert!(source.contains(&grid), "{source}");
+        assert!(source.contains(&format!(", cluster (1, {half}, 1), dynamic shared memory")));
+        assert!(source.contains("// target: the architecture-specific instruction set"));
     }
 }

@@ -165,7 +165,7 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         pending: false,
         asynchronous: false,
     };
-    for b in 0..kernel.launch.grid as usize {
+    for b in 0..kernel.launch.blocks() as usize {
         let mut block = Block {
             kernel,
             index: b,
@@ -695,7 +695,8 @@ pub fn reference(c: &Contraction, inputs: &Inputs) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{LaunchConfig, Param, Role, Scope, SharedPool};
+    use crate::ir::{Param, Role, Scope, SharedPool};
+    use crate::launch::LaunchConfig;
 
     /// One block of two threads, two accumulators each, tiles of 4 floats, running
     /// `body` over inputs and an output of 4 floats.
@@ -721,12 +722,7 @@ mod tests {
             accumulators: 2,
             split_k: 1,
             body,
-            launch: LaunchConfig {
-                grid: 1,
-                block: 2,
-                dynamic_shared_bytes: 32,
-                zero_output: false,
-            },
+            launch: LaunchConfig::linear(1, 2, 32),
         };
         let (a, b) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
         let inputs = Inputs {

@@ -427,7 +427,7 @@ pub struct Kernel {
     /// epilogue stores rather than adds.
     pub split_k: u32,
     pub body: Vec<Stmt>,
-    pub launch: LaunchConfig,
+    pub launch: crate::launch::LaunchConfig,
     pub shared: SharedPool,
 }
 
@@ -446,16 +446,4 @@ impl Kernel {
             })
             .expect("a kernel has a parameter per input")
     }
-}
-
-/// Grid, block and dynamic shared memory of a kernel launch (1-D grid and block).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LaunchConfig {
-    pub grid: u32,
-    pub block: u32,
-    pub dynamic_shared_bytes: u32,
-    /// The output buffer must be zeroed before every launch: the kernel adds into it
-    /// (split-K). The zeroing is part of the operation, so it is timed with the kernel.
-    #[serde(default)]
-    pub zero_output: bool,
 }

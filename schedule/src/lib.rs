@@ -21,6 +21,7 @@ pub mod gpu_spec;
 pub mod interp;
 pub mod invalid;
 pub mod ir;
+pub mod launch;
 pub mod lower;
 pub mod mma;
 pub mod network;
@@ -34,7 +35,8 @@ pub mod validate;
 
 pub use gpu_spec::GpuSpec;
 pub use invalid::InvalidState;
-pub use ir::{Kernel, LaunchConfig};
+pub use ir::Kernel;
+pub use launch::{Dim3, LaunchConfig, Target};
 pub use network::{NETWORKS, Workload, network};
 pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};

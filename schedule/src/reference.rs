@@ -196,12 +196,7 @@ pub fn reference_kernel(task: &Task) -> GeneratedKernel {
     GeneratedKernel {
         name,
         source: src,
-        launch: LaunchConfig {
-            grid: outputs.div_ceil(u64::from(BLOCK)) as u32,
-            block: BLOCK,
-            dynamic_shared_bytes: 0,
-            zero_output: false,
-        },
+        launch: LaunchConfig::linear(outputs.div_ceil(u64::from(BLOCK)) as u32, BLOCK, 0),
     }
 }
 
@@ -249,7 +244,7 @@ extern "C" __global__ void reference_matmul_m64_n64_k64_bias_relu(const float* _
         let k = reference_kernel(&task("matmul", "64,64,64", true, true));
         assert_eq!(k.source, expected);
         assert_eq!(k.name, "reference_matmul_m64_n64_k64_bias_relu");
-        assert_eq!((k.launch.grid, k.launch.block), (16, 256));
+        assert_eq!((k.launch.grid, k.launch.block), (16.into(), 256));
     }
 
     #[test]

@@ -126,19 +126,21 @@ pub fn run(args: Args) -> Result<()> {
     let compiled: Option<Vec<CompileRecord>> = args.compile.as_ref().map(|arch| {
         kernels
             .par_iter()
-            .map(|k| match gpu::compile(&k.source, &k.name, arch) {
-                Ok(c) => CompileRecord::Ok {
-                    ok: true,
-                    arch: arch.clone(),
-                    resources: c.resources,
-                    compile_ms: (c.compile_ms * 10.0).round() / 10.0,
+            .map(
+                |k| match gpu::compile(&k.source, &k.name, &k.launch.target.arch(arch)) {
+                    Ok(c) => CompileRecord::Ok {
+                        ok: true,
+                        arch: k.launch.target.arch(arch),
+                        resources: c.resources,
+                        compile_ms: (c.compile_ms * 10.0).round() / 10.0,
+                    },
+                    Err(e) => CompileRecord::Failed {
+                        ok: false,
+                        arch: arch.clone(),
+                        error: e.to_string(),
+                    },
                 },
-                Err(e) => CompileRecord::Failed {
-                    ok: false,
-                    arch: arch.clone(),
-                    error: e.to_string(),
-                },
-            })
+            )
             .collect()
     });
     if let Some(records) = &compiled {

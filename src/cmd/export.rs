@@ -52,6 +52,8 @@ struct Sidecar<'a> {
     arch: String,
     grid: [u32; 3],
     block: [u32; 3],
+    /// Blocks per cluster; `[1, 1, 1]` launches without clusters.
+    cluster: [u32; 3],
     dynamic_shared_bytes: u32,
     /// Zero the output before every launch (split-K: the kernel adds into it).
     zero_output: bool,
@@ -92,9 +94,10 @@ pub fn run(args: Args) -> Result<()> {
         dtype: record.shape.dtype,
         out_dtype: record.shape.out_dtype,
         layout: record.shape.layout,
-        arch: best.arch.clone(),
-        grid: [kernel.launch.grid, 1, 1],
+        arch: best.target_arch(),
+        grid: kernel.launch.grid.as_array(),
         block: [kernel.launch.block, 1, 1],
+        cluster: kernel.launch.cluster.as_array(),
         dynamic_shared_bytes: kernel.launch.dynamic_shared_bytes,
         zero_output: kernel.launch.zero_output,
         median_us: record.median_us(),

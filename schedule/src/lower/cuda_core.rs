@@ -45,9 +45,8 @@ use super::common::{
     affine_terms, bind, decompose, epilogue_store, guarded, tensor_params, var_or_zero, wrap_loops,
 };
 use super::prefetch::register_prefetch;
-use crate::ir::{
-    Expr, GlobalRead, Kernel, LaunchConfig, Scope, SharedPool, SharedWrite, Stmt, Var,
-};
+use crate::ir::{Expr, GlobalRead, Kernel, Scope, SharedPool, SharedWrite, Stmt, Var};
+use crate::launch::LaunchConfig;
 use crate::state::State;
 use crate::task::{Access, Contraction, Task};
 use crate::tiling::{ReductionUnroll, Tiling, fetch_unrolled};
@@ -162,10 +161,12 @@ impl<'a> Lowering<'a> {
 
         body.extend(self.store(&block_base, &thread, split_coord.as_ref()));
         let launch = LaunchConfig {
-            grid: u32::try_from(self.scope.grid).expect("grid checked by validation"),
-            block: state.threads(),
-            dynamic_shared_bytes: tiling.shared_bytes() as u32,
             zero_output: split > 1,
+            ..LaunchConfig::linear(
+                u32::try_from(self.scope.grid).expect("grid checked by validation"),
+                state.threads(),
+                tiling.shared_bytes() as u32,
+            )
         };
         Kernel {
             name: self.name,

@@ -29,9 +29,8 @@ use super::common::{
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
-use crate::ir::{
-    Cond, Expr, GlobalRead, Kernel, LaunchConfig, Scope, SharedPool, SharedWrite, Stmt, Var,
-};
+use crate::ir::{Cond, Expr, GlobalRead, Kernel, Scope, SharedPool, SharedWrite, Stmt, Var};
+use crate::launch::LaunchConfig;
 use crate::mma::MmaTiling;
 use crate::task::{Contraction, Task};
 
@@ -54,10 +53,12 @@ pub(super) fn lower(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
         accumulators: i64::from(t.accumulators()),
         split_k,
         launch: LaunchConfig {
-            grid: u32::try_from(lowering.scope.grid).expect("grid checked by validation"),
-            block: t.threads(),
-            dynamic_shared_bytes: t.shared_bytes(c.dtype) as u32,
             zero_output: split_k > 1,
+            ..LaunchConfig::linear(
+                u32::try_from(lowering.scope.grid).expect("grid checked by validation"),
+                t.threads(),
+                t.shared_bytes(c.dtype) as u32,
+            )
         },
         scope: lowering.scope,
         body,
