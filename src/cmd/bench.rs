@@ -3,7 +3,8 @@
 //! side by side on this GPU; prints the table and writes `DIR/bench.json`,
 //! `DIR/bench.md` and the plots. `--peer torch` then runs the PyTorch peer
 //! (`benchmarks/peer/torch_peer.py`, built into the binary) on the same kernels, from a
-//! deploy cache written to `DIR/peer-kernels`, into `DIR/peer`.
+//! deploy cache written to `DIR/peer-kernels`, into `DIR/peer`, and sets both side by
+//! side per task in `DIR/strongest.md` (ours against the faster baseline).
 
 use crate::cmd::peer;
 use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
@@ -388,6 +389,7 @@ pub fn run(args: Args) -> Result<()> {
         });
         let counts = peer::write_cache(&kernels, ours, &report.device)?;
         peer::run(&kernels, &counts, &out.join("peer"), &args.peer_args)?;
+        peer::strongest(&kernels, &out)?;
     }
     let problems = report
         .rows

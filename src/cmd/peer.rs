@@ -1,7 +1,10 @@
 //! `bench --peer torch`: our kernels timed beside PyTorch by `benchmarks/peer/torch_peer.py`
 //! (built into the binary, so that an installed `tilesched` needs no checkout): the
 //! kernels go into a deploy cache the script reads, and it runs with the `python3` on
-//! PATH, which must import torch and see a GPU (checked first, in one line).
+//! PATH, which must import torch and see a GPU (checked first, in one line). Then
+//! `benchmarks/peer/strongest.py` sets each task's speedup over bench's vendor beside
+//! the one over PyTorch eager and keeps the smaller: our kernels against the strongest
+//! baseline a user has (`DIR/strongest.md`).
 
 use anyhow::{Context as _, Result, bail};
 use benchmarks::run::OurKernel;
@@ -17,6 +20,9 @@ pub enum Peer {
 
 /// The PyTorch peer script, run with the python3 on PATH.
 const TORCH_PEER: &str = include_str!("../../benchmarks/peer/torch_peer.py");
+
+/// The merge of bench's report and the peer's into the strongest baseline per task.
+const STRONGEST: &str = include_str!("../../benchmarks/peer/strongest.py");
 
 /// Fails in one line unless `python3` on PATH imports torch with CUDA.
 pub fn check_torch() -> Result<()> {
@@ -96,6 +102,26 @@ pub fn run(kernels: &Path, counts: &Path, out: &Path, extra: &[String]) -> Resul
         .context("cannot run python3")?;
     if !status.success() {
         bail!("the PyTorch peer failed ({status}); its bench report is written");
+    }
+    Ok(())
+}
+
+/// Writes `out/strongest.{json,md}` from `out/bench.json` and `out/peer/peer.json`:
+/// per task the smaller of our speedups over bench's vendor and over PyTorch eager.
+pub fn strongest(kernels: &Path, out: &Path) -> Result<()> {
+    let script = kernels.join("strongest.py");
+    std::fs::write(&script, STRONGEST)
+        .with_context(|| format!("cannot write {}", script.display()))?;
+    let status = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(out.join("bench.json"))
+        .arg(out.join("peer").join("peer.json"))
+        .arg("--out")
+        .arg(out)
+        .status()
+        .context("cannot run python3")?;
+    if !status.success() {
+        bail!("merging the bench and peer reports failed ({status}); both are written");
     }
     Ok(())
 }
