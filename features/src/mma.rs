@@ -19,6 +19,14 @@
 //! epilogue stores each MMA tile's four accumulators per thread as two 2-element
 //! stores, rows 8 apart (atomic adds under split-K); tails are predicated off.
 //!
+//! The instruction counts (`mma.sync`, fragment loads, `cp.async` copies) follow from
+//! the tiling and the atoms here rather than from lowering each state, which would
+//! almost triple an extraction's cost (lowering a 1024³ fp16 state takes 34.5 µs, its
+//! extraction 19.5, on the CPU host) and is not defined for the invalid states the
+//! search also scores; a test holds them to the census of the kernel lowering generates
+//! (`schedule::census`, `tests/tensor_core.rs`), so a change to the lowering that the
+//! features do not follow fails there.
+//!
 //! As for the CUDA-core fetch, a few warp instructions at low-discrepancy (block, K
 //! tile) points stand for the whole fill and epilogue (`sample`). The `ldmatrix` bank
 //! conflicts need no sampling: every 8x8 matrix a block reads is 8 consecutive rows

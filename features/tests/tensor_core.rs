@@ -9,7 +9,11 @@ mod common;
 use common::{mma_states, typed_task, widest_vector};
 use features::{CUDA_CORE_ONLY, FEATURE_COUNT, FEATURE_NAMES, FeatureExtractor, feature_index};
 use proptest::prelude::*;
+use schedule::atom::Ldmatrix;
+use schedule::atom::mma::{MmaAtom, TF32_M16N8K8};
+use schedule::census::Census;
 use schedule::gemm::GemmView;
+use schedule::lower::lower;
 use schedule::mma::MmaTiling;
 use schedule::validate::validate;
 use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, network, parse_shape};
@@ -257,6 +261,81 @@ fn mma_counts_follow_the_tiling_for_every_state() {
             assert!(f("wave_efficiency") > 0.0 && f("wave_efficiency") <= 1.0);
             assert!(f("global_traffic_ratio") > 0.5);
             assert!(values.iter().all(|v| v.is_finite()));
+        }
+    }
+}
+
+/// The instruction counts the features give are those of the kernel lowering
+/// generates: the census of its IR (every loop at its extent, every guard taken) times
+/// the block's warps, for sampled states of a K-major and an N-major weight in every
+/// tensor-core type, TF32's 32-bit fragment loads included. The `cp.async` copies are
+/// counted over the pipeline's fills: one per K tile of the block, and the prologue's
+/// `stages - 1` ahead of them (fewer when the block has fewer tiles).
+#[test]
+fn instruction_counts_are_those_of_the_lowered_kernel() {
+    let gpu = GpuSpec::h100();
+    let tasks = [
+        resnet_layer(),
+        matmul("333,777,555", DType::Bf16),
+        matmul("96,80,200", DType::Tf32),
+        typed_task(
+            "conv2d",
+            "1,24,9,9,40,3,3,1,1",
+            DType::Tf32,
+            DType::F32,
+            Epilogue::default(),
+        ),
+    ];
+    for task in tasks {
+        let c = task.contraction();
+        let b_k_major = GemmView::of(&c).unwrap().b_k_major;
+        let extractor = FeatureExtractor::new(&task, &gpu);
+        let atom = MmaAtom::sizing(c.dtype);
+        let states = mma_states(&task, &gpu, 120);
+        assert!(states.len() > 60, "{task}: {}", states.len());
+        for s in &states {
+            let t = s.mma.unwrap();
+            let values = extractor.extract(s);
+            let f = |name: &str| f64::from(values[feature_index(name).unwrap()]);
+            let census = Census::of(&lower(&task, s).body);
+            let warps = f64::from(t.warps_m * t.warps_n);
+            let n = |count: u64| count as f64 * warps;
+            let at = format!("{task}, {s:?}");
+            assert_eq!(f("mma_per_block"), n(census.mma), "{at}");
+            assert_eq!(
+                f("mma_input_ldmatrix_per_block"),
+                n(census.fragment_loads[0]),
+                "{at}"
+            );
+            let weight_loads = if c.dtype == DType::Tf32 && !b_k_major {
+                census.fragments[1] * TF32_M16N8K8.b_registers as u64
+            } else {
+                census.fragment_loads[1]
+            };
+            assert_eq!(f("mma_weight_ldmatrix_per_block"), n(weight_loads), "{at}");
+            let fragment_bytes = census.fragments[0] as f64 * Ldmatrix::A.bytes() as f64
+                + census.fragments[1] as f64
+                    * (atom.n * atom.k * i64::from(c.dtype.bytes())) as f64;
+            let bytes = f("mma_ldmatrix_bytes_per_block");
+            assert!(
+                (bytes - fragment_bytes * warps).abs() <= 1e-6 * bytes,
+                "{at}"
+            );
+            let tiles = f("reduction_stages");
+            let fills = match t.stages {
+                1 => tiles,
+                stages => f64::from(stages - 1).min(tiles) + tiles,
+            };
+            assert_eq!(
+                f("input_fetch_rounds") * fills,
+                census.async_copies[0] as f64,
+                "{at}"
+            );
+            assert_eq!(
+                f("weight_fetch_rounds") * fills,
+                census.async_copies[1] as f64,
+                "{at}"
+            );
         }
     }
 }

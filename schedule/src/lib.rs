@@ -15,6 +15,7 @@
 //! Nothing here needs a GPU.
 
 pub mod atom;
+pub mod census;
 pub mod codegen;
 pub mod gemm;
 pub mod gpu_spec;
