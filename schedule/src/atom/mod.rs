@@ -12,12 +12,15 @@
 //! - `mma`: the `mma.sync` instructions (shape, PTX, A/B/C fragment layouts).
 //! - `copy`: the copies that fill and read shared tiles (`cp.async`, plain loads,
 //!   `ldmatrix`).
+//! - `wgmma`: Hopper's warpgroup MMA (shape, shared-memory matrix descriptors and their
+//!   swizzles, the accumulator layout), for the sketch that issue 29 builds.
 
 pub mod algebra;
 pub mod copy;
 pub mod fragment;
 pub mod mma;
 pub mod swizzle;
+pub mod wgmma;
 
 pub use algebra::{CText, IndexAlgebra, Numbers};
 pub use copy::{CHUNK_BYTES, FillCopy, Ldmatrix};

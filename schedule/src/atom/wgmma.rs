@@ -1,0 +1,247 @@
+//! Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a only) as data: its shape, the
+//! 64-bit shared-memory matrix descriptor through which it reads A and B, the swizzles
+//! the descriptor names, and the f32 accumulator layout over the warpgroup's 128
+//! threads. Facts from the PTX ISA ("Asynchronous Warpgroup Level Matrix Multiply",
+//! "Matrix Descriptor Format") as CUTLASS's `GmmaDescriptor` also encodes them.
+//!
+//! One instruction multiplies a 64×k16 (fp16/bf16) tile of A by a k16×N tile of B,
+//! N a multiple of 8 up to 256, into 64×N f32 accumulators spread over the four warps
+//! of a warpgroup: warp `w` holds rows `16w..16w+16` in the `mma.sync` C-fragment
+//! pattern, repeated every 8 columns.
+//!
+//! The swizzles are those of [`SharedTileLayout`]: a K-major tile whose rows are 32, 64
+//! or 128 bytes, the 16-byte chunk index XOR-ed with the row within each 8-row group
+//! (`SharedTileLayout::swizzle_parameters`), is exactly the hardware's 32B, 64B or 128B
+//! swizzle of a tile whose base is aligned to its 8-row atom (256, 512 or 1024 bytes).
+
+use super::fragment::{FragmentLayout, Index, Term};
+use super::swizzle::SharedTileLayout;
+use crate::task::DType;
+
+/// A shared-memory swizzle a descriptor (and a TMA box) can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swizzle {
+    /// No swizzle: the tile in 8×16-byte core matrices ("interleave").
+    None,
+    B32,
+    B64,
+    B128,
+}
+
+impl Swizzle {
+    /// The descriptor's 2-bit layout field (bits 62–63).
+    pub fn code(self) -> u64 {
+        match self {
+            Swizzle::None => 0,
+            Swizzle::B128 => 1,
+            Swizzle::B64 => 2,
+            Swizzle::B32 => 3,
+        }
+    }
+
+    /// Bytes of one swizzled row (the span the chunk XOR permutes within).
+    pub fn row_bytes(self) -> Option<i64> {
+        match self {
+            Swizzle::None => None,
+            Swizzle::B32 => Some(32),
+            Swizzle::B64 => Some(64),
+            Swizzle::B128 => Some(128),
+        }
+    }
+
+    /// The swizzle of a K-major shared tile, if the hardware has one for it: a swizzled
+    /// tile of 32-, 64- or 128-byte rows.
+    pub fn of(layout: &SharedTileLayout, element_bytes: i64) -> Option<Swizzle> {
+        if !layout.swizzle {
+            return Some(Swizzle::None);
+        }
+        match layout.row_elements * element_bytes {
+            32 => Some(Swizzle::B32),
+            64 => Some(Swizzle::B64),
+            128 => Some(Swizzle::B128),
+            _ => None,
+        }
+    }
+}
+
+/// A shared-memory matrix descriptor, before encoding: byte addresses and offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatrixDescriptor {
+    /// Shared-memory byte address of the operand's first element.
+    pub start: u32,
+    /// Leading-dimension byte offset (unused by swizzled K-major layouts).
+    pub leading: u32,
+    /// Stride-dimension byte offset: from one 8-row group to the next.
+    pub stride: u32,
+    pub swizzle: Swizzle,
+}
+
+impl MatrixDescriptor {
+    /// The K-major descriptor of a tile of `rows_bytes`-byte rows under `swizzle`,
+    /// starting at shared byte address `start`: 8-row groups `8 · row_bytes` apart.
+    pub fn k_major(start: u32, row_bytes: u32, swizzle: Swizzle) -> MatrixDescriptor {
+        MatrixDescriptor {
+            start,
+            leading: 16,
+            stride: 8 * row_bytes,
+            swizzle,
+        }
+    }
+
+    /// The 64-bit form: start address, leading and stride byte offsets in 16-byte units
+    /// (14 bits each at bits 0, 16 and 32), the base offset 0 (tiles aligned to their
+    /// swizzle atom) and the layout at bits 62–63.
+    pub fn encode(&self) -> u64 {
+        let field = |bytes: u32| (u64::from(bytes) >> 4) & 0x3fff;
+        field(self.start)
+            | field(self.leading) << 16
+            | field(self.stride) << 32
+            | self.swizzle.code() << 62
+    }
+}
+
+/// The C expression that encodes a K-major descriptor whose start is the shared
+/// address `start` (a 32-bit C expression), the other fields fixed: what a kernel
+/// computes per k-step.
+pub fn descriptor_c(start: &str, row_bytes: u32, swizzle: Swizzle) -> String {
+    let fixed = MatrixDescriptor::k_major(0, row_bytes, swizzle).encode();
+    format!("(0x{fixed:016x}ull | (unsigned long long)((({start}) >> 4) & 0x3fff))")
+}
+
+/// A warpgroup MMA: A 64×k, B k×n, f32 accumulators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgmmaAtom {
+    pub m: i64,
+    pub k: i64,
+    /// The PTX shape and types, `m64n{n}k16.f32.f16.f16` without `n`'s value: built by
+    /// [`WgmmaAtom::ptx`].
+    pub a_type: &'static str,
+}
+
+/// Threads of a warpgroup.
+pub const WARPGROUP_THREADS: i64 = 128;
+
+pub const FP16_M64K16: WgmmaAtom = WgmmaAtom {
+    m: 64,
+    k: 16,
+    a_type: "f16",
+};
+pub const BF16_M64K16: WgmmaAtom = WgmmaAtom {
+    m: 64,
+    k: 16,
+    a_type: "bf16",
+};
+
+/// The accumulator's row: warp `t / 32` holds 16 rows, lane `(t % 32) / 4` within
+/// them, values 2 and 3 of each group of four 8 rows further.
+const D_ROW: &[Term] = &[
+    Term::new(Index::Lane, 32, 0, 16),
+    Term::new(Index::Lane, 4, 8, 1),
+    Term::new(Index::Value, 2, 2, 8),
+];
+/// The accumulator's column: two consecutive per lane quad position, the next 8
+/// columns every four values.
+const D_COLUMN: &[Term] = &[
+    Term::new(Index::Lane, 1, 4, 2),
+    Term::new(Index::Value, 1, 2, 1),
+    Term::new(Index::Value, 4, 0, 8),
+];
+
+impl WgmmaAtom {
+    /// The atom of a half-precision element type (TF32 takes k8 and is not here yet).
+    pub fn for_dtype(dtype: DType) -> Option<&'static WgmmaAtom> {
+        match dtype {
+            DType::Fp16 => Some(&FP16_M64K16),
+            DType::Bf16 => Some(&BF16_M64K16),
+            DType::F32 | DType::Tf32 => None,
+        }
+    }
+
+    /// Whether `n` is a width the instruction has.
+    pub fn n_valid(n: i64) -> bool {
+        (8..=256).contains(&n) && n % 8 == 0
+    }
+
+    /// The f32 accumulators of a 64×n product over the warpgroup's threads
+    /// ("lane" here is the thread in the warpgroup, 0..128): n / 2 values per thread.
+    pub fn accumulator(n: i64) -> FragmentLayout {
+        FragmentLayout {
+            row: D_ROW,
+            column: D_COLUMN,
+            values: n / 2,
+        }
+    }
+
+    /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{a}.{a}`: both operands from shared
+    /// memory through descriptors, K-major (no transpose), accumulating into the
+    /// registers when `scale-d` is 1.
+    pub fn ptx(&self, n: i64) -> String {
+        format!(
+            "wgmma.mma_async.sync.aligned.m{}n{n}k{}.f32.{t}.{t}",
+            self.m,
+            self.k,
+            t = self.a_type
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn descriptor_fields_land_in_their_bits() {
+        let d = MatrixDescriptor::k_major(0x1400, 128, Swizzle::B128);
+        let bits = d.encode();
+        assert_eq!(bits & 0x3fff, 0x1400 >> 4);
+        assert_eq!((bits >> 16) & 0x3fff, 1);
+        assert_eq!((bits >> 32) & 0x3fff, 1024 >> 4);
+        assert_eq!(bits >> 62, 1);
+        assert_eq!((bits >> 49) & 7, 0, "base offset");
+        // The C form gives the same bits once the start is filled in.
+        let fixed = MatrixDescriptor::k_major(0, 128, Swizzle::B128).encode();
+        assert_eq!(fixed | (0x1400 >> 4), bits);
+        assert!(descriptor_c("a", 128, Swizzle::B128).starts_with(&format!("(0x{fixed:016x}ull")));
+    }
+
+    #[test]
+    fn the_accumulator_covers_the_tile_once() {
+        for n in [8, 64, 136, 256] {
+            let d = WgmmaAtom::accumulator(n);
+            let mut seen = HashSet::new();
+            for t in 0..WARPGROUP_THREADS {
+                for v in 0..d.values {
+                    let (r, c) = d.coord(t, v);
+                    assert!((0..64).contains(&r) && (0..n).contains(&c), "{t} {v}");
+                    assert!(seen.insert((r, c)), "({r}, {c}) twice");
+                }
+            }
+            assert_eq!(seen.len() as i64, 64 * n);
+        }
+        // Warp 1's lane 5 holds row 16 + 1, columns 2 and 3, then row 25.
+        let d = WgmmaAtom::accumulator(64);
+        assert_eq!(d.coord(32 + 5, 0), (17, 2));
+        assert_eq!(d.coord(32 + 5, 1), (17, 3));
+        assert_eq!(d.coord(32 + 5, 2), (25, 2));
+        assert_eq!(d.coord(32 + 5, 4), (17, 10));
+    }
+
+    #[test]
+    fn swizzles_follow_the_row_length() {
+        let layout = |row_elements, swizzle| SharedTileLayout {
+            rows: 64,
+            row_elements,
+            chunk_elements: 8,
+            swizzle,
+        };
+        assert_eq!(Swizzle::of(&layout(64, true), 2), Some(Swizzle::B128));
+        assert_eq!(Swizzle::of(&layout(32, true), 2), Some(Swizzle::B64));
+        assert_eq!(Swizzle::of(&layout(16, true), 2), Some(Swizzle::B32));
+        assert_eq!(Swizzle::of(&layout(128, true), 2), None);
+        assert_eq!(Swizzle::of(&layout(128, false), 2), Some(Swizzle::None));
+        // The 128B swizzle: chunk x of row r at chunk x ^ (r % 8).
+        let l = layout(64, true);
+        assert_eq!(l.offset(3, 8), 3 * 64 + (1 ^ 3) * 8);
+    }
+}
