@@ -32,7 +32,7 @@ pub struct CudaError {
     pub name: String,
 }
 
-fn err(what: impl Into<String>) -> impl FnOnce(DriverError) -> CudaError {
+pub(crate) fn err(what: impl Into<String>) -> impl FnOnce(DriverError) -> CudaError {
     let what = what.into();
     move |e| CudaError {
         what,

@@ -17,6 +17,7 @@ pub mod element;
 pub mod nvrtc_lib;
 pub mod pool;
 pub mod protocol;
+pub mod tensor_map;
 pub mod timing;
 pub mod worker;
 
