@@ -5,15 +5,19 @@
 //! of independent `mma.sync` chains of the task's type (m16n8k16 fp16 or bf16 with f32
 //! accumulation, m16n8k8 TF32).
 //!
-//! The tensor-core figure is `mma.sync`'s peak, the instruction our tensor-core kernels
-//! use; Hopper's `wgmma` (which cuDNN and cuBLAS use for large problems) goes faster, so
-//! a vendor routine can pass 100% of this roofline.
+//! On Hopper, fp16 and bf16 tasks also get the peak of `wgmma` (the warpgroup MMA that
+//! cuDNN and cuBLAS use for large problems, written from `schedule::atom::wgmma`), which
+//! is well above `mma.sync`'s; the roofline takes it where it was measured, so that no
+//! vendor routine passes 100% of it. TF32 keeps the `mma.sync` figure.
 
 use gpu::DeviceInfo;
 use gpu::cuda::{Context, CudaError, Function};
 use gpu::timing::{self, SPIN_PTX, TimingConfig};
-use schedule::{DType, LaunchConfig};
+use schedule::atom::SharedTileLayout;
+use schedule::atom::wgmma::{Swizzle, WARPGROUP_THREADS, WgmmaAtom, descriptor_c};
+use schedule::{DType, LaunchConfig, Target};
 use serde::{Deserialize, Serialize};
+use std::fmt::Write;
 use thiserror::Error;
 
 /// What the roofline is drawn from.
@@ -23,12 +27,15 @@ pub struct Peaks {
     pub fp32_tflops: f64,
     /// Device memory copy bandwidth (bytes read plus bytes written), in GB/s.
     pub bandwidth_gbs: f64,
-    /// The tensor-core peak of the tasks' element type, when they have one.
+    /// The `mma.sync` peak of the tasks' element type, when they have one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<TensorPeak>,
+    /// The `wgmma` peak of the tasks' element type, on GPUs that have the instruction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wgmma: Option<TensorPeak>,
 }
 
-/// An `mma.sync` peak.
+/// A tensor-core peak (`mma.sync` or `wgmma`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TensorPeak {
     pub dtype: DType,
@@ -39,13 +46,29 @@ pub struct TensorPeak {
 }
 
 impl Peaks {
-    /// The compute peak for `dtype`'s tasks: the tensor-core peak measured for that type,
-    /// else the float32 FMA peak (float32 tasks, or no tensor peak measured).
+    /// The compute peak for `dtype`'s tasks: the highest tensor-core peak measured for
+    /// that type, else the float32 FMA peak (float32 tasks, or no tensor peak measured).
     pub fn compute_tflops(&self, dtype: DType) -> f64 {
-        match &self.tensor {
-            Some(t) if t.dtype == dtype && dtype != DType::F32 => t.tflops,
-            _ => self.fp32_tflops,
-        }
+        self.tensor_peak(dtype)
+            .map_or(self.fp32_tflops, |t| t.tflops)
+    }
+
+    /// The highest tensor-core peak measured for `dtype` (none for float32).
+    pub fn tensor_peak(&self, dtype: DType) -> Option<&TensorPeak> {
+        self.fastest(|t| t.dtype == dtype && dtype != DType::F32)
+    }
+
+    /// The highest tensor-core peak measured, of whatever type.
+    pub fn fastest_tensor(&self) -> Option<&TensorPeak> {
+        self.fastest(|_| true)
+    }
+
+    fn fastest(&self, keep: impl Fn(&TensorPeak) -> bool) -> Option<&TensorPeak> {
+        [&self.tensor, &self.wgmma]
+            .into_iter()
+            .flatten()
+            .filter(|t| keep(t))
+            .max_by(|a, b| a.tflops.total_cmp(&b.tflops))
     }
 
     /// The roofline floor in µs at the float32 peak: the larger of compute time at peak
@@ -136,6 +159,7 @@ pub fn measure(
         fp32_tflops,
         bandwidth_gbs,
         tensor: None,
+        wgmma: None,
     })
 }
 
@@ -251,6 +275,144 @@ pub fn measure_tensor(
     }))
 }
 
+/// Warpgroups per block of the `wgmma` peak kernel (one block per SM), the width of its
+/// instructions and the k-steps of one shared tile.
+const WGMMA_WARPGROUPS: u32 = 2;
+const WGMMA_N: i64 = 256;
+const WGMMA_STEPS: i64 = 4;
+
+/// The `wgmma` peak kernel of `dtype` and its name (`None` where the atom has no
+/// instruction for the type): each warpgroup multiplies the same 64×64 A and 256×64 B
+/// shared tiles (128-byte swizzle, small non-zero values) into its own accumulators,
+/// `WGMMA_STEPS` k16 instructions per iteration, one commit group in flight.
+pub fn wgmma_source(dtype: DType) -> Option<(String, String)> {
+    let atom = WgmmaAtom::for_dtype(dtype)?;
+    let name = format!("tilesched_peak_wgmma_{}", dtype.name());
+    let k = atom.k * WGMMA_STEPS;
+    let row_bytes = (k * 2) as u32;
+    let layout = |rows| SharedTileLayout {
+        rows,
+        row_elements: k,
+        chunk_elements: 8,
+        swizzle: true,
+    };
+    let swizzle = Swizzle::of(&layout(atom.m), 2)?;
+    let d = WgmmaAtom::accumulator(WGMMA_N);
+    let threads = WGMMA_WARPGROUPS as i64 * WARPGROUP_THREADS;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(const unsigned short* in, float* out, unsigned long long iters) {{"
+    );
+    let _ = writeln!(
+        s,
+        "  __shared__ __align__(1024) unsigned short a_sh[{}];",
+        atom.m * k
+    );
+    let _ = writeln!(
+        s,
+        "  __shared__ __align__(1024) unsigned short b_sh[{}];",
+        WGMMA_N * k
+    );
+    let _ = writeln!(
+        s,
+        "  for (int i = threadIdx.x; i < {}; i += {threads}) a_sh[i] = in[i % 8];",
+        atom.m * k
+    );
+    let _ = writeln!(
+        s,
+        "  for (int i = threadIdx.x; i < {}; i += {threads}) b_sh[i] = in[i % 8];",
+        WGMMA_N * k
+    );
+    s.push_str(
+        "  asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n  __syncthreads();\n",
+    );
+    let _ = writeln!(s, "  float acc[{}];", d.values);
+    let _ = writeln!(
+        s,
+        "#pragma unroll\n  for (int v = 0; v < {}; ++v) acc[v] = 0.0f;",
+        d.values
+    );
+    s.push_str("  const unsigned a0 = (unsigned)__cvta_generic_to_shared(a_sh);\n");
+    s.push_str("  const unsigned b0 = (unsigned)__cvta_generic_to_shared(b_sh);\n");
+    s.push_str("  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n");
+    s.push_str("  for (unsigned long long i = 0; i < iters; ++i) {\n");
+    let registers: Vec<String> = (0..d.values).map(|v| format!("%{v}")).collect();
+    let outputs: Vec<String> = (0..d.values).map(|v| format!("\"+f\"(acc[{v}])")).collect();
+    for step in 0..WGMMA_STEPS {
+        let offset = step * atom.k * 2;
+        let _ = writeln!(
+            s,
+            "    asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; {} {{{}}}, %{}, %{}, p, 1, 1, 0, 0; }}\" : {} : \"l\"({}), \"l\"({}), \"r\"(1) : \"memory\");",
+            d.values + 2,
+            atom.ptx(WGMMA_N),
+            registers.join(", "),
+            d.values,
+            d.values + 1,
+            outputs.join(", "),
+            descriptor_c(&format!("a0 + {offset}"), row_bytes, swizzle),
+            descriptor_c(&format!("b0 + {offset}"), row_bytes, swizzle),
+        );
+    }
+    s.push_str("    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n");
+    s.push_str("    asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");\n  }\n");
+    s.push_str("  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n");
+    let _ = writeln!(
+        s,
+        "  float sum = 0.0f;\n#pragma unroll\n  for (int v = 0; v < {}; ++v) sum += acc[v];",
+        d.values
+    );
+    s.push_str("  if (sum == -1.0f) out[blockIdx.x] = sum;\n}\n");
+    Some((s, name))
+}
+
+/// Measures the `wgmma` peak of `dtype` on `ctx` (compiled for `device`'s
+/// arch-specific target); `None` for a type without the instruction or a GPU other
+/// than Hopper.
+pub fn measure_wgmma(
+    ctx: &Context,
+    device: &DeviceInfo,
+    cfg: &TimingConfig,
+    dtype: DType,
+) -> Result<Option<TensorPeak>, PeakError> {
+    let Some((source, name)) = wgmma_source(dtype) else {
+        return Ok(None);
+    };
+    if device.compute_capability != (9, 0) {
+        return Ok(None);
+    }
+    let arch = Target::ArchSpecific.arch(&device.arch());
+    let compiled = gpu::compile(&source, &name, &arch).map_err(|e| PeakError::Compile {
+        dtype,
+        message: e.to_string(),
+    })?;
+    let module = ctx.load(&compiled.cubin)?;
+    let function = module.function(&name, 0)?;
+    let spin_module = ctx.load(SPIN_PTX.as_bytes())?;
+    let spin = spin_module.function("tilesched_spin", 0)?;
+    let values: Vec<f32> = (0..8).map(|i| 0.125 * (i as f32 + 1.0)).collect();
+    let input = crate::host::upload(ctx, &values, dtype)?;
+    let blocks = device.sm_count;
+    let out = ctx.alloc(blocks as usize)?;
+    let iters: u64 = 256;
+    let threads = WGMMA_WARPGROUPS * WARPGROUP_THREADS as u32;
+    let launch = LaunchConfig {
+        target: Target::ArchSpecific,
+        ..LaunchConfig::linear(blocks, threads, 0)
+    };
+    let t = timing::time_kernel(ctx, &spin, device.sm_clock_mhz, cfg, |_| {
+        ctx.launch(&function, launch, &[&input, &out], &[iters])
+    })?;
+    let atom = WgmmaAtom::for_dtype(dtype).expect("a wgmma type");
+    let macs = (atom.m * WGMMA_N * atom.k * WGMMA_STEPS) as u64;
+    let flops = 2 * macs * iters * u64::from(blocks) * u64::from(WGMMA_WARPGROUPS);
+    Ok(Some(TensorPeak {
+        dtype,
+        instruction: atom.ptx(WGMMA_N),
+        tflops: flops as f64 / (t.median_us * 1e6),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,6 +423,7 @@ mod tests {
             fp32_tflops: 50.0,
             bandwidth_gbs: 2000.0,
             tensor: None,
+            wgmma: None,
         };
         // 100 MFLOP at 50 TFLOP/s = 2 µs; 1 MB at 2000 GB/s = 0.5 µs.
         assert!((peaks.floor_us(100_000_000, 1_000_000) - 2.0).abs() < 1e-12);
@@ -278,6 +441,7 @@ mod tests {
                 instruction: mma_instruction(DType::Fp16).unwrap().0.to_string(),
                 tflops: 500.0,
             }),
+            wgmma: None,
         };
         assert_eq!(peaks.compute_tflops(DType::Fp16), 500.0);
         // Another type's peak is not this one's: the float32 peak stands in.
@@ -305,6 +469,36 @@ mod tests {
             assert!(compiled.cubin.starts_with(b"\x7fELF"), "{dtype}");
             assert_eq!(compiled.resources.spill_store_bytes, 0, "{dtype}");
         }
+    }
+
+    #[test]
+    fn wgmma_kernels_compile_for_sm_90a() {
+        assert!(wgmma_source(DType::F32).is_none() && wgmma_source(DType::Tf32).is_none());
+        for dtype in [DType::Fp16, DType::Bf16] {
+            let (source, name) = wgmma_source(dtype).unwrap();
+            assert!(!source.contains("#include"));
+            let compiled = gpu::compile(&source, &name, &Target::ArchSpecific.arch("sm_90"))
+                .unwrap_or_else(|e| panic!("{dtype}: {e}"));
+            assert_eq!(compiled.resources.spill_store_bytes, 0, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn the_roofline_takes_the_highest_tensor_peak_of_the_type() {
+        let peak = |dtype, tflops| TensorPeak {
+            dtype,
+            instruction: String::new(),
+            tflops,
+        };
+        let peaks = Peaks {
+            fp32_tflops: 60.0,
+            bandwidth_gbs: 3000.0,
+            tensor: Some(peak(DType::Fp16, 600.0)),
+            wgmma: Some(peak(DType::Fp16, 900.0)),
+        };
+        assert_eq!(peaks.compute_tflops(DType::Fp16), 900.0);
+        assert_eq!(peaks.compute_tflops(DType::Bf16), 60.0);
+        assert_eq!(peaks.compute_tflops(DType::F32), 60.0);
     }
 
     #[test]

@@ -372,13 +372,17 @@ impl Report {
             );
         }
         let p = &self.protocol;
-        let (compute, kernels) = match &self.peaks.tensor {
+        let (compute, kernels) = match self.peaks.fastest_tensor() {
             Some(t) => (
                 format!(
                     "FLOPs / {:.1} TFLOP/s for {} tasks (`{}` chains; {:.1} TFLOP/s float32 FMA otherwise)",
                     t.tflops, t.dtype, t.instruction, self.peaks.fp32_tflops
                 ),
-                "FMA chains; mma.sync chains; float4 copy",
+                if self.peaks.wgmma.is_some() {
+                    "FMA chains; mma.sync chains; wgmma chains; float4 copy"
+                } else {
+                    "FMA chains; mma.sync chains; float4 copy"
+                },
             ),
             None => (
                 format!("FLOPs / {:.1} TFLOP/s", self.peaks.fp32_tflops),
@@ -586,6 +590,7 @@ mod tests {
                 instruction: "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32".into(),
                 tflops: 50.0,
             }),
+            wgmma: None,
         }
     }
 

@@ -659,6 +659,45 @@ fn mma_sync_peaks_run() {
     );
 }
 
+/// On Hopper the `wgmma` peak of fp16 and bf16 runs, is above `mma.sync`'s (the reason
+/// the roofline takes it), and is what the roofline uses.
+#[test]
+#[ignore = "needs a Hopper GPU"]
+fn wgmma_peaks_run_above_mma_sync() {
+    let (ctx, device) = context();
+    let cfg = TimingConfig {
+        warmup: 2,
+        min_time_ms: 20.0,
+        min_repeats: 5,
+        max_repeats: 200,
+    };
+    for dtype in [DType::Fp16, DType::Bf16] {
+        let mma = peaks::measure_tensor(&ctx, &device, &cfg, dtype)
+            .unwrap()
+            .unwrap();
+        let wgmma = peaks::measure_wgmma(&ctx, &device, &cfg, dtype)
+            .unwrap()
+            .expect("a Hopper GPU");
+        println!(
+            "{}: {dtype} wgmma {:.1} TFLOP/s ({}), mma.sync {:.1}",
+            device.name, wgmma.tflops, wgmma.instruction, mma.tflops
+        );
+        assert!(wgmma.tflops > mma.tflops, "{dtype}: {wgmma:?} vs {mma:?}");
+        let peaks = peaks::Peaks {
+            fp32_tflops: 1.0,
+            bandwidth_gbs: 1.0,
+            tensor: Some(mma),
+            wgmma: Some(wgmma.clone()),
+        };
+        assert_eq!(peaks.compute_tflops(dtype), wgmma.tflops);
+    }
+    assert!(
+        peaks::measure_wgmma(&ctx, &device, &cfg, DType::Tf32)
+            .unwrap()
+            .is_none()
+    );
+}
+
 /// Which of cuDNN's float-data math types give TF32 tensor cores: inputs `1 + 2^-11`
 /// (exact in float32, not in TF32's 10-bit mantissa) and weights 1, whose float32 sums
 /// are exact; an output that differs from the exact sum means the inputs were rounded

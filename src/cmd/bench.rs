@@ -244,13 +244,17 @@ pub fn run(args: Args) -> Result<()> {
 
     let mut peaks = session.peaks()?;
     peaks.tensor = peaks::measure_tensor(session.context(), &device, &options.timing, first.dtype)?;
+    peaks.wgmma = peaks::measure_wgmma(session.context(), &device, &options.timing, first.dtype)?;
+    let tensor = |peak: &Option<peaks::TensorPeak>, what: &str| {
+        peak.as_ref().map_or(String::new(), |t| {
+            format!(", {:.1} TFLOP/s {} {what}", t.tflops, t.dtype)
+        })
+    };
     eprintln!(
-        "peaks: {:.1} TFLOP/s float32 FMA{}, {:.0} GB/s copy",
+        "peaks: {:.1} TFLOP/s float32 FMA{}{}, {:.0} GB/s copy",
         peaks.fp32_tflops,
-        peaks.tensor.as_ref().map_or(String::new(), |t| format!(
-            ", {:.1} TFLOP/s {} mma.sync",
-            t.tflops, t.dtype
-        )),
+        tensor(&peaks.tensor, "mma.sync"),
+        tensor(&peaks.wgmma, "wgmma"),
         peaks.bandwidth_gbs
     );
     let mut rows = Vec::new();
