@@ -1,28 +1,25 @@
 //! TMA tensor maps: what a `cp.async.bulk.tensor` copy reads. The driver encodes one on
-//! the host (`cuTensorMapEncodeTiled`) from a tensor's address, extents and strides,
-//! the box one copy moves and the swizzle it lands in; a kernel receives it by value as
-//! a 128-byte `__grid_constant__` parameter (`KernelArg::Bytes128`). Copies outside the
-//! tensor are filled with zeros, which is how the Hopper path pads tails.
-//!
-//! The swizzle is the one the wgmma descriptors name (`schedule::atom::wgmma::Swizzle`),
-//! so that a box lands in shared memory exactly as `SharedTileLayout` lays it out.
+//! the host (`cuTensorMapEncodeTiled`) from a [`TensorBox`] (the tensor's extents and
+//! strides, the box one copy moves and the swizzle it lands in, checked against the
+//! hardware's rules by the atom first) and the tensor's address; a kernel receives it by
+//! value as a 128-byte `__grid_constant__` parameter (`KernelArg::Bytes128`). Copies
+//! outside the tensor are filled with zeros, which is how the Hopper path pads tails.
 
 use crate::cuda::{Bytes128, CudaError, err};
 use cudarc::driver::sys;
 use schedule::DType;
+use schedule::atom::tma::{TensorBox, TmaError};
 use schedule::atom::wgmma::Swizzle;
+use thiserror::Error;
 
-/// A tiled tensor map's description, innermost dimension first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tiled {
-    pub dtype: DType,
-    /// Extent of each dimension, in elements.
-    pub dims: Vec<u64>,
-    /// Byte stride of each dimension but the innermost (which is contiguous).
-    pub strides: Vec<u64>,
-    /// Elements of each dimension one copy moves.
-    pub boxed: Vec<u32>,
-    pub swizzle: Swizzle,
+/// Why a tensor map could not be had.
+#[derive(Debug, Error)]
+pub enum TensorMapError {
+    /// The box breaks a rule of the hardware (found before the driver is asked).
+    #[error(transparent)]
+    Rules(#[from] TmaError),
+    #[error(transparent)]
+    Driver(#[from] CudaError),
 }
 
 fn data_type(dtype: DType) -> sys::CUtensorMapDataType {
@@ -45,53 +42,39 @@ fn swizzle(s: Swizzle) -> sys::CUtensorMapSwizzle {
     }
 }
 
-impl Tiled {
-    /// The encoded map of the tensor at device address `address`. The driver checks
-    /// what the hardware requires (address and strides 16-byte aligned, a box of at
-    /// most 256 per dimension whose innermost bytes fit the swizzle) and its refusal is
-    /// the error. The map holds the address: it is valid while that allocation lives.
-    pub fn encode(&self, address: u64) -> Result<Bytes128, CudaError> {
-        let rank = self.dims.len();
-        if rank == 0 || self.strides.len() + 1 != rank || self.boxed.len() != rank {
-            return Err(CudaError {
-                what: format!("tensor map of {rank} dimensions"),
-                name: format!(
-                    "needs {} strides and {rank} box extents, got {} and {}",
-                    rank.saturating_sub(1),
-                    self.strides.len(),
-                    self.boxed.len()
-                ),
-            });
-        }
-        let mut map = sys::CUtensorMap { opaque: [0; 16] };
-        let element_strides = vec![1u32; rank];
-        // SAFETY: every pointer names an array of `rank` (strides: `rank - 1`) values
-        // that lives across the call, `map` is writable, and the driver only encodes
-        // the address into the map without touching the memory behind it.
-        unsafe {
-            sys::cuTensorMapEncodeTiled(
-                &mut map,
-                data_type(self.dtype),
-                rank as u32,
-                address as *mut std::ffi::c_void,
-                self.dims.as_ptr(),
-                self.strides.as_ptr(),
-                self.boxed.as_ptr(),
-                element_strides.as_ptr(),
-                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                swizzle(self.swizzle),
-                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-            )
-        }
-        .result()
-        .map_err(err(format!("cuTensorMapEncodeTiled({self:?})")))?;
-        let mut bytes = Bytes128([0; 128]);
-        for (chunk, word) in bytes.0.chunks_exact_mut(8).zip(map.opaque) {
-            chunk.copy_from_slice(&word.to_ne_bytes());
-        }
-        Ok(bytes)
+/// The encoded map of `tensor` at device address `address`. The map holds the address:
+/// it is valid while that allocation lives.
+pub fn encode(tensor: &TensorBox, address: u64) -> Result<Bytes128, TensorMapError> {
+    tensor.check()?;
+    let rank = tensor.dims.len();
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    let element_strides = vec![1u32; rank];
+    // SAFETY: `check` established that every array has `rank` values (strides:
+    // `rank - 1`); they live across the call, `map` is writable, and the driver only
+    // encodes the address into the map without touching the memory behind it.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            data_type(tensor.dtype),
+            rank as u32,
+            address as *mut std::ffi::c_void,
+            tensor.dims.as_ptr(),
+            tensor.strides.as_ptr(),
+            tensor.boxed.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle(tensor.swizzle),
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
     }
+    .result()
+    .map_err(err(format!("cuTensorMapEncodeTiled({tensor:?})")))?;
+    let mut bytes = Bytes128([0; 128]);
+    for (chunk, word) in bytes.0.chunks_exact_mut(8).zip(map.opaque) {
+        chunk.copy_from_slice(&word.to_ne_bytes());
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -99,15 +82,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_description_of_mismatched_ranks_is_refused_before_the_driver() {
-        let map = Tiled {
+    fn a_box_that_breaks_the_rules_is_refused_before_the_driver() {
+        let tensor = TensorBox {
             dtype: DType::Fp16,
-            dims: vec![80, 100],
-            strides: vec![],
+            dims: vec![555, 333],
+            strides: vec![1110],
             boxed: vec![64, 64],
             swizzle: Swizzle::B128,
         };
-        let e = map.encode(0).unwrap_err();
-        assert!(e.name.contains("needs 1 strides and 2 box extents"), "{e}");
+        let e = encode(&tensor, 0).unwrap_err();
+        assert!(
+            matches!(e, TensorMapError::Rules(TmaError::Stride { .. })),
+            "{e}"
+        );
     }
 }

@@ -1,16 +1,16 @@
-//! On a real GPU (ignored in CI): a TMA tensor map (`gpu::tensor_map`) moves a box as
-//! the atoms say. A probe kernel takes the map as a 128-byte `__grid_constant__`
-//! parameter (and the box's origin packed in a 64-bit scalar), waits on an mbarrier for
-//! one `cp.async.bulk.tensor.2d` copy of a 64×64 fp16 box under the 128-byte swizzle,
-//! and writes shared memory out as it lies. Every
-//! element must sit where `SharedTileLayout` (the wgmma atom's swizzle) puts it, and
+//! On a real GPU (ignored in CI): a TMA tensor map (`gpu::tensor_map` of the atom's
+//! `TensorBox`) moves a box as the atoms say. A probe kernel takes the map as a 128-byte
+//! `__grid_constant__` parameter (and the box's origin packed in a 64-bit scalar),
+//! waits on an mbarrier for one `cp.async.bulk.tensor.2d` copy of a 64×64 fp16 box
+//! under the 128-byte swizzle, and writes shared memory out as it lies. Every element
+//! must sit where the box's `SharedTileLayout` (the wgmma atom's swizzle) puts it, and
 //! the parts of the box past the tensor's edges must be zeros: for a box inside a
-//! 100×80 tensor and for one hanging over both edges. Needs a Hopper GPU.
+//! 100×80 tensor and for boxes hanging over its edges. Needs a Hopper GPU.
 
 use gpu::DeviceInfo;
 use gpu::cuda::{self, Context, KernelArg, LoadedKernel};
-use gpu::tensor_map::Tiled;
-use schedule::atom::SharedTileLayout;
+use gpu::tensor_map;
+use schedule::atom::tma::TensorBox;
 use schedule::atom::wgmma::Swizzle;
 use schedule::{DType, LaunchConfig};
 
@@ -73,21 +73,20 @@ fn a_tensor_map_box_lands_in_the_swizzled_layout_with_zeros_past_the_edges() {
         .collect();
     let tensor = ctx.alloc_typed(values.len(), DType::Fp16).unwrap();
     ctx.upload(&tensor, &values).unwrap();
-    let map = Tiled {
-        dtype: DType::Fp16,
-        dims: vec![COLUMNS, ROWS],
-        strides: vec![COLUMNS * 2],
-        boxed: vec![BOX as u32, BOX as u32],
-        swizzle: Swizzle::B128,
-    }
-    .encode(tensor.device_ptr())
-    .expect("encode");
-    let layout = SharedTileLayout {
-        rows: BOX,
-        row_elements: BOX,
-        chunk_elements: 8,
-        swizzle: true,
-    };
+    let boxed = TensorBox::matrix(
+        DType::Fp16,
+        ROWS,
+        COLUMNS,
+        COLUMNS,
+        1,
+        0,
+        BOX as u32,
+        BOX as u32,
+        Swizzle::B128,
+    )
+    .expect("a describable box");
+    let map = tensor_map::encode(&boxed, tensor.device_ptr()).expect("encode");
+    let layout = boxed.shared_layout();
     assert_eq!(Swizzle::of(&layout, 2), Some(Swizzle::B128));
     for (column0, row0) in [(0u64, 0u64), (16, 36), (64, 64)] {
         let out = ctx.alloc_typed((BOX * BOX) as usize, DType::Fp16).unwrap();

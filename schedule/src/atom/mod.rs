@@ -12,6 +12,7 @@
 //! - `mma`: the `mma.sync` instructions (shape, PTX, A/B/C fragment layouts).
 //! - `copy`: the copies that fill and read shared tiles (`cp.async`, plain loads,
 //!   `ldmatrix`).
+//! - `tma`: the TMA tiled copy's box and the hardware's rules on it.
 //! - `wgmma`: Hopper's warpgroup MMA (shape, shared-memory matrix descriptors and their
 //!   swizzles, the accumulator layout), for the sketch that issue 29 builds.
 
@@ -20,6 +21,7 @@ pub mod copy;
 pub mod fragment;
 pub mod mma;
 pub mod swizzle;
+pub mod tma;
 pub mod wgmma;
 
 pub use algebra::{CText, IndexAlgebra, Numbers};

@@ -1,0 +1,215 @@
+//! The TMA tiled copy (`cp.async.bulk.tensor`) as data: the box of a tensor that one
+//! copy moves into shared memory, and the rules the hardware sets on it. The driver
+//! checks the same rules when it encodes a tensor map (`gpu::tensor_map`), but the
+//! search needs them before any GPU is involved: a state whose operands TMA cannot
+//! describe is refused in validation, as data, rather than failing at encode time.
+//!
+//! The rules (CUDA driver API, `cuTensorMapEncodeTiled`): 1 to 5 dimensions; the
+//! innermost is contiguous and every other stride is a multiple of 16 bytes below 2^40;
+//! extents are at most 2^32; a box is at most 256 elements per dimension, its inner
+//! extent a multiple of 16 bytes and, under a swizzle, at most the swizzle's span (32,
+//! 64 or 128 bytes). The box lands in shared memory as rows of its inner extent, one row
+//! per combination of the outer coordinates, in the swizzle's layout
+//! ([`SharedTileLayout`]). Elements outside the tensor are filled with zeros.
+
+use super::swizzle::SharedTileLayout;
+use super::wgmma::Swizzle;
+use crate::task::DType;
+use thiserror::Error;
+
+/// The most dimensions a tensor map has.
+pub const MAX_RANK: usize = 5;
+/// The most elements of a box along one dimension.
+pub const MAX_BOX: u32 = 256;
+/// Global addresses and strides are multiples of this.
+pub const ALIGNMENT_BYTES: u64 = 16;
+
+/// Why TMA cannot describe a copy.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TmaError {
+    #[error("a tensor map has 1 to {MAX_RANK} dimensions, not {0}")]
+    Rank(usize),
+    #[error(
+        "stride {stride} bytes of dimension {dim} is not a multiple of 16 (or is 2^40 or more)"
+    )]
+    Stride { dim: usize, stride: u64 },
+    #[error("extent {extent} of dimension {dim} is 0 or above 2^32")]
+    Extent { dim: usize, extent: u64 },
+    #[error("box extent {extent} of dimension {dim} is 0 or above {MAX_BOX}")]
+    Box { dim: usize, extent: u32 },
+    #[error(
+        "the box's inner extent is {bytes} bytes: not a multiple of 16, or wider than its swizzle"
+    )]
+    InnerBytes { bytes: u64 },
+}
+
+/// A tiled tensor map's description: the tensor, innermost dimension first, and the
+/// box one copy moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorBox {
+    pub dtype: DType,
+    /// Extent of each dimension, in elements.
+    pub dims: Vec<u64>,
+    /// Byte stride of each dimension but the innermost (which is contiguous).
+    pub strides: Vec<u64>,
+    /// Elements of each dimension one copy moves.
+    pub boxed: Vec<u32>,
+    pub swizzle: Swizzle,
+}
+
+impl TensorBox {
+    /// A row-major matrix of `rows` rows of `columns` elements, `row_stride` elements
+    /// apart, under `batches` copies `batch_stride` elements apart (a third dimension
+    /// when more than one), copied in boxes of `box_rows` rows of `box_columns`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matrix(
+        dtype: DType,
+        rows: u64,
+        columns: u64,
+        row_stride: u64,
+        batches: u64,
+        batch_stride: u64,
+        box_rows: u32,
+        box_columns: u32,
+        swizzle: Swizzle,
+    ) -> Result<TensorBox, TmaError> {
+        let bytes = u64::from(dtype.bytes());
+        let mut tensor = TensorBox {
+            dtype,
+            dims: vec![columns, rows],
+            strides: vec![row_stride * bytes],
+            boxed: vec![box_columns, box_rows],
+            swizzle,
+        };
+        if batches > 1 {
+            tensor.dims.push(batches);
+            tensor.strides.push(batch_stride * bytes);
+            tensor.boxed.push(1);
+        }
+        tensor.check()?;
+        Ok(tensor)
+    }
+
+    /// The hardware's rules (see the module's documentation).
+    pub fn check(&self) -> Result<(), TmaError> {
+        let rank = self.dims.len();
+        if !(1..=MAX_RANK).contains(&rank)
+            || self.strides.len() + 1 != rank
+            || self.boxed.len() != rank
+        {
+            return Err(TmaError::Rank(rank));
+        }
+        for (dim, &extent) in self.dims.iter().enumerate() {
+            if extent == 0 || extent > 1 << 32 {
+                return Err(TmaError::Extent { dim, extent });
+            }
+        }
+        for (i, &stride) in self.strides.iter().enumerate() {
+            if stride % ALIGNMENT_BYTES != 0 || stride >= 1 << 40 {
+                return Err(TmaError::Stride { dim: i + 1, stride });
+            }
+        }
+        for (dim, &extent) in self.boxed.iter().enumerate() {
+            if extent == 0 || extent > MAX_BOX {
+                return Err(TmaError::Box { dim, extent });
+            }
+        }
+        let inner = u64::from(self.boxed[0]) * u64::from(self.dtype.bytes());
+        let span = self.swizzle.row_bytes().map_or(u64::MAX, |b| b as u64);
+        if inner % ALIGNMENT_BYTES != 0 || inner > span {
+            return Err(TmaError::InnerBytes { bytes: inner });
+        }
+        Ok(())
+    }
+
+    /// Bytes one copy moves (and completes on its mbarrier), out-of-bounds zeros
+    /// included.
+    pub fn box_bytes(&self) -> u64 {
+        self.boxed.iter().map(|&b| u64::from(b)).product::<u64>() * u64::from(self.dtype.bytes())
+    }
+
+    /// Where the box lands in shared memory: rows of its inner extent, swizzled as the
+    /// tensor map says.
+    pub fn shared_layout(&self) -> SharedTileLayout {
+        let row_elements = i64::from(self.boxed[0]);
+        SharedTileLayout {
+            rows: self.boxed[1..].iter().map(|&b| i64::from(b)).product(),
+            row_elements,
+            chunk_elements: 16 / i64::from(self.dtype.bytes()),
+            swizzle: self.swizzle != Swizzle::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gemm_operand_with_aligned_rows_is_a_box() {
+        // A of a 4096³ fp16 matmul, 128 rows by 64 of K (one 128-byte swizzled row).
+        let a =
+            TensorBox::matrix(DType::Fp16, 4096, 4096, 4096, 1, 0, 128, 64, Swizzle::B128).unwrap();
+        assert_eq!(
+            (a.dims.clone(), a.strides.clone()),
+            (vec![4096, 4096], vec![8192])
+        );
+        assert_eq!(a.box_bytes(), 128 * 64 * 2);
+        let layout = a.shared_layout();
+        assert_eq!(
+            (layout.rows, layout.row_elements, layout.swizzle),
+            (128, 64, true)
+        );
+        assert_eq!(Swizzle::of(&layout, 2), Some(Swizzle::B128));
+        // A batch becomes a third dimension, one matrix per box.
+        let b = TensorBox::matrix(DType::Bf16, 197, 64, 64, 8, 197 * 64, 64, 64, Swizzle::B128)
+            .unwrap();
+        assert_eq!((b.dims.len(), b.boxed[2]), (3, 1));
+    }
+
+    #[test]
+    fn rows_of_an_odd_length_cannot_be_described() {
+        // 333×777×555 in fp16: A's rows are 1110 bytes apart, B's 1554.
+        let e =
+            TensorBox::matrix(DType::Fp16, 333, 555, 555, 1, 0, 64, 64, Swizzle::B128).unwrap_err();
+        assert_eq!(
+            e,
+            TmaError::Stride {
+                dim: 1,
+                stride: 1110
+            }
+        );
+        // The same shape in f32 is aligned only where the row length is a multiple of 4.
+        assert!(TensorBox::matrix(DType::F32, 333, 556, 556, 1, 0, 64, 32, Swizzle::B128).is_ok());
+    }
+
+    #[test]
+    fn boxes_are_bounded_by_the_swizzle_and_the_hardware() {
+        let m = |rows, columns, swizzle| {
+            TensorBox::matrix(DType::Fp16, 1024, 1024, 1024, 1, 0, rows, columns, swizzle)
+        };
+        assert_eq!(
+            m(64, 128, Swizzle::B128).unwrap_err(),
+            TmaError::InnerBytes { bytes: 256 }
+        );
+        assert_eq!(
+            m(64, 32, Swizzle::B64).map(|b| b.box_bytes()),
+            Ok(64 * 32 * 2)
+        );
+        assert_eq!(
+            m(64, 4, Swizzle::None).unwrap_err(),
+            TmaError::InnerBytes { bytes: 8 }
+        );
+        assert_eq!(
+            m(512, 64, Swizzle::B128).unwrap_err(),
+            TmaError::Box {
+                dim: 1,
+                extent: 512
+            }
+        );
+        assert!(
+            m(256, 128, Swizzle::None).is_ok(),
+            "no swizzle: any 16-byte multiple"
+        );
+    }
+}
