@@ -14,7 +14,9 @@ use gpu::DeviceInfo;
 use gpu::cuda::{Context, CudaError, Function};
 use gpu::timing::{self, SPIN_PTX, TimingConfig};
 use schedule::atom::SharedTileLayout;
-use schedule::atom::wgmma::{Swizzle, WARPGROUP_THREADS, WgmmaAtom, descriptor_c};
+use schedule::atom::wgmma::{
+    COMMIT_C, FENCE_C, Swizzle, WARPGROUP_THREADS, WgmmaAtom, descriptor_c, wait_c,
+};
 use schedule::{DType, LaunchConfig, Target};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
@@ -335,28 +337,16 @@ pub fn wgmma_source(dtype: DType) -> Option<(String, String)> {
     );
     s.push_str("  const unsigned a0 = (unsigned)__cvta_generic_to_shared(a_sh);\n");
     s.push_str("  const unsigned b0 = (unsigned)__cvta_generic_to_shared(b_sh);\n");
-    s.push_str("  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n");
+    let _ = writeln!(s, "  {FENCE_C}");
     s.push_str("  for (unsigned long long i = 0; i < iters; ++i) {\n");
-    let registers: Vec<String> = (0..d.values).map(|v| format!("%{v}")).collect();
-    let outputs: Vec<String> = (0..d.values).map(|v| format!("\"+f\"(acc[{v}])")).collect();
     for step in 0..WGMMA_STEPS {
         let offset = step * atom.k * 2;
-        let _ = writeln!(
-            s,
-            "    asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; {} {{{}}}, %{}, %{}, p, 1, 1, 0, 0; }}\" : {} : \"l\"({}), \"l\"({}), \"r\"(1) : \"memory\");",
-            d.values + 2,
-            atom.ptx(WGMMA_N),
-            registers.join(", "),
-            d.values,
-            d.values + 1,
-            outputs.join(", "),
-            descriptor_c(&format!("a0 + {offset}"), row_bytes, swizzle),
-            descriptor_c(&format!("b0 + {offset}"), row_bytes, swizzle),
-        );
+        let a = descriptor_c(&format!("a0 + {offset}"), row_bytes, swizzle);
+        let b = descriptor_c(&format!("b0 + {offset}"), row_bytes, swizzle);
+        let _ = writeln!(s, "    {}", atom.issue_c(WGMMA_N, "acc", &a, &b));
     }
-    s.push_str("    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n");
-    s.push_str("    asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");\n  }\n");
-    s.push_str("  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n");
+    let _ = writeln!(s, "    {COMMIT_C}\n    {}\n  }}", wait_c(1));
+    let _ = writeln!(s, "  {}", wait_c(0));
     let _ = writeln!(
         s,
         "  float sum = 0.0f;\n#pragma unroll\n  for (int v = 0; v < {}; ++v) sum += acc[v];",

@@ -11,7 +11,9 @@
 use gpu::DeviceInfo;
 use gpu::cuda::{self, Context};
 use schedule::atom::SharedTileLayout;
-use schedule::atom::wgmma::{Swizzle, WARPGROUP_THREADS, WgmmaAtom, descriptor_c};
+use schedule::atom::wgmma::{
+    COMMIT_C, FENCE_C, Swizzle, WARPGROUP_THREADS, WgmmaAtom, descriptor_c, wait_c,
+};
 use schedule::{DType, LaunchConfig, Target};
 use std::fmt::Write;
 
@@ -61,28 +63,14 @@ fn probe(atom: &WgmmaAtom, n: i64) -> String {
     let _ = writeln!(s, "  for (int v = 0; v < {}; ++v) acc[v] = 0.0f;", d.values);
     s.push_str("  const unsigned a0 = (unsigned)__cvta_generic_to_shared(a_sh);\n");
     s.push_str("  const unsigned b0 = (unsigned)__cvta_generic_to_shared(b_sh);\n");
-    s.push_str("  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n");
-    let registers: Vec<String> = (0..d.values).map(|v| format!("%{v}")).collect();
-    let outputs: Vec<String> = (0..d.values).map(|v| format!("\"+f\"(acc[{v}])")).collect();
-    let step_bytes = atom.k * 2;
+    let _ = writeln!(s, "  {FENCE_C}");
     for step in 0..K / atom.k {
-        let offset = step * step_bytes;
-        let _ = writeln!(
-            s,
-            "  asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; {} {{{}}}, %{}, %{}, p, 1, 1, 0, 0; }}\" \
-             : {} : \"l\"({}), \"l\"({}), \"r\"(1) : \"memory\");",
-            d.values + 2,
-            atom.ptx(n),
-            registers.join(", "),
-            d.values,
-            d.values + 1,
-            outputs.join(", "),
-            descriptor_c(&format!("a0 + {offset}"), row_bytes, swizzle),
-            descriptor_c(&format!("b0 + {offset}"), row_bytes, swizzle),
-        );
+        let offset = step * atom.k * 2;
+        let a = descriptor_c(&format!("a0 + {offset}"), row_bytes, swizzle);
+        let b = descriptor_c(&format!("b0 + {offset}"), row_bytes, swizzle);
+        let _ = writeln!(s, "  {}", atom.issue_c(n, "acc", &a, &b));
     }
-    s.push_str("  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n");
-    s.push_str("  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n");
+    let _ = writeln!(s, "  {COMMIT_C}\n  {}", wait_c(0));
     for v in 0..d.values {
         let _ = writeln!(
             s,

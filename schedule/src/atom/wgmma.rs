@@ -183,6 +183,36 @@ impl WgmmaAtom {
             t = self.a_type
         )
     }
+
+    /// The C statement that issues one instruction of width `n`, accumulating into
+    /// `acc[0..n/2]` (the C array `acc`), its operands the descriptors that the 64-bit C
+    /// expressions `a` and `b` give.
+    pub fn issue_c(&self, n: i64, acc: &str, a: &str, b: &str) -> String {
+        let values = Self::accumulator(n).values;
+        let registers: Vec<String> = (0..values).map(|v| format!("%{v}")).collect();
+        let outputs: Vec<String> = (0..values).map(|v| format!("\"+f\"({acc}[{v}])")).collect();
+        format!(
+            "asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; {} {{{}}}, %{values}, %{}, p, 1, 1, 0, 0; }}\" \
+             : {} : \"l\"({a}), \"l\"({b}), \"r\"(1) : \"memory\");",
+            values + 2,
+            self.ptx(n),
+            registers.join(", "),
+            values + 1,
+            outputs.join(", "),
+        )
+    }
+}
+
+/// `wgmma.fence`: before the first instruction that touches accumulators (or operand
+/// registers) other code wrote.
+pub const FENCE_C: &str = "asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");";
+
+/// `wgmma.commit_group`: the instructions issued since the last commit form a group.
+pub const COMMIT_C: &str = "asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");";
+
+/// `wgmma.wait_group pending`: all but the `pending` newest groups have completed.
+pub fn wait_c(pending: u32) -> String {
+    format!("asm volatile(\"wgmma.wait_group.sync.aligned {pending};\" ::: \"memory\");")
 }
 
 #[cfg(test)]
