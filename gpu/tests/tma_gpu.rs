@@ -12,6 +12,9 @@ use gpu::cuda::{self, Context, KernelArg, LoadedKernel};
 use gpu::tensor_map;
 use schedule::atom::tma::TensorBox;
 use schedule::atom::wgmma::Swizzle;
+use schedule::codegen::cuda_source;
+use schedule::interp::{self, Inputs};
+use schedule::ir::{Cond, Expr, Kernel, Param, Role, Scope, SharedPool, Stmt};
 use schedule::{DType, LaunchConfig};
 
 const ROWS: u64 = 100;
@@ -116,4 +119,188 @@ fn a_tensor_map_box_lands_in_the_swizzled_layout_with_zeros_past_the_edges() {
             }
         }
     }
+}
+
+/// Rows and columns (row stride: `LOADED_COLUMNS`) of the IR kernel's two inputs; `a`'s
+/// map covers `A_COLUMNS` of them, so the box's last columns of `a` are zero-filled.
+const LOADED_ROWS: u64 = 2;
+const LOADED_COLUMNS: u64 = 32;
+const A_COLUMNS: u64 = 30;
+
+/// A kernel in the IR that copies both inputs' 2×32 f32 boxes (128-byte swizzle) with
+/// TMA on one mbarrier, waits, and writes `out[t] = a[t] * b[t]` for its 64 threads,
+/// reading each element where the box's layout put it.
+fn ir_kernel() -> Kernel {
+    let threads = (LOADED_ROWS * LOADED_COLUMNS) as i64;
+    let scope = Scope::new(1, threads);
+    let boxed = |columns| {
+        TensorBox::matrix(
+            DType::F32,
+            LOADED_ROWS,
+            columns,
+            LOADED_COLUMNS,
+            1,
+            0,
+            LOADED_ROWS as u32,
+            LOADED_COLUMNS as u32,
+            Swizzle::B128,
+        )
+        .expect("a describable box")
+    };
+    let layout = boxed(LOADED_COLUMNS).shared_layout();
+    let thread0 = vec![Cond {
+        expr: Expr::ThreadIdx,
+        lo: None,
+        hi: Some(1),
+    }];
+    let load = |map| Stmt::TmaLoad {
+        map,
+        coords: vec![Expr::Const(0), Expr::Const(0)],
+        at: Expr::Const(0),
+        barrier: 0,
+    };
+    let row = scope.div(Expr::ThreadIdx, LOADED_COLUMNS as i64);
+    let column = scope.rem(Expr::ThreadIdx, LOADED_COLUMNS as i64);
+    let at = layout.expr(&scope, &row, &column);
+    let body = vec![
+        Stmt::If {
+            conds: thread0.clone(),
+            body: vec![Stmt::MbarrierInit {
+                barrier: 0,
+                arrivals: 1,
+            }],
+        },
+        Stmt::Sync,
+        Stmt::If {
+            conds: thread0,
+            body: vec![
+                Stmt::ArriveExpectTx {
+                    barrier: 0,
+                    bytes: 2 * boxed(LOADED_COLUMNS).box_bytes() as i64,
+                },
+                load(3),
+                load(4),
+            ],
+        },
+        Stmt::MbarrierWait {
+            barrier: 0,
+            parity: Expr::Const(0),
+        },
+        Stmt::ZeroAcc,
+        Stmt::Fma {
+            acc: Expr::Const(0),
+            a: at.clone(),
+            b: at,
+        },
+        Stmt::Store {
+            acc: Expr::Const(0),
+            out: Expr::ThreadIdx,
+            bias: None,
+            bias_when: Vec::new(),
+            valid: Vec::new(),
+            atomic: false,
+        },
+    ];
+    let buffer = |name, role| Param::Buffer {
+        name,
+        role,
+        dtype: DType::F32,
+    };
+    let tile = layout.elements();
+    Kernel {
+        name: "tma_ir".to_string(),
+        scope,
+        params: vec![
+            buffer("a", Role::Input(0)),
+            buffer("b", Role::Input(1)),
+            buffer("out", Role::Output),
+            Param::TensorMap {
+                name: "a_map",
+                input: 0,
+                tensor: boxed(A_COLUMNS),
+            },
+            Param::TensorMap {
+                name: "b_map",
+                input: 1,
+                tensor: boxed(LOADED_COLUMNS),
+            },
+        ],
+        dtype: DType::F32,
+        out_dtype: DType::F32,
+        relu: false,
+        // The second tile starts on a 1024-byte swizzle atom.
+        tile_offsets: [0, 256],
+        tile_elements: [tile, tile],
+        accumulators: 1,
+        split_k: 1,
+        body,
+        launch: LaunchConfig::linear(1, threads as u32, 2 * 1024),
+        shared: SharedPool::FloatTiles,
+    }
+}
+
+/// What the interpreter computes from `a` and `b`.
+fn interpreted(kernel: &Kernel, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let inputs = Inputs {
+        inputs: [a, b],
+        bias: None,
+    };
+    interp::run(kernel, &inputs, a.len()).expect("the interpreter")
+}
+
+fn ir_inputs() -> (Vec<f32>, Vec<f32>) {
+    let n = (LOADED_ROWS * LOADED_COLUMNS) as usize;
+    let a = (0..n).map(|i| (i % 7) as f32 + 1.0).collect();
+    let b = (0..n).map(|i| (i % 5) as f32 - 2.0).collect();
+    (a, b)
+}
+
+/// The interpreter runs the IR kernel as the definition says (zeros past `a`'s map),
+/// and its CUDA compiles for sm_90 (NVRTC only, no GPU).
+#[test]
+fn the_ir_kernel_interprets_and_compiles() {
+    let kernel = ir_kernel();
+    let (a, b) = ir_inputs();
+    let got = interpreted(&kernel, &a, &b);
+    for (i, v) in got.iter().enumerate() {
+        let column = i as u64 % LOADED_COLUMNS;
+        let want = if column < A_COLUMNS { a[i] * b[i] } else { 0.0 };
+        assert_eq!(*v, want, "element {i}");
+    }
+    let source = cuda_source(&kernel, &[]);
+    gpu::compile(&source, &kernel.name, "sm_90").unwrap_or_else(|e| panic!("{e}\n{source}"));
+}
+
+/// On the GPU the printed kernel, given the tensor maps its parameters describe,
+/// computes exactly what the interpreter does.
+#[test]
+#[ignore = "needs a Hopper GPU"]
+fn the_ir_kernel_runs_as_interpreted() {
+    assert!(cuda::driver_present(), "no CUDA driver on this machine");
+    let ctx = Context::new(0).expect("a context on GPU 0");
+    let device = DeviceInfo::query(&ctx).expect("device attributes");
+    let kernel = ir_kernel();
+    let source = cuda_source(&kernel, &[]);
+    let compiled = gpu::compile(&source, &kernel.name, &device.arch()).expect("compile");
+    let loaded = LoadedKernel::load(&compiled.cubin, &kernel.name, kernel.launch).expect("load");
+    let (a, b) = ir_inputs();
+    let buffers = [&a, &b].map(|v| {
+        let buffer = ctx.alloc(v.len()).unwrap();
+        ctx.upload(&buffer, v).unwrap();
+        buffer
+    });
+    let out = ctx.alloc(a.len()).unwrap();
+    ctx.poison(&out).unwrap();
+    let mut args = vec![buffers[0].arg(), buffers[1].arg(), out.arg()];
+    for p in &kernel.params {
+        if let Param::TensorMap { input, tensor, .. } = p {
+            let map = tensor_map::encode(tensor, buffers[*input].device_ptr()).expect("encode");
+            args.push(KernelArg::Bytes128(map));
+        }
+    }
+    // SAFETY: the buffers and the maps' tensors are live allocations of this context,
+    // as large as the kernel reads and writes; the stream is the context's own.
+    unsafe { loaded.launch(&args, None, ctx.raw_stream()) }.expect("launch");
+    let got = ctx.download(&out).unwrap();
+    assert_eq!(got, interpreted(&kernel, &a, &b));
 }

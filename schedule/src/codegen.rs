@@ -10,7 +10,7 @@
 //! register array `array` is named `pf{array}`.
 
 use crate::atom::fragment::{self, lane_c};
-use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout, Term};
+use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout, Term, tma};
 use crate::ir::{
     Cond, Expr, GlobalRead, Kernel, Param, Role, Scope, SharedPool, SharedWrite, Stmt,
 };
@@ -52,8 +52,16 @@ fn fragment_counts(body: &[Stmt], counts: &mut [usize; 2]) {
     });
 }
 
-/// `extern "C" __global__ void __launch_bounds__(block) name(params) {`.
+/// `extern "C" __global__ void __launch_bounds__(block) name(params) {` (after the
+/// tensor map type when a parameter is one), then the mbarriers the body uses.
 fn signature(out: &mut String, kernel: &Kernel) {
+    if kernel
+        .params
+        .iter()
+        .any(|p| matches!(p, Param::TensorMap { .. }))
+    {
+        let _ = writeln!(out, "{}", tma::MAP_TYPE_C);
+    }
     let params: Vec<String> = kernel
         .params
         .iter()
@@ -66,7 +74,7 @@ fn signature(out: &mut String, kernel: &Kernel) {
             Param::Buffer { name, dtype, .. } => {
                 format!("const {}* __restrict__ {name}", dtype.c_type())
             }
-            Param::TensorMap { name } => format!("const __grid_constant__ CUtensorMap {name}"),
+            Param::TensorMap { name, .. } => format!("const __grid_constant__ TmaMap {name}"),
         })
         .collect();
     let _ = writeln!(
@@ -76,6 +84,17 @@ fn signature(out: &mut String, kernel: &Kernel) {
         kernel.name,
         params.join(", ")
     );
+    let barriers = kernel.barriers();
+    if barriers > 0 {
+        let _ = writeln!(
+            out,
+            "  __shared__ __align__(8) unsigned long long tilesched_barriers[{barriers}];"
+        );
+        let _ = writeln!(
+            out,
+            "  const unsigned barrier_base = (unsigned)__cvta_generic_to_shared(tilesched_barriers);"
+        );
+    }
 }
 
 /// The tensor-core kernel's opening: typed parameters, the byte pool and its shared
@@ -88,7 +107,8 @@ fn mma_opening(out: &mut String, kernel: &Kernel) {
     signature(out, kernel);
     let _ = writeln!(
         out,
-        "  extern __shared__ __align__(16) unsigned char shared_pool[];"
+        "  extern __shared__ __align__({}) unsigned char shared_pool[];",
+        if has_tma(kernel) { 1024 } else { 16 }
     );
     let _ = writeln!(out, "  unsigned shared_base;");
     let _ = writeln!(
@@ -160,7 +180,14 @@ pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
         out.push_str(HALF_VECTOR_LOADS);
     }
     signature(&mut out, kernel);
-    let _ = writeln!(out, "  extern __shared__ float4 shared_pool[];");
+    if has_tma(kernel) {
+        let _ = writeln!(
+            out,
+            "  extern __shared__ __align__(1024) float4 shared_pool[];"
+        );
+    } else {
+        let _ = writeln!(out, "  extern __shared__ float4 shared_pool[];");
+    }
     for i in 0..2 {
         let _ = writeln!(
             out,
@@ -173,6 +200,21 @@ pub fn cuda_source(kernel: &Kernel, header: &[String]) -> String {
     Printer { kernel }.body(&mut out, &kernel.body, 1);
     out.push_str("}\n");
     out
+}
+
+/// Whether the kernel copies with TMA, whose destinations (and swizzle atoms) need the
+/// pool aligned to 1024 bytes.
+fn has_tma(kernel: &Kernel) -> bool {
+    let mut tma = false;
+    Stmt::walk(&kernel.body, &mut |s| {
+        tma |= matches!(s, Stmt::TmaLoad { .. })
+    });
+    tma
+}
+
+/// The 32-bit shared address of mbarrier `barrier`.
+fn barrier_address(barrier: usize) -> String {
+    format!("barrier_base + {}", 8 * barrier)
 }
 
 struct Printer<'a> {
@@ -322,6 +364,18 @@ impl Printer<'_> {
 
     /// Byte address in shared memory of element `at` (a C expression) of input
     /// `input`'s tile.
+    /// The 32-bit shared address of element `at` of input `input`'s tile, in either
+    /// pool.
+    fn tile_address(&self, input: usize, at: &str) -> String {
+        match self.kernel.shared {
+            SharedPool::Typed => self.shared_address(input, at),
+            SharedPool::FloatTiles => format!(
+                "(unsigned)__cvta_generic_to_shared({}_sh + ({at}))",
+                self.kernel.input(input)
+            ),
+        }
+    }
+
     fn shared_address(&self, input: usize, at: &str) -> String {
         let bytes = self.kernel.dtype.bytes();
         let off = self.kernel.tile_offsets[input];
@@ -575,6 +629,30 @@ impl Printer<'_> {
                 layout,
                 *k_major,
             ),
+            Stmt::MbarrierInit { barrier, arrivals } => {
+                let bar = barrier_address(*barrier);
+                let _ = writeln!(out, "{pad}{}", tma::mbarrier_init_c(&bar, *arrivals));
+            }
+            Stmt::ArriveExpectTx { barrier, bytes } => {
+                let bar = barrier_address(*barrier);
+                let _ = writeln!(out, "{pad}{}", tma::arrive_expect_tx_c(&bar, *bytes));
+            }
+            Stmt::TmaLoad {
+                map,
+                coords,
+                at,
+                barrier,
+            } => {
+                let (name, input, _) = self.kernel.tensor_map(*map);
+                let coords: Vec<String> = coords.iter().map(|c| self.expr(c)).collect();
+                let dst = self.tile_address(input, &self.expr(at));
+                let bar = barrier_address(*barrier);
+                let _ = writeln!(out, "{pad}{}", tma::load_c(name, &coords, &dst, &bar));
+            }
+            Stmt::MbarrierWait { barrier, parity } => {
+                let bar = barrier_address(*barrier);
+                let _ = writeln!(out, "{pad}{}", tma::wait_parity_c(&bar, &self.expr(parity)));
+            }
             Stmt::Mma { acc, a, b } => {
                 let shape = MmaAtom::sizing(self.kernel.dtype).ptx;
                 let _ = writeln!(

@@ -25,6 +25,7 @@
 
 use crate::atom::MmaAtom;
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, SharedWrite, Stmt};
+use crate::mbarrier::{Mbarrier, WaitError};
 use crate::task::Contraction;
 use thiserror::Error;
 
@@ -85,6 +86,29 @@ pub enum InterpError {
         index: i64,
     },
     #[error(
+        "block {block}: shared element {index} of tile {tile} read before the mbarrier phase that lands it was waited for"
+    )]
+    TmaPending {
+        block: usize,
+        tile: usize,
+        index: i64,
+    },
+    #[error("block {block}: mbarrier {barrier} initialized by {threads} threads, not one")]
+    MbarrierInit {
+        block: usize,
+        barrier: usize,
+        threads: usize,
+    },
+    #[error("block {block}: mbarrier {barrier} used before it was initialized")]
+    MbarrierUninitialized { block: usize, barrier: usize },
+    #[error("block {block} thread {thread}: mbarrier {barrier}: {problem}")]
+    MbarrierWait {
+        block: usize,
+        thread: usize,
+        barrier: usize,
+        problem: String,
+    },
+    #[error(
         "block {block} thread {thread}: MMA fragment {frag} of input {input} used before it was loaded"
     )]
     UnsetFragment {
@@ -115,6 +139,9 @@ struct Cell {
     /// any later interval: a pipeline reads stages filled several barriers ago),
     /// rather than only in the interval right after the fetch.
     asynchronous: bool,
+    /// Written by a TMA copy completing on (mbarrier, phase): readable by the threads
+    /// that have waited for that phase.
+    landed_in: Option<(usize, u64)>,
 }
 
 /// One declared register array (`Stmt::Registers`) of every thread of a block.
@@ -145,6 +172,8 @@ struct Block<'k> {
     /// Per input and thread, the MMA fragments loaded (operand matrices, row-major:
     /// A is 16 × k, B is k × 8).
     fragments: [Vec<Vec<Option<Vec<f32>>>>; 2],
+    /// The block's mbarriers.
+    barriers: Vec<Mbarrier>,
 }
 
 /// Runs `kernel` on the CPU and returns its output (`out_len` elements).
@@ -164,7 +193,9 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         read: None,
         pending: false,
         asynchronous: false,
+        landed_in: None,
     };
+    let barriers = kernel.barriers();
     for b in 0..kernel.launch.blocks() as usize {
         let mut block = Block {
             kernel,
@@ -182,6 +213,7 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
             open_group: vec![Vec::new(); threads],
             groups: vec![Default::default(); threads],
             fragments: [vec![Vec::new(); threads], vec![Vec::new(); threads]],
+            barriers: vec![Mbarrier::new(threads); barriers],
         };
         let active = vec![true; threads];
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
@@ -229,12 +261,20 @@ impl Block<'_> {
         if cell.pending {
             return Err(InterpError::AsyncPending { block, tile, index });
         }
-        let ready = match cell.written {
-            // A landed cp.async is seen by every thread after the next barrier.
-            Some((w, _)) if cell.asynchronous => w < interval,
-            // Fetched data must come from the barrier interval just before this one.
-            Some((w, _)) => w + 1 == interval,
-            None => false,
+        let ready = match (cell.landed_in, cell.written) {
+            (Some((barrier, phase)), _) => {
+                if !self.barriers[barrier].observed(t, phase) {
+                    return Err(InterpError::TmaPending { block, tile, index });
+                }
+                true
+            }
+            (None, written) => match written {
+                // A landed cp.async is seen by every thread after the next barrier.
+                Some((w, _)) if cell.asynchronous => w < interval,
+                // Fetched data must come from the barrier interval just before this one.
+                Some((w, _)) => w + 1 == interval,
+                None => false,
+            },
         };
         if !ready {
             return Err(InterpError::Uninitialized { block, tile, index });
@@ -268,6 +308,7 @@ impl Block<'_> {
             read: cell.read,
             pending: false,
             asynchronous: false,
+            landed_in: None,
         };
         Ok(())
     }
@@ -299,6 +340,65 @@ impl Block<'_> {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn initialized(&self, barrier: usize) -> Result<(), InterpError> {
+        if self.barriers[barrier].initialized() {
+            Ok(())
+        } else {
+            Err(InterpError::MbarrierUninitialized {
+                block: self.index,
+                barrier,
+            })
+        }
+    }
+
+    /// Thread `t`'s TMA copy of the box of tensor map `params[map]` at `coords` into its
+    /// input's tile from element `at`, as the box lays itself out (zeros outside the
+    /// tensor), completing its bytes on `barrier` in the phase in progress.
+    fn tma_load(
+        &mut self,
+        map: usize,
+        coords: &[Expr],
+        at: &Expr,
+        barrier: usize,
+        t: usize,
+        inputs: &Inputs,
+    ) -> Result<(), InterpError> {
+        let (_, input, tensor) = self.kernel.tensor_map(map);
+        let tensor = tensor.clone();
+        let origin: Vec<i64> = coords.iter().map(|c| self.eval(c, t)).collect();
+        let bytes = i64::from(tensor.dtype.bytes());
+        // Element strides: the innermost dimension is contiguous.
+        let strides: Vec<i64> = std::iter::once(1)
+            .chain(tensor.strides.iter().map(|&s| s as i64 / bytes))
+            .collect();
+        let layout = tensor.shared_layout();
+        let base = self.eval(at, t);
+        let phase = self.barriers[barrier].phase();
+        let elements: i64 = tensor.boxed.iter().map(|&b| i64::from(b)).product();
+        for e in 0..elements {
+            // Box coordinates, innermost first; the row is the outer ones flattened.
+            let (mut rest, mut global, mut inside) = (e, 0, true);
+            for (d, &extent) in tensor.boxed.iter().enumerate() {
+                let x = origin[d] + rest % i64::from(extent);
+                rest /= i64::from(extent);
+                inside &= (0..tensor.dims[d] as i64).contains(&x);
+                global += x * strides[d];
+            }
+            let inner = i64::from(tensor.boxed[0]);
+            let (row, column) = (e / inner, e % inner);
+            let value = if inside {
+                self.read_global(inputs, input, global, t)?
+            } else {
+                0.0
+            };
+            let index = base + layout.offset(row, column);
+            self.write_shared(input, index, t, value)?;
+            self.tiles[input][index as usize].landed_in = Some((barrier, phase));
+        }
+        self.barriers[barrier].land(tensor.box_bytes() as i64);
         Ok(())
     }
 
@@ -448,6 +548,61 @@ impl Block<'_> {
                 }
                 Stmt::AsyncCopy { read, write } => {
                     self.copy((read, write), active, inputs, true)?;
+                }
+                Stmt::MbarrierInit { barrier, arrivals } => {
+                    let count = active.iter().filter(|&&a| a).count();
+                    if count != 1 {
+                        return Err(InterpError::MbarrierInit {
+                            block: self.index,
+                            barrier: *barrier,
+                            threads: count,
+                        });
+                    }
+                    self.barriers[*barrier].init(*arrivals);
+                }
+                Stmt::ArriveExpectTx { barrier, bytes } => {
+                    self.initialized(*barrier)?;
+                    for _ in threads.clone().filter(|&t| active[t]) {
+                        self.barriers[*barrier].arrive(*bytes);
+                    }
+                }
+                Stmt::TmaLoad {
+                    map,
+                    coords,
+                    at,
+                    barrier,
+                } => {
+                    self.initialized(*barrier)?;
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        self.tma_load(*map, coords, at, *barrier, t, inputs)?;
+                    }
+                }
+                Stmt::MbarrierWait { barrier, parity } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let parity = self.eval(parity, t);
+                        self.barriers[*barrier].wait(t, parity).map_err(|e| {
+                            InterpError::MbarrierWait {
+                                block: self.index,
+                                thread: t,
+                                barrier: *barrier,
+                                problem: match e {
+                                    WaitError::Uninitialized => "not initialized".to_string(),
+                                    WaitError::Parity { expected, got } => format!(
+                                        "waited with parity {got} for the phase of parity {expected}"
+                                    ),
+                                    WaitError::Deadlock {
+                                        phase,
+                                        arrived,
+                                        arrivals,
+                                        landed,
+                                        expected,
+                                    } => format!(
+                                        "phase {phase} can never complete: {arrived} of {arrivals} arrivals, {landed} of {expected} bytes (a missing arrival or expect_tx, or a copy of other bytes)"
+                                    ),
+                                },
+                            }
+                        })?;
+                    }
                 }
                 Stmt::CommitGroup => {
                     for t in threads.clone().filter(|&t| active[t]) {
@@ -701,19 +856,26 @@ mod tests {
     /// One block of two threads, two accumulators each, tiles of 4 floats, running
     /// `body` over inputs and an output of 4 floats.
     fn run_body(scope: Scope, body: Vec<Stmt>) -> Result<Vec<f32>, InterpError> {
+        run_with(scope, body, Vec::new())
+    }
+
+    /// `run_body` with `maps` as parameters after the inputs' buffers.
+    fn run_with(scope: Scope, body: Vec<Stmt>, maps: Vec<Param>) -> Result<Vec<f32>, InterpError> {
+        let mut params: Vec<Param> = ["a", "b"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| Param::Buffer {
+                name,
+                role: Role::Input(i),
+                dtype: crate::task::DType::F32,
+            })
+            .collect();
+        params.extend(maps);
         let kernel = Kernel {
             name: "k".to_string(),
             scope,
             shared: SharedPool::FloatTiles,
-            params: ["a", "b"]
-                .into_iter()
-                .enumerate()
-                .map(|(i, name)| Param::Buffer {
-                    name,
-                    role: Role::Input(i),
-                    dtype: crate::task::DType::F32,
-                })
-                .collect(),
+            params,
             relu: false,
             dtype: crate::task::DType::F32,
             out_dtype: crate::task::DType::F32,
@@ -730,6 +892,145 @@ mod tests {
             bias: None,
         };
         run(&kernel, &inputs, 4)
+    }
+
+    /// Both inputs (4 floats each) copied by TMA, with the map of `a` over `a_extent`
+    /// elements, then `out[2t + i] = a_sh[2t + i] * b_sh[2t + i]` on two threads. Thread
+    /// 0 initializes the mbarrier (or every thread, with `init_all`), arrives expecting
+    /// `expect` bytes, and issues both copies; the block waits with `parity` (no wait
+    /// without one).
+    fn run_tma(
+        a_extent: u64,
+        init_all: bool,
+        expect: Option<i64>,
+        parity: Option<i64>,
+    ) -> Result<Vec<f32>, InterpError> {
+        use crate::atom::tma::TensorBox;
+        use crate::atom::wgmma::Swizzle;
+        let mut scope = Scope::new(1, 2);
+        let map = |extent| {
+            TensorBox::matrix(
+                crate::task::DType::F32,
+                1,
+                extent,
+                4,
+                1,
+                0,
+                1,
+                4,
+                Swizzle::None,
+            )
+            .unwrap()
+        };
+        let thread0 = vec![Cond {
+            expr: Expr::ThreadIdx,
+            lo: None,
+            hi: Some(1),
+        }];
+        let load = |map: usize| Stmt::TmaLoad {
+            map,
+            coords: vec![Expr::Const(0), Expr::Const(0)],
+            at: Expr::Const(0),
+            barrier: 0,
+        };
+        let init = Stmt::MbarrierInit {
+            barrier: 0,
+            arrivals: 1,
+        };
+        let mut issue: Vec<Stmt> = expect
+            .map(|bytes| Stmt::ArriveExpectTx { barrier: 0, bytes })
+            .into_iter()
+            .collect();
+        issue.extend([load(2), load(3)]);
+        let mut body = vec![
+            if init_all {
+                init
+            } else {
+                Stmt::If {
+                    conds: thread0.clone(),
+                    body: vec![init],
+                }
+            },
+            Stmt::Sync,
+            Stmt::If {
+                conds: thread0,
+                body: issue,
+            },
+        ];
+        body.extend(parity.map(|p| Stmt::MbarrierWait {
+            barrier: 0,
+            parity: Expr::Const(p),
+        }));
+        let i = scope.var("i", 0, 1);
+        let at = scope.add(scope.mul(Expr::ThreadIdx, 2), Expr::Var(i));
+        body.push(Stmt::ZeroAcc);
+        body.push(Stmt::For {
+            var: i,
+            extent: 2,
+            unroll: true,
+            body: vec![Stmt::Fma {
+                acc: Expr::Var(i),
+                a: at.clone(),
+                b: at,
+            }],
+        });
+        body.push(store_both(&mut scope));
+        let maps = vec![
+            Param::TensorMap {
+                name: "a_map",
+                input: 0,
+                tensor: map(a_extent),
+            },
+            Param::TensorMap {
+                name: "b_map",
+                input: 1,
+                tensor: map(4),
+            },
+        ];
+        run_with(scope, body, maps)
+    }
+
+    #[test]
+    fn tma_copies_land_at_the_mbarrier_phase_and_pad_with_zeros() {
+        assert_eq!(
+            run_tma(4, false, Some(32), Some(0)),
+            Ok(vec![5.0, 12.0, 21.0, 32.0])
+        );
+        // A tensor of 3 elements: the box's fourth is zero.
+        assert_eq!(
+            run_tma(3, false, Some(32), Some(0)),
+            Ok(vec![5.0, 12.0, 21.0, 0.0])
+        );
+    }
+
+    #[test]
+    fn broken_mbarrier_protocols_are_caught() {
+        let problem = |r: Result<Vec<f32>, InterpError>| match r {
+            Err(InterpError::MbarrierWait { problem, .. }) => problem,
+            other => panic!("{other:?}"),
+        };
+        // No expect_tx: the phase never completes.
+        assert!(problem(run_tma(4, false, None, Some(0))).contains("can never complete"));
+        // Expecting fewer bytes than the copies bring: the phase completes with the first
+        // copy, and the second one's data belongs to a phase nobody waited for.
+        assert!(matches!(
+            run_tma(4, false, Some(16), Some(0)),
+            Err(InterpError::TmaPending { tile: 1, .. })
+        ));
+        // Expecting more: the phase never completes.
+        assert!(problem(run_tma(4, false, Some(48), Some(0))).contains("32 of 48 bytes"));
+        // The wrong parity.
+        assert!(problem(run_tma(4, false, Some(32), Some(1))).contains("parity 1"));
+        // No wait: the copies are read before their phase was waited for.
+        assert!(matches!(
+            run_tma(4, false, Some(32), None),
+            Err(InterpError::TmaPending { .. })
+        ));
+        // Every thread initializing the barrier.
+        assert!(matches!(
+            run_tma(4, true, Some(32), Some(0)),
+            Err(InterpError::MbarrierInit { threads: 2, .. })
+        ));
     }
 
     /// `out[2 * t + i] = acc[i]` for both accumulators of thread `t`.

@@ -120,6 +120,28 @@ pub enum Stmt {
     /// elements of the 16×8 product tile as PTX lays them out: rows `lane/4` and
     /// `lane/4 + 8`, columns `2*(lane%4)` and `+1`) += fragment `a` × fragment `b`.
     Mma { acc: i64, a: usize, b: usize },
+    /// Hopper's copies and their barriers (issue 29; no lowering emits them yet).
+    /// `mbarrier.init`: barrier `barrier` of the block (8 bytes of shared memory each)
+    /// expects `arrivals` arrivals per phase. One thread runs it; a block barrier
+    /// publishes it.
+    MbarrierInit { barrier: usize, arrivals: u32 },
+    /// `mbarrier.arrive.expect_tx`: one arrival on `barrier`, whose current phase then
+    /// also waits for `bytes` more bytes from copies.
+    ArriveExpectTx { barrier: usize, bytes: i64 },
+    /// `cp.async.bulk.tensor`: the box of the tensor map `params[map]` (a
+    /// `Param::TensorMap`) at `coords` (innermost first) into its input's shared tile
+    /// from element `at`, as the box lays itself out; its bytes complete on `barrier`.
+    /// Elements outside the tensor are zeros.
+    TmaLoad {
+        map: usize,
+        coords: Vec<Expr>,
+        at: Expr,
+        barrier: usize,
+    },
+    /// Waits until the phase of `barrier` with parity `parity` has completed
+    /// (`mbarrier.try_wait.parity` in a loop); the copies that completed it are then
+    /// visible to the waiting threads.
+    MbarrierWait { barrier: usize, parity: Expr },
     /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`; with `atomic`,
     /// `if (valid) atomicAdd(&out[out], acc[acc] (+ bias[bias]))` instead (split-K: the
     /// blocks of one output tile add their partial sums into the zeroed output). The
@@ -389,9 +411,13 @@ pub enum Param {
         role: Role,
         dtype: crate::task::DType,
     },
-    /// A 128-byte `CUtensorMap` passed by value (`__grid_constant__`), describing a TMA
-    /// copy's tensor: none is lowered yet.
-    TensorMap { name: &'static str },
+    /// A 128-byte `CUtensorMap` passed by value (`__grid_constant__`): the TMA view
+    /// `tensor` of input `input`, whose boxes `Stmt::TmaLoad` copies.
+    TensorMap {
+        name: &'static str,
+        input: usize,
+        tensor: crate::atom::tma::TensorBox,
+    },
 }
 
 /// How a kernel declares its shared memory.
@@ -432,6 +458,34 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// The mbarriers the body uses: one more than the highest index it names.
+    pub fn barriers(&self) -> usize {
+        let mut count = 0;
+        Stmt::walk(&self.body, &mut |s| {
+            if let Stmt::MbarrierInit { barrier, .. }
+            | Stmt::ArriveExpectTx { barrier, .. }
+            | Stmt::TmaLoad { barrier, .. }
+            | Stmt::MbarrierWait { barrier, .. } = s
+            {
+                count = count.max(barrier + 1);
+            }
+        });
+        count
+    }
+
+    /// The tensor map parameter `params[map]` that a TMA load names: its name, its
+    /// input and its box.
+    pub fn tensor_map(&self, map: usize) -> (&'static str, usize, &crate::atom::tma::TensorBox) {
+        match self.params.get(map) {
+            Some(Param::TensorMap {
+                name,
+                input,
+                tensor,
+            }) => (name, *input, tensor),
+            _ => panic!("parameter {map} of {} is not a tensor map", self.name),
+        }
+    }
+
     /// The name of input `i`'s parameter.
     pub fn input(&self, i: usize) -> &'static str {
         self.params

@@ -24,6 +24,7 @@ pub mod invalid;
 pub mod ir;
 pub mod launch;
 pub mod lower;
+pub mod mbarrier;
 pub mod mma;
 pub mod network;
 pub mod reference;

@@ -141,6 +141,47 @@ impl TensorBox {
     }
 }
 
+/// The C type a kernel receives a tensor map as (`const __grid_constant__`): the
+/// driver's 128 opaque bytes, without the driver's header.
+pub const MAP_TYPE_C: &str = "struct __align__(64) TmaMap { unsigned long long opaque[16]; };";
+
+/// `mbarrier.init` of the barrier at 32-bit shared address `bar` for `arrivals`
+/// arrivals per phase.
+pub fn mbarrier_init_c(bar: &str, arrivals: u32) -> String {
+    format!(
+        "asm volatile(\"mbarrier.init.shared::cta.b64 [%0], {arrivals};\" :: \"r\"({bar}) : \"memory\");"
+    )
+}
+
+/// One arrival on the barrier at `bar` that also expects `bytes` from copies.
+pub fn arrive_expect_tx_c(bar: &str, bytes: i64) -> String {
+    format!(
+        "asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {bytes};\" :: \"r\"({bar}) : \"memory\");"
+    )
+}
+
+/// The copy of the box of the tensor map named `map` at `coords` (innermost first,
+/// 32-bit C expressions) to 32-bit shared address `dst`, completing on `bar`.
+pub fn load_c(map: &str, coords: &[String], dst: &str, bar: &str) -> String {
+    let slots: Vec<String> = (0..coords.len()).map(|i| format!("%{}", i + 3)).collect();
+    let operands: Vec<String> = coords.iter().map(|c| format!("\"r\"({c})")).collect();
+    format!(
+        "asm volatile(\"cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%2];\" \
+         :: \"r\"({dst}), \"l\"((unsigned long long)&{map}), \"r\"({bar}), {} : \"memory\");",
+        coords.len(),
+        slots.join(", "),
+        operands.join(", ")
+    )
+}
+
+/// Waits until the phase of parity `parity` (a C expression) of the barrier at `bar`
+/// has completed.
+pub fn wait_parity_c(bar: &str, parity: &str) -> String {
+    format!(
+        "asm volatile(\"{{ .reg .pred done; wait: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1; @!done bra wait; }}\" :: \"r\"({bar}), \"r\"({parity}) : \"memory\");"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
