@@ -14,6 +14,12 @@
 //! branch around a barrier is legal). Tests compare its output with `reference`, the
 //! contraction evaluated straight from its definition.
 //!
+//! Hopper's TMA copies land in shared memory when their mbarrier phase completes
+//! (`mbarrier`: arrivals and transaction bytes balance), zero-filled outside the tensor
+//! and laid out as the box says; a thread may read them once it has waited for that
+//! phase. A wait that can never be satisfied, a wait of the wrong parity and a read
+//! before the wait are errors, as is an mbarrier initialized by more than one thread.
+//!
 //! It runs the nest exactly as it is printed, transforms included (register prefetch,
 //! see `prefetch`): register arrays are per thread, and reading a slot that no load
 //! filled since the array's declaration is an error; register loads check global
