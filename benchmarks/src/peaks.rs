@@ -14,9 +14,7 @@ use gpu::DeviceInfo;
 use gpu::cuda::{Context, CudaError, Function};
 use gpu::timing::{self, SPIN_PTX, TimingConfig};
 use schedule::atom::SharedTileLayout;
-use schedule::atom::wgmma::{
-    COMMIT_C, FENCE_C, Swizzle, WARPGROUP_THREADS, WgmmaAtom, descriptor_c, wait_c,
-};
+use schedule::atom::wgmma::{COMMIT_C, FENCE_C, Swizzle, WARPGROUP_THREADS, WgmmaAtom, wait_c};
 use schedule::{DType, LaunchConfig, Target};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
@@ -306,26 +304,14 @@ pub fn wgmma_source(dtype: DType) -> Option<(String, String)> {
         s,
         "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(const unsigned short* in, float* out, unsigned long long iters) {{"
     );
-    let _ = writeln!(
-        s,
-        "  __shared__ __align__(1024) unsigned short a_sh[{}];",
-        atom.m * k
-    );
-    let _ = writeln!(
-        s,
-        "  __shared__ __align__(1024) unsigned short b_sh[{}];",
-        WGMMA_N * k
-    );
-    let _ = writeln!(
-        s,
-        "  for (int i = threadIdx.x; i < {}; i += {threads}) a_sh[i] = in[i % 8];",
-        atom.m * k
-    );
-    let _ = writeln!(
-        s,
-        "  for (int i = threadIdx.x; i < {}; i += {threads}) b_sh[i] = in[i % 8];",
-        WGMMA_N * k
-    );
+    for (tile, rows) in [("a_sh", atom.m), ("b_sh", WGMMA_N)] {
+        let _ = writeln!(
+            s,
+            "  __shared__ __align__(1024) unsigned short {tile}[{}];\n  for (int i = threadIdx.x; i < {}; i += {threads}) {tile}[i] = in[i % 8];",
+            rows * k,
+            rows * k
+        );
+    }
     s.push_str(
         "  asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n  __syncthreads();\n",
     );
@@ -339,11 +325,8 @@ pub fn wgmma_source(dtype: DType) -> Option<(String, String)> {
     s.push_str("  const unsigned b0 = (unsigned)__cvta_generic_to_shared(b_sh);\n");
     let _ = writeln!(s, "  {FENCE_C}");
     s.push_str("  for (unsigned long long i = 0; i < iters; ++i) {\n");
-    for step in 0..WGMMA_STEPS {
-        let offset = step * atom.k * 2;
-        let a = descriptor_c(&format!("a0 + {offset}"), row_bytes, swizzle);
-        let b = descriptor_c(&format!("b0 + {offset}"), row_bytes, swizzle);
-        let _ = writeln!(s, "    {}", atom.issue_c(WGMMA_N, "acc", &a, &b));
+    for issue in atom.k_tile_c(WGMMA_N, "acc", ("a0", "b0"), row_bytes, swizzle) {
+        let _ = writeln!(s, "    {issue}");
     }
     let _ = writeln!(s, "    {COMMIT_C}\n    {}\n  }}", wait_c(1));
     let _ = writeln!(s, "  {}", wait_c(0));

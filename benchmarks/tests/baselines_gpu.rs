@@ -632,16 +632,21 @@ fn the_newest_copy_is_loaded_and_reports_its_version() {
     }
 }
 
-#[test]
-#[ignore = "needs a GPU"]
-fn mma_sync_peaks_run() {
-    let (ctx, device) = context();
-    let cfg = TimingConfig {
+/// A short timing for the peak kernels: they only need to run and rank.
+fn peak_timing() -> TimingConfig {
+    TimingConfig {
         warmup: 2,
         min_time_ms: 20.0,
         min_repeats: 5,
         max_repeats: 200,
-    };
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn mma_sync_peaks_run() {
+    let (ctx, device) = context();
+    let cfg = peak_timing();
     for dtype in [DType::Tf32, DType::Fp16, DType::Bf16] {
         let peak = peaks::measure_tensor(&ctx, &device, &cfg, dtype)
             .unwrap()
@@ -665,12 +670,7 @@ fn mma_sync_peaks_run() {
 #[ignore = "needs a Hopper GPU"]
 fn wgmma_peaks_run_above_mma_sync() {
     let (ctx, device) = context();
-    let cfg = TimingConfig {
-        warmup: 2,
-        min_time_ms: 20.0,
-        min_repeats: 5,
-        max_repeats: 200,
-    };
+    let cfg = peak_timing();
     for dtype in [DType::Fp16, DType::Bf16] {
         let mma = peaks::measure_tensor(&ctx, &device, &cfg, dtype)
             .unwrap()

@@ -4,10 +4,12 @@
 //! output type; the exact check passes the reference against itself; an output that
 //! nothing writes reads back as NaN in its own type. Needs NVRTC and a GPU.
 
+mod common;
+
 use gpu::buffers::BufferSets;
 use gpu::check::first_mismatch;
-use gpu::cuda::{self, Context, CudaError};
-use gpu::{DeviceInfo, Problem, element};
+use gpu::cuda::CudaError;
+use gpu::{Problem, element};
 use schedule::reference::reference_kernel;
 use schedule::{DType, Epilogue, Layout, Task, interp, parse_shape};
 
@@ -21,9 +23,7 @@ fn task(op: &str, shape: &str, epilogue: Epilogue, types: (DType, DType)) -> Tas
 #[test]
 #[ignore = "needs a GPU"]
 fn half_reference_kernels_compute_the_definition() {
-    assert!(cuda::driver_present(), "no CUDA driver on this machine");
-    let ctx = Context::new(0).expect("a context on GPU 0");
-    let device = DeviceInfo::query(&ctx).expect("device attributes");
+    let (ctx, device) = common::gpu();
     let bias_relu = Epilogue {
         bias: true,
         relu: true,

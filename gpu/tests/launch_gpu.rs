@@ -5,8 +5,9 @@
 //! index: launched on a 3-D grid, once without clusters (`cuLaunchKernelEx` not used)
 //! and once in clusters of two along x. Needs NVRTC and a Hopper GPU.
 
-use gpu::DeviceInfo;
-use gpu::cuda::{self, Bytes128, Context, KernelArg, LoadedKernel};
+mod common;
+
+use gpu::cuda::{Bytes128, KernelArg, LoadedKernel};
 use schedule::{Dim3, LaunchConfig};
 
 const PROBE: &str = r#"
@@ -28,9 +29,7 @@ extern "C" __global__ void launch_probe(const __grid_constant__ Blob blob,
 #[test]
 #[ignore = "needs a Hopper GPU"]
 fn three_dimensional_grids_clusters_and_128_byte_parameters_launch() {
-    assert!(cuda::driver_present(), "no CUDA driver on this machine");
-    let ctx = Context::new(0).expect("a context on GPU 0");
-    let device = DeviceInfo::query(&ctx).expect("device attributes");
+    let (ctx, device) = common::gpu();
     let compiled = gpu::compile(PROBE, "launch_probe", &device.arch()).expect("the probe");
     let mut blob = Bytes128([0; 128]);
     for (i, b) in blob.0.iter_mut().enumerate() {

@@ -7,8 +7,9 @@
 //! the parts of the box past the tensor's edges must be zeros: for a box inside a
 //! 100×80 tensor and for boxes hanging over its edges. Needs a Hopper GPU.
 
-use gpu::DeviceInfo;
-use gpu::cuda::{self, Context, KernelArg, LoadedKernel};
+mod common;
+
+use gpu::cuda::{KernelArg, LoadedKernel};
 use gpu::tensor_map;
 use schedule::atom::tma::TensorBox;
 use schedule::atom::wgmma::Swizzle;
@@ -59,9 +60,7 @@ fn the_probe_compiles() {
 #[test]
 #[ignore = "needs a Hopper GPU"]
 fn a_tensor_map_box_lands_in_the_swizzled_layout_with_zeros_past_the_edges() {
-    assert!(cuda::driver_present(), "no CUDA driver on this machine");
-    let ctx = Context::new(0).expect("a context on GPU 0");
-    let device = DeviceInfo::query(&ctx).expect("device attributes");
+    let (ctx, device) = common::gpu();
     let compiled = gpu::compile(PROBE, "tma_probe", &device.arch()).expect("the probe");
     let kernel = LoadedKernel::load(
         &compiled.cubin,
@@ -276,9 +275,7 @@ fn the_ir_kernel_interprets_and_compiles() {
 #[test]
 #[ignore = "needs a Hopper GPU"]
 fn the_ir_kernel_runs_as_interpreted() {
-    assert!(cuda::driver_present(), "no CUDA driver on this machine");
-    let ctx = Context::new(0).expect("a context on GPU 0");
-    let device = DeviceInfo::query(&ctx).expect("device attributes");
+    let (ctx, device) = common::gpu();
     let kernel = ir_kernel();
     let source = cuda_source(&kernel, &[]);
     let compiled = gpu::compile(&source, &kernel.name, &device.arch()).expect("compile");

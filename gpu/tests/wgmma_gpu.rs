@@ -8,12 +8,10 @@
 //! the arch-specific target (`Target::ArchSpecific`: sm_90a). Needs NVRTC and a Hopper
 //! GPU.
 
-use gpu::DeviceInfo;
-use gpu::cuda::{self, Context};
+mod common;
+
 use schedule::atom::SharedTileLayout;
-use schedule::atom::wgmma::{
-    COMMIT_C, FENCE_C, Swizzle, WARPGROUP_THREADS, WgmmaAtom, descriptor_c, wait_c,
-};
+use schedule::atom::wgmma::{COMMIT_C, FENCE_C, Swizzle, WARPGROUP_THREADS, WgmmaAtom, wait_c};
 use schedule::{DType, LaunchConfig, Target};
 use std::fmt::Write;
 
@@ -64,11 +62,8 @@ fn probe(atom: &WgmmaAtom, n: i64) -> String {
     s.push_str("  const unsigned a0 = (unsigned)__cvta_generic_to_shared(a_sh);\n");
     s.push_str("  const unsigned b0 = (unsigned)__cvta_generic_to_shared(b_sh);\n");
     let _ = writeln!(s, "  {FENCE_C}");
-    for step in 0..K / atom.k {
-        let offset = step * atom.k * 2;
-        let a = descriptor_c(&format!("a0 + {offset}"), row_bytes, swizzle);
-        let b = descriptor_c(&format!("b0 + {offset}"), row_bytes, swizzle);
-        let _ = writeln!(s, "  {}", atom.issue_c(n, "acc", &a, &b));
+    for issue in atom.k_tile_c(n, "acc", ("a0", "b0"), row_bytes, swizzle) {
+        let _ = writeln!(s, "  {issue}");
     }
     let _ = writeln!(s, "  {COMMIT_C}\n  {}", wait_c(0));
     for v in 0..d.values {
@@ -111,9 +106,7 @@ fn the_probes_compile_for_the_arch_specific_target() {
 #[test]
 #[ignore = "needs a Hopper GPU"]
 fn the_wgmma_atom_multiplies_as_the_hardware_does() {
-    assert!(cuda::driver_present(), "no CUDA driver on this machine");
-    let ctx = Context::new(0).expect("a context on GPU 0");
-    let device = DeviceInfo::query(&ctx).expect("device attributes");
+    let (ctx, device) = common::gpu();
     let arch = Target::ArchSpecific.arch(&device.arch());
     for dtype in [DType::Fp16, DType::Bf16] {
         let atom = WgmmaAtom::for_dtype(dtype).expect("a half type");

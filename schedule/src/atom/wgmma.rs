@@ -201,7 +201,34 @@ impl WgmmaAtom {
             outputs.join(", "),
         )
     }
+
+    /// The C statements that multiply one K tile of K-major operands whose rows are
+    /// `row_bytes` long (one swizzle row, so the tile is `row_bytes / (2 k)` k-steps):
+    /// per step, the descriptors of A and B at shared byte addresses `a` and `b` (32-bit
+    /// C expressions) advanced by the step's bytes within the row; the hardware applies
+    /// the swizzle to the advanced addresses.
+    pub fn k_tile_c(
+        &self,
+        n: i64,
+        acc: &str,
+        (a, b): (&str, &str),
+        row_bytes: u32,
+        swizzle: Swizzle,
+    ) -> Vec<String> {
+        let step_bytes = self.k * ELEMENT_BYTES;
+        (0..i64::from(row_bytes) / step_bytes)
+            .map(|step| {
+                let offset = step * step_bytes;
+                let a = descriptor_c(&format!("{a} + {offset}"), row_bytes, swizzle);
+                let b = descriptor_c(&format!("{b} + {offset}"), row_bytes, swizzle);
+                self.issue_c(n, acc, &a, &b)
+            })
+            .collect()
+    }
 }
+
+/// Bytes of an operand element (fp16 or bf16).
+const ELEMENT_BYTES: i64 = 2;
 
 /// `wgmma.fence`: before the first instruction that touches accumulators (or operand
 /// registers) other code wrote.
