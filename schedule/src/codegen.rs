@@ -10,9 +10,11 @@
 //! register array `array` is named `pf{array}`.
 
 use crate::atom::fragment::{self, lane_c};
+use crate::atom::wgmma::{self, WgmmaAtom};
 use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout, Term, tma};
 use crate::ir::{
     Cond, Expr, GlobalRead, Kernel, Param, Role, Scope, SharedPool, SharedWrite, Stmt,
+    WgmmaOperand,
 };
 use crate::launch::Target;
 use crate::task::DType;
@@ -212,9 +214,9 @@ fn has_tma(kernel: &Kernel) -> bool {
     tma
 }
 
-/// The 32-bit shared address of mbarrier `barrier`.
-fn barrier_address(barrier: usize) -> String {
-    format!("barrier_base + {}", 8 * barrier)
+/// The 32-bit shared address of mbarrier `barrier` (a C expression).
+fn barrier_address(barrier: &str) -> String {
+    format!("barrier_base + 8 * ({barrier})")
 }
 
 struct Printer<'a> {
@@ -516,6 +518,17 @@ impl Printer<'_> {
         );
     }
 
+    /// Keeps the compiler from moving accumulator accesses across the asynchronous
+    /// MMAs' fence and wait: an empty asm that "writes" every accumulator.
+    fn fence_accumulators(&self, out: &mut String, pad: &str) {
+        let n = self.kernel.accumulators;
+        let _ = writeln!(out, "{pad}#pragma unroll");
+        let _ = writeln!(
+            out,
+            "{pad}for (int i = 0; i < {n}; ++i) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");"
+        );
+    }
+
     /// The statements of a body, each at `depth`.
     fn body(&self, out: &mut String, body: &[Stmt], depth: usize) {
         for s in body {
@@ -630,11 +643,11 @@ impl Printer<'_> {
                 *k_major,
             ),
             Stmt::MbarrierInit { barrier, arrivals } => {
-                let bar = barrier_address(*barrier);
+                let bar = barrier_address(&self.expr(barrier));
                 let _ = writeln!(out, "{pad}{}", tma::mbarrier_init_c(&bar, *arrivals));
             }
             Stmt::ArriveExpectTx { barrier, bytes } => {
-                let bar = barrier_address(*barrier);
+                let bar = barrier_address(&self.expr(barrier));
                 let _ = writeln!(out, "{pad}{}", tma::arrive_expect_tx_c(&bar, *bytes));
             }
             Stmt::TmaLoad {
@@ -646,12 +659,41 @@ impl Printer<'_> {
                 let (name, input, _) = self.kernel.tensor_map(*map);
                 let coords: Vec<String> = coords.iter().map(|c| self.expr(c)).collect();
                 let dst = self.tile_address(input, &self.expr(at));
-                let bar = barrier_address(*barrier);
+                let bar = barrier_address(&self.expr(barrier));
                 let _ = writeln!(out, "{pad}{}", tma::load_c(name, &coords, &dst, &bar));
             }
             Stmt::MbarrierWait { barrier, parity } => {
-                let bar = barrier_address(*barrier);
+                let bar = barrier_address(&self.expr(barrier));
                 let _ = writeln!(out, "{pad}{}", tma::wait_parity_c(&bar, &self.expr(parity)));
+            }
+            Stmt::MbarrierArrive { barrier } => {
+                let bar = barrier_address(&self.expr(barrier));
+                let _ = writeln!(out, "{pad}{}", tma::arrive_c(&bar));
+            }
+            Stmt::WgmmaFence => {
+                self.fence_accumulators(out, &pad);
+                let _ = writeln!(out, "{pad}{}", wgmma::FENCE_C);
+            }
+            Stmt::WgmmaCommit => {
+                let _ = writeln!(out, "{pad}{}", wgmma::COMMIT_C);
+            }
+            Stmt::WgmmaWait { pending } => {
+                let _ = writeln!(out, "{pad}{}", wgmma::wait_c(*pending));
+                self.fence_accumulators(out, &pad);
+            }
+            Stmt::Wgmma { acc, n, a, b } => {
+                let atom = WgmmaAtom::for_dtype(self.kernel.dtype)
+                    .expect("wgmma kernels have half inputs");
+                let descriptor = |operand: &WgmmaOperand| {
+                    let off = self.kernel.tile_offsets[operand.input] * 2;
+                    let at = format!("shared_base + (unsigned)({off} + {})", self.expr(&operand.start));
+                    operand.layout.descriptor_c(&at)
+                };
+                let _ = writeln!(
+                    out,
+                    "{pad}{}",
+                    atom.issue_c(*n, ("acc", *acc), (&descriptor(a), &descriptor(b)), b.layout.major)
+                );
             }
             Stmt::Mma { acc, a, b } => {
                 let shape = MmaAtom::sizing(self.kernel.dtype).ptx;

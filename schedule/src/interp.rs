@@ -30,7 +30,8 @@
 //! unique in the kernel, so they need no restoring.)
 
 use crate::atom::MmaAtom;
-use crate::ir::{Cond, Expr, GlobalRead, Kernel, SharedWrite, Stmt};
+use crate::atom::wgmma::{FP16_M64K16, WgmmaAtom, swizzle_address};
+use crate::ir::{Cond, Expr, GlobalRead, Kernel, SharedWrite, Stmt, WgmmaOperand};
 use crate::mbarrier::{Mbarrier, WaitError};
 use crate::task::Contraction;
 use thiserror::Error;
@@ -114,6 +115,44 @@ pub enum InterpError {
         barrier: usize,
         problem: String,
     },
+    #[error("block {block}: mbarrier {barrier} outside the {count} the kernel declares")]
+    MbarrierIndex {
+        block: usize,
+        barrier: i64,
+        count: usize,
+    },
+    #[error("block {block}: a warpgroup instruction run by only part of warpgroup {warpgroup}")]
+    PartialWarpgroup { block: usize, warpgroup: usize },
+    #[error(
+        "block {block} warpgroup {warpgroup}: wgmma on accumulators written since the last wgmma.fence (missing fence)"
+    )]
+    MissingFence { block: usize, warpgroup: usize },
+    #[error(
+        "block {block} thread {thread}: accumulator {index} read before the wgmma group writing it completed (missing wait_group)"
+    )]
+    AccumulatorPending {
+        block: usize,
+        thread: usize,
+        index: usize,
+    },
+    #[error(
+        "block {block}: shared element {index} of tile {tile} read by wgmma, which reads only what TMA wrote and its warpgroup waited for"
+    )]
+    WgmmaOperand {
+        block: usize,
+        tile: usize,
+        index: i64,
+    },
+    #[error(
+        "block {block} thread {thread}: shared element {index} of tile {tile} overwritten while warpgroup {warpgroup}'s MMAs may still read it (released too early, or not known to be released)"
+    )]
+    WgmmaRace {
+        block: usize,
+        thread: usize,
+        tile: usize,
+        index: i64,
+        warpgroup: usize,
+    },
     #[error(
         "block {block} thread {thread}: MMA fragment {frag} of input {input} used before it was loaded"
     )]
@@ -148,6 +187,9 @@ struct Cell {
     /// Written by a TMA copy completing on (mbarrier, phase): readable by the threads
     /// that have waited for that phase.
     landed_in: Option<(usize, u64)>,
+    /// Last read by warpgroup MMAs: (warpgroup, group), the group counted from 0. It
+    /// may be overwritten by a thread that knows that group completed.
+    wgmma_read: Option<(usize, u64)>,
 }
 
 /// One declared register array (`Stmt::Registers`) of every thread of a block.
@@ -180,6 +222,50 @@ struct Block<'k> {
     fragments: [Vec<Vec<Option<Vec<f32>>>>; 2],
     /// The block's mbarriers.
     barriers: Vec<Mbarrier>,
+    /// The warpgroup MMAs' asynchronous state.
+    warpgroups: Warpgroups,
+}
+
+/// Threads of a warpgroup.
+const WARPGROUP: usize = crate::atom::wgmma::WARPGROUP_THREADS as usize;
+
+/// What the interpreter tracks of warpgroup MMAs: per warpgroup the groups committed
+/// and completed; per thread which group its accumulators wait for, whether ordinary
+/// code wrote them since the last fence, and how many groups of each warpgroup it
+/// knows to have completed (its own warpgroup's, every warpgroup's after a block
+/// barrier, or what an mbarrier phase it waited for carried).
+struct Warpgroups {
+    committed: Vec<u64>,
+    retired: Vec<u64>,
+    pending: Vec<Vec<Option<u64>>>,
+    unfenced: Vec<bool>,
+    known: Vec<Vec<u64>>,
+}
+
+impl Warpgroups {
+    fn new(warpgroups: usize, threads: usize, accumulators: usize) -> Warpgroups {
+        Warpgroups {
+            committed: vec![0; warpgroups],
+            retired: vec![0; warpgroups],
+            pending: vec![vec![None; accumulators]; threads],
+            unfenced: vec![false; threads],
+            known: vec![vec![0; warpgroups]; threads],
+        }
+    }
+
+    /// Groups of each warpgroup that thread `t` knows to have completed.
+    fn knowledge(&self, t: usize) -> Vec<u64> {
+        let mut known = self.known[t].clone();
+        let own = t / WARPGROUP;
+        known[own] = known[own].max(self.retired[own]);
+        known
+    }
+
+    fn learn(&mut self, t: usize, carried: &[u64]) {
+        for (k, c) in self.known[t].iter_mut().zip(carried) {
+            *k = (*k).max(*c);
+        }
+    }
 }
 
 /// Runs `kernel` on the CPU and returns its output (`out_len` elements).
@@ -200,8 +286,10 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         pending: false,
         asynchronous: false,
         landed_in: None,
+        wgmma_read: None,
     };
     let barriers = kernel.barriers();
+    let warpgroups = threads.div_ceil(WARPGROUP);
     for b in 0..kernel.launch.blocks() as usize {
         let mut block = Block {
             kernel,
@@ -220,6 +308,7 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
             groups: vec![Default::default(); threads],
             fragments: [vec![Vec::new(); threads], vec![Vec::new(); threads]],
             barriers: vec![Mbarrier::new(threads); barriers],
+            warpgroups: Warpgroups::new(warpgroups, threads, kernel.accumulators as usize),
         };
         let active = vec![true; threads];
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
@@ -308,6 +397,17 @@ impl Block<'_> {
         if matches!(cell.read, Some((i, r)) if i == interval && r != t) {
             return Err(InterpError::Race { block, tile, index });
         }
+        if let Some((warpgroup, group)) = cell.wgmma_read
+            && self.warpgroups.knowledge(t)[warpgroup] <= group
+        {
+            return Err(InterpError::WgmmaRace {
+                block,
+                thread: t,
+                tile,
+                index,
+                warpgroup,
+            });
+        }
         *cell = Cell {
             value,
             written: Some((interval, t)),
@@ -315,6 +415,7 @@ impl Block<'_> {
             pending: false,
             asynchronous: false,
             landed_in: None,
+            wgmma_read: None,
         };
         Ok(())
     }
@@ -344,6 +445,114 @@ impl Block<'_> {
                 } else {
                     self.write_shared(write.input, at, t, value)?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The mbarrier that `barrier` names for thread `t`.
+    fn barrier(&self, barrier: &Expr, t: usize) -> Result<usize, InterpError> {
+        let b = self.eval(barrier, t);
+        usize::try_from(b)
+            .ok()
+            .filter(|&b| b < self.barriers.len())
+            .ok_or(InterpError::MbarrierIndex {
+                block: self.index,
+                barrier: b,
+                count: self.barriers.len(),
+            })
+    }
+
+    /// The warpgroups that run a warpgroup instruction: those with an active thread,
+    /// which must be active whole.
+    fn warpgroups_of(&self, active: &[bool]) -> Result<Vec<usize>, InterpError> {
+        let mut out = Vec::new();
+        for (w, threads) in active.chunks(WARPGROUP).enumerate() {
+            match (threads.iter().any(|&a| a), threads.iter().all(|&a| a)) {
+                (false, _) => {}
+                (true, true) if threads.len() == WARPGROUP => out.push(w),
+                _ => {
+                    return Err(InterpError::PartialWarpgroup {
+                        block: self.index,
+                        warpgroup: w,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Operand element (`mn`, `k`) of a warpgroup MMA read by warpgroup `w` through
+    /// `operand`'s descriptor: where the hardware finds it (the canonical layout, then
+    /// the swizzle of the address), readable only if TMA wrote it in a phase every
+    /// thread of the warpgroup waited for. The read is recorded against the group the
+    /// MMA joins.
+    fn operand(
+        &mut self,
+        w: usize,
+        operand: &WgmmaOperand,
+        (mn, k): (i64, i64),
+        group: u64,
+    ) -> Result<f32, InterpError> {
+        let leader = w * WARPGROUP;
+        let bytes = self.eval(&operand.start, leader) + operand.layout.offset(mn, k);
+        let index = swizzle_address(bytes, operand.layout.swizzle) / 2;
+        let (block, tile) = (self.index, operand.input);
+        let cell = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.tiles[tile].get(i))
+            .copied()
+            .ok_or(InterpError::Uninitialized { block, tile, index })?;
+        let Some((barrier, phase)) = cell.landed_in else {
+            return Err(InterpError::WgmmaOperand { block, tile, index });
+        };
+        if (leader..leader + WARPGROUP).any(|t| !self.barriers[barrier].observed(t, phase)) {
+            return Err(InterpError::TmaPending { block, tile, index });
+        }
+        self.tiles[tile][index as usize].wgmma_read = Some((w, group));
+        Ok(cell.value)
+    }
+
+    /// Warpgroup `w`'s MMA into accumulators `acc..acc + n/2` of each of its threads.
+    fn wgmma(
+        &mut self,
+        w: usize,
+        (acc, n): (i64, i64),
+        [a, b]: [&WgmmaOperand; 2],
+    ) -> Result<(), InterpError> {
+        let leader = w * WARPGROUP;
+        if (leader..leader + WARPGROUP).any(|t| self.warpgroups.unfenced[t]) {
+            return Err(InterpError::MissingFence {
+                block: self.index,
+                warpgroup: w,
+            });
+        }
+        let group = self.warpgroups.committed[w];
+        let atom = WgmmaAtom::for_dtype(self.kernel.dtype).unwrap_or(&FP16_M64K16);
+        let (m, k) = (atom.m, atom.k);
+        let mut av = vec![0.0; (m * k) as usize];
+        for r in 0..m {
+            for x in 0..k {
+                av[(r * k + x) as usize] = self.operand(w, a, (r, x), group)?;
+            }
+        }
+        let mut bv = vec![0.0; (k * n) as usize];
+        for x in 0..k {
+            for c in 0..n {
+                bv[(x * n + c) as usize] = self.operand(w, b, (c, x), group)?;
+            }
+        }
+        let layout = WgmmaAtom::accumulator(n);
+        for t in leader..leader + WARPGROUP {
+            for v in 0..layout.values {
+                let (r, c) = layout.coord((t - leader) as i64, v);
+                let i = self.acc_slot(&Expr::Const(acc + v), t)?;
+                let mut sum = self.acc[t][i];
+                for x in 0..k {
+                    sum = av[(r * k + x) as usize].mul_add(bv[(x * n + c) as usize], sum);
+                }
+                self.acc[t][i] = sum;
+                self.warpgroups.pending[t][i] = Some(group);
             }
         }
         Ok(())
@@ -543,10 +752,15 @@ impl Block<'_> {
                         return Err(InterpError::DivergentBarrier { block: self.index });
                     }
                     self.interval += 1;
+                    let retired = self.warpgroups.retired.clone();
+                    for t in threads.clone() {
+                        self.warpgroups.learn(t, &retired);
+                    }
                 }
                 Stmt::ZeroAcc => {
                     for t in threads.clone().filter(|&t| active[t]) {
                         self.acc[t].fill(0.0);
+                        self.warpgroups.unfenced[t] = true;
                     }
                 }
                 Stmt::Fetch { read, write } => {
@@ -556,20 +770,31 @@ impl Block<'_> {
                     self.copy((read, write), active, inputs, true)?;
                 }
                 Stmt::MbarrierInit { barrier, arrivals } => {
-                    let count = active.iter().filter(|&&a| a).count();
-                    if count != 1 {
+                    let threads: Vec<usize> = threads.clone().filter(|&t| active[t]).collect();
+                    let b = self.barrier(barrier, threads[0])?;
+                    if threads.len() != 1 {
                         return Err(InterpError::MbarrierInit {
                             block: self.index,
-                            barrier: *barrier,
-                            threads: count,
+                            barrier: b,
+                            threads: threads.len(),
                         });
                     }
-                    self.barriers[*barrier].init(*arrivals);
+                    self.barriers[b].init(*arrivals);
                 }
                 Stmt::ArriveExpectTx { barrier, bytes } => {
-                    self.initialized(*barrier)?;
-                    for _ in threads.clone().filter(|&t| active[t]) {
-                        self.barriers[*barrier].arrive(*bytes);
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let b = self.barrier(barrier, t)?;
+                        self.initialized(b)?;
+                        self.barriers[b].arrive(*bytes);
+                    }
+                }
+                Stmt::MbarrierArrive { barrier } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        let b = self.barrier(barrier, t)?;
+                        self.initialized(b)?;
+                        let knowledge = self.warpgroups.knowledge(t);
+                        self.barriers[b].release(&knowledge);
+                        self.barriers[b].arrive(0);
                     }
                 }
                 Stmt::TmaLoad {
@@ -578,19 +803,21 @@ impl Block<'_> {
                     at,
                     barrier,
                 } => {
-                    self.initialized(*barrier)?;
                     for t in threads.clone().filter(|&t| active[t]) {
-                        self.tma_load(*map, coords, at, *barrier, t, inputs)?;
+                        let b = self.barrier(barrier, t)?;
+                        self.initialized(b)?;
+                        self.tma_load(*map, coords, at, b, t, inputs)?;
                     }
                 }
                 Stmt::MbarrierWait { barrier, parity } => {
                     for t in threads.clone().filter(|&t| active[t]) {
+                        let b = self.barrier(barrier, t)?;
                         let parity = self.eval(parity, t);
-                        self.barriers[*barrier].wait(t, parity).map_err(|e| {
+                        let phase = self.barriers[b].wait(t, parity).map_err(|e| {
                             InterpError::MbarrierWait {
                                 block: self.index,
                                 thread: t,
-                                barrier: *barrier,
+                                barrier: b,
                                 problem: match e {
                                     WaitError::Uninitialized => "not initialized".to_string(),
                                     WaitError::Parity { expected, got } => format!(
@@ -608,6 +835,32 @@ impl Block<'_> {
                                 },
                             }
                         })?;
+                        let carried = self.barriers[b].carried(phase).to_vec();
+                        self.warpgroups.learn(t, &carried);
+                    }
+                }
+                Stmt::WgmmaFence => {
+                    for w in self.warpgroups_of(active)? {
+                        for t in w * WARPGROUP..(w + 1) * WARPGROUP {
+                            self.warpgroups.unfenced[t] = false;
+                        }
+                    }
+                }
+                Stmt::Wgmma { acc, n, a, b } => {
+                    for w in self.warpgroups_of(active)? {
+                        self.wgmma(w, (*acc, *n), [a, b])?;
+                    }
+                }
+                Stmt::WgmmaCommit => {
+                    for w in self.warpgroups_of(active)? {
+                        self.warpgroups.committed[w] += 1;
+                    }
+                }
+                Stmt::WgmmaWait { pending } => {
+                    for w in self.warpgroups_of(active)? {
+                        let done = self.warpgroups.committed[w].saturating_sub(u64::from(*pending));
+                        let retired = &mut self.warpgroups.retired[w];
+                        *retired = (*retired).max(done);
                     }
                 }
                 Stmt::CommitGroup => {
@@ -761,6 +1014,15 @@ impl Block<'_> {
                         .filter(|&t| active[t] && self.holds(valid, t))
                     {
                         let i = self.acc_slot(acc, t)?;
+                        if let Some(group) = self.warpgroups.pending[t][i]
+                            && self.warpgroups.retired[t / WARPGROUP] <= group
+                        {
+                            return Err(InterpError::AccumulatorPending {
+                                block: self.index,
+                                thread: t,
+                                index: i,
+                            });
+                        }
                         let mut v = self.acc[t][i];
                         if let (Some(b), Some(data)) = (bias, inputs.bias)
                             && self.holds(bias_when, t)
@@ -937,14 +1199,14 @@ mod tests {
             map,
             coords: vec![Expr::Const(0), Expr::Const(0)],
             at: Expr::Const(0),
-            barrier: 0,
+            barrier: Expr::Const(0),
         };
         let init = Stmt::MbarrierInit {
-            barrier: 0,
+            barrier: Expr::Const(0),
             arrivals: 1,
         };
         let mut issue: Vec<Stmt> = expect
-            .map(|bytes| Stmt::ArriveExpectTx { barrier: 0, bytes })
+            .map(|bytes| Stmt::ArriveExpectTx { barrier: Expr::Const(0), bytes })
             .into_iter()
             .collect();
         issue.extend([load(2), load(3)]);
@@ -964,7 +1226,7 @@ mod tests {
             },
         ];
         body.extend(parity.map(|p| Stmt::MbarrierWait {
-            barrier: 0,
+            barrier: Expr::Const(0),
             parity: Expr::Const(p),
         }));
         let i = scope.var("i", 0, 1);

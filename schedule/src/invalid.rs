@@ -4,8 +4,10 @@
 
 use crate::gemm::GemmError;
 use crate::state::{
-    MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS, SHARED_PADS, UNROLL_STEPS,
+    MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS, MAX_WGMMA_STAGES,
+    SHARED_PADS, UNROLL_STEPS,
 };
+use crate::wgmma::TmaGemmError;
 use crate::task::DType;
 use thiserror::Error;
 
@@ -91,4 +93,21 @@ pub enum InvalidState {
         "split_k {split_k} with a {out} output: split-K adds partial sums with f32 atomics; use an f32 output or split_k 1"
     )]
     SplitKOutput { split_k: u32, out: DType },
+    #[error("no warpgroup MMA for {dtype} on {gpu} (fp16 and bf16 on Hopper, sm_90a, only)")]
+    WgmmaType { dtype: DType, gpu: String },
+    #[error("no TMA copy for this task: {0}")]
+    NoTma(TmaGemmError),
+    #[error(
+        "{consumers} consumer warpgroups of {m_atoms} 64-row MMAs, N {block_n}, {k_bytes}-byte K rows: 1 or 2 each, N a multiple of 8 up to 256 (of 16 for an N-major B), rows of 32, 64 or 128 bytes"
+    )]
+    WgmmaTiles {
+        consumers: u32,
+        m_atoms: u32,
+        block_n: u32,
+        k_bytes: u32,
+    },
+    #[error(
+        "{stages} stages with {in_flight} MMA groups in flight: stages 1..={MAX_WGMMA_STAGES}, in flight 0 or 1 and below the stages"
+    )]
+    WgmmaPipeline { stages: u32, in_flight: u32 },
 }

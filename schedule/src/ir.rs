@@ -120,14 +120,14 @@ pub enum Stmt {
     /// elements of the 16×8 product tile as PTX lays them out: rows `lane/4` and
     /// `lane/4 + 8`, columns `2*(lane%4)` and `+1`) += fragment `a` × fragment `b`.
     Mma { acc: i64, a: usize, b: usize },
-    /// Hopper's copies and their barriers (issue 29; no lowering emits them yet).
-    /// `mbarrier.init`: barrier `barrier` of the block (8 bytes of shared memory each)
-    /// expects `arrivals` arrivals per phase. One thread runs it; a block barrier
+    /// Hopper's copies and their barriers (the `wgmma` sketch). `mbarrier.init`:
+    /// barrier `barrier` of the block (8 bytes of shared memory each) expects
+    /// `arrivals` arrivals per phase. One thread runs it; a block barrier
     /// publishes it.
-    MbarrierInit { barrier: usize, arrivals: u32 },
+    MbarrierInit { barrier: Expr, arrivals: u32 },
     /// `mbarrier.arrive.expect_tx`: one arrival on `barrier`, whose current phase then
     /// also waits for `bytes` more bytes from copies.
-    ArriveExpectTx { barrier: usize, bytes: i64 },
+    ArriveExpectTx { barrier: Expr, bytes: i64 },
     /// `cp.async.bulk.tensor`: the box of the tensor map `params[map]` (a
     /// `Param::TensorMap`) at `coords` (innermost first) into its input's shared tile
     /// from element `at`, as the box lays itself out; its bytes complete on `barrier`.
@@ -136,12 +136,34 @@ pub enum Stmt {
         map: usize,
         coords: Vec<Expr>,
         at: Expr,
-        barrier: usize,
+        barrier: Expr,
     },
     /// Waits until the phase of `barrier` with parity `parity` has completed
     /// (`mbarrier.try_wait.parity` in a loop); the copies that completed it are then
     /// visible to the waiting threads.
-    MbarrierWait { barrier: usize, parity: Expr },
+    MbarrierWait { barrier: Expr, parity: Expr },
+    /// `mbarrier.arrive`: one arrival of each active thread on `barrier` (a consumer
+    /// releasing a buffer); what the thread knows to be complete (its warpgroup's
+    /// retired MMAs) becomes known to every thread that waits for that phase.
+    MbarrierArrive { barrier: Expr },
+    /// `wgmma.fence`: the warpgroup's earlier writes of its accumulator registers (their
+    /// zeroing) are ordered before the warpgroup MMAs that follow.
+    WgmmaFence,
+    /// `wgmma.mma_async` m64n{n}k16, issued by whole warpgroups: each thread's
+    /// accumulators `acc..acc + n/2` (`WgmmaAtom::accumulator`'s layout) += A × B, A the
+    /// 64 × 16 operand and B the 16 × n one, read from shared memory through their
+    /// descriptors. Its results and its reads of shared memory complete at the
+    /// `WgmmaWait` that retires its group.
+    Wgmma {
+        acc: i64,
+        n: i64,
+        a: WgmmaOperand,
+        b: WgmmaOperand,
+    },
+    /// `wgmma.commit_group`: the warpgroup's MMAs since the last commit form a group.
+    WgmmaCommit,
+    /// `wgmma.wait_group pending`: all but the `pending` newest groups have completed.
+    WgmmaWait { pending: u32 },
     /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`; with `atomic`,
     /// `if (valid) atomicAdd(&out[out], acc[acc] (+ bias[bias]))` instead (split-K: the
     /// blocks of one output tile add their partial sums into the zeroed output). The
@@ -155,6 +177,15 @@ pub enum Stmt {
         valid: Vec<Cond>,
         atomic: bool,
     },
+}
+
+/// One operand of a warpgroup MMA: the descriptor of input `input`'s shared tile at byte
+/// `start` of that tile (its pool offset added when printed), laid out as `layout` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WgmmaOperand {
+    pub input: usize,
+    pub start: Expr,
+    pub layout: crate::atom::wgmma::OperandLayout,
 }
 
 /// The source of every copy statement: `width` consecutive elements of input `input`
@@ -458,16 +489,18 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// The mbarriers the body uses: one more than the highest index it names.
+    /// The mbarriers the body uses: one more than the highest index it can name.
     pub fn barriers(&self) -> usize {
         let mut count = 0;
         Stmt::walk(&self.body, &mut |s| {
             if let Stmt::MbarrierInit { barrier, .. }
             | Stmt::ArriveExpectTx { barrier, .. }
             | Stmt::TmaLoad { barrier, .. }
-            | Stmt::MbarrierWait { barrier, .. } = s
+            | Stmt::MbarrierWait { barrier, .. }
+            | Stmt::MbarrierArrive { barrier } = s
             {
-                count = count.max(barrier + 1);
+                let highest = self.scope.range(barrier).1;
+                count = count.max(usize::try_from(highest + 1).unwrap_or(0));
             }
         });
         count

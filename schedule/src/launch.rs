@@ -7,6 +7,7 @@
 //! the base instruction set are left out. Older files therefore read unchanged, and a
 //! kernel that uses none of the Hopper-only parts writes exactly what it wrote before.
 
+use crate::atom::tma::TensorBox;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -127,8 +128,18 @@ impl Target {
     }
 }
 
-/// Grid, block, cluster and dynamic shared memory of a kernel launch, and its target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A kernel parameter after the buffers: the TMA tensor map of one of them, which the
+/// launcher encodes (`cuTensorMapEncodeTiled`) from `tensor` and that buffer's address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TensorMapArg {
+    /// Index of the buffer among the kernel's buffer parameters (inputs first).
+    pub buffer: usize,
+    pub tensor: TensorBox,
+}
+
+/// Grid, block, cluster and dynamic shared memory of a kernel launch, its target, and
+/// the tensor maps it takes after its buffers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchConfig {
     /// Blocks; the IR's block index is their linear index (x fastest).
     pub grid: Dim3,
@@ -144,6 +155,10 @@ pub struct LaunchConfig {
     pub zero_output: bool,
     #[serde(default, skip_serializing_if = "Target::is_base")]
     pub target: Target,
+    /// Tensor-map parameters, in order after the buffers (the `wgmma` sketch's TMA
+    /// copies). Left out of the JSON when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tensor_maps: Vec<TensorMapArg>,
 }
 
 fn one() -> Dim3 {
@@ -161,6 +176,7 @@ impl LaunchConfig {
             dynamic_shared_bytes,
             zero_output: false,
             target: Target::Base,
+            tensor_maps: Vec::new(),
         }
     }
 

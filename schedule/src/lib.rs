@@ -34,11 +34,12 @@ pub mod state;
 pub mod task;
 pub mod tiling;
 pub mod validate;
+pub mod wgmma;
 
 pub use gpu_spec::GpuSpec;
 pub use invalid::InvalidState;
 pub use ir::Kernel;
-pub use launch::{Dim3, LaunchConfig, Target};
+pub use launch::{Dim3, LaunchConfig, Target, TensorMapArg};
 pub use network::{NETWORKS, Workload, network};
 pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};

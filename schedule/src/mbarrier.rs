@@ -6,6 +6,11 @@
 //! complete any more (a missing arrival or `expect_tx`, a copy of other bytes), is an
 //! error the GPU would show as a hang or a race. The copies that completed a phase are
 //! visible to a thread once it has waited for that phase.
+//!
+//! A phase also carries what the arriving threads knew: each arrival may release a
+//! vector of counters (the interpreter's count of each warpgroup's completed MMA
+//! groups), merged by maximum, and a thread that waits for the phase learns them. This
+//! is how a consumer tells the producer that a buffer is no longer read.
 
 /// Why a wait cannot go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +42,10 @@ pub struct Mbarrier {
     completed: u64,
     /// Per thread, the phases it has waited for.
     observed: Vec<u64>,
+    /// What the arrivals of the phase in progress released, and what each completed
+    /// phase carried.
+    carry: Vec<u64>,
+    carried: Vec<Vec<u64>>,
 }
 
 impl Mbarrier {
@@ -48,6 +57,8 @@ impl Mbarrier {
             landed: 0,
             completed: 0,
             observed: vec![0; threads],
+            carry: Vec::new(),
+            carried: Vec::new(),
         }
     }
 
@@ -80,8 +91,24 @@ impl Mbarrier {
         self.settle();
     }
 
+    /// Merges `knowledge` into what the phase in progress carries.
+    pub fn release(&mut self, knowledge: &[u64]) {
+        if self.carry.len() < knowledge.len() {
+            self.carry.resize(knowledge.len(), 0);
+        }
+        for (c, k) in self.carry.iter_mut().zip(knowledge) {
+            *c = (*c).max(*k);
+        }
+    }
+
+    /// What completed phase `phase` carried.
+    pub fn carried(&self, phase: u64) -> &[u64] {
+        self.carried.get(phase as usize).map_or(&[], Vec::as_slice)
+    }
+
     fn settle(&mut self) {
         if self.arrivals == Some(self.arrived) && self.landed == self.expected {
+            self.carried.push(std::mem::take(&mut self.carry));
             self.completed += 1;
             self.arrived = 0;
             self.expected = 0;
@@ -89,8 +116,9 @@ impl Mbarrier {
         }
     }
 
-    /// Thread `t` waits for its next phase, which must have parity `parity`.
-    pub fn wait(&mut self, t: usize, parity: i64) -> Result<(), WaitError> {
+    /// Thread `t` waits for its next phase, which must have parity `parity`; returns
+    /// that phase.
+    pub fn wait(&mut self, t: usize, parity: i64) -> Result<u64, WaitError> {
         let Some(arrivals) = self.arrivals else {
             return Err(WaitError::Uninitialized);
         };
@@ -111,7 +139,7 @@ impl Mbarrier {
             });
         }
         self.observed[t] = next + 1;
-        Ok(())
+        Ok(next)
     }
 
     /// Whether thread `t` has waited for phase `phase`.
@@ -125,6 +153,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_phase_carries_what_its_arrivals_released() {
+        let mut b = Mbarrier::new(1);
+        b.init(2);
+        b.release(&[3, 0]);
+        b.arrive(0);
+        b.release(&[1, 5]);
+        b.arrive(0);
+        b.release(&[9]);
+        assert_eq!(b.wait(0, 0), Ok(0));
+        assert_eq!(b.carried(0), &[3, 5]);
+        assert_eq!(b.carried(1), &[] as &[u64], "the phase in progress carries nothing yet");
+    }
+
+    #[test]
     fn a_phase_completes_when_arrivals_and_bytes_balance_in_either_order() {
         let mut b = Mbarrier::new(2);
         b.init(1);
@@ -136,8 +178,8 @@ mod tests {
         b.land(32);
         assert_eq!(b.phase(), 2);
         assert!(!b.observed(0, 0));
-        assert_eq!(b.wait(0, 0), Ok(()));
-        assert_eq!(b.wait(0, 1), Ok(()));
+        assert_eq!(b.wait(0, 0), Ok(0));
+        assert_eq!(b.wait(0, 1), Ok(1));
         assert!(b.observed(0, 1) && !b.observed(1, 0));
     }
 

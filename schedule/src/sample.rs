@@ -41,6 +41,7 @@ use crate::state::{
 use crate::task::{Contraction, Task};
 use crate::tiling::{Tiling, innermost_choices};
 use crate::validate::{prefetch_feasible, validate};
+use crate::wgmma::{MAX_WGMMA_STAGES, TmaGemm, WgmmaTiling, wgmma_applies};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
@@ -62,6 +63,10 @@ pub struct Sampler {
     mma_rng: ChaCha8Rng,
     /// The task's GEMM view, when the tensor-core sketch applies to it.
     gemm: Option<GemmView>,
+    /// The `wgmma` sketch's stream (stream 4): the sketch choice and its tiles.
+    wgmma_rng: ChaCha8Rng,
+    /// The task's TMA view, when the `wgmma` sketch applies to it on this GPU.
+    tma: Option<TmaGemm>,
     /// Innermost-dimension choices per input (`tiling::innermost_choices`).
     innermost: [Vec<Option<u8>>; 2],
     /// Factorizations per (tiled extent, parts), computed once.
@@ -80,9 +85,16 @@ impl Sampler {
         let gemm = GemmView::of(&contraction)
             .ok()
             .filter(|_| contraction.dtype.tensor_cores());
+        let mut wgmma_rng = ChaCha8Rng::seed_from_u64(seed);
+        wgmma_rng.set_stream(4);
+        let tma = TmaGemm::of(&contraction)
+            .ok()
+            .filter(|_| wgmma_applies(&contraction, gpu));
         Sampler {
             mma_rng,
             gemm,
+            wgmma_rng,
+            tma,
             innermost: [0, 1].map(|i| innermost_choices(&contraction, i)),
             contraction,
             gpu: gpu.clone(),
@@ -209,6 +221,7 @@ impl Sampler {
         let mut state = State {
             prefetch: false,
             mma: None,
+            wgmma: None,
             spatial,
             reduction,
             unroll_max_step,
@@ -305,10 +318,38 @@ impl Sampler {
         state
     }
 
+    /// Whether the next draw is a `wgmma` one: half the draws of a task it applies to,
+    /// decided on its own stream, so that the other draws of a seed are those drawn
+    /// before the sketch existed.
+    fn wgmma_draw(&mut self) -> bool {
+        self.tma.is_some() && self.wgmma_rng.next_u64().is_multiple_of(2)
+    }
+
+    /// One `wgmma` draw, valid or not: one or two consumer warpgroups of one or two
+    /// 64-row MMAs, N a multiple of 16 up to the GEMM's N (rounded up) and 256, K rows
+    /// of 32, 64 or 128 bytes, 1 to 8 stages and 0 or 1 MMA groups in flight, uniform.
+    fn draw_wgmma(&mut self) -> State {
+        let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
+        let rng = &mut self.wgmma_rng;
+        let mut pick = |options: &[u32]| options[(rng.next_u64() % options.len() as u64) as usize];
+        let n_cap = (view.n.div_ceil(16) * 16).min(256) as u32;
+        let ns: Vec<u32> = (1..=16).map(|i| 16 * i).filter(|&n| n <= n_cap).collect();
+        State::hopper(WgmmaTiling {
+            consumers: pick(&[1, 2]),
+            m_atoms: pick(&[1, 2]),
+            block_n: pick(&ns),
+            k_bytes: pick(&[32, 64, 128]),
+            stages: pick(&(1..=MAX_WGMMA_STAGES).collect::<Vec<_>>()),
+            in_flight: pick(&[0, 1]),
+        })
+    }
+
     /// A random valid state, or None if none was found in many draws.
     pub fn sample(&mut self) -> Option<State> {
         (0..MAX_DRAWS).find_map(|_| {
-            let state = if self.tensor_core_draw() {
+            let state = if self.wgmma_draw() {
+                self.draw_wgmma()
+            } else if self.tensor_core_draw() {
                 self.draw_mma()
             } else {
                 self.draw()

@@ -147,6 +147,26 @@ pub struct MmaTiling {
     pub swizzle: bool,
 }
 
+/// Deepest shared ring of the `wgmma` sketch.
+pub const MAX_WGMMA_STAGES: u32 = 8;
+
+/// Tile sizes and annotations of a `wgmma` state (see `wgmma`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WgmmaTiling {
+    /// Consumer warpgroups per block, stacked along M: 1 or 2.
+    pub consumers: u32,
+    /// 64-row warpgroup MMAs per consumer along M: 1 or 2.
+    pub m_atoms: u32,
+    /// Output columns per block, the instructions' N: a multiple of 8 up to 256.
+    pub block_n: u32,
+    /// Bytes of K per shared row and stage (32, 64 or 128): the swizzle's span.
+    pub k_bytes: u32,
+    /// Shared buffers in the mbarrier ring, 1..=`MAX_WGMMA_STAGES`.
+    pub stages: u32,
+    /// Groups of MMAs left in flight while the next tile's are issued: 0 or 1.
+    pub in_flight: u32,
+}
+
 /// Row paddings (floats added to each row of a shared tile's contiguous dimension) the
 /// search chooses from. 0 and 4 keep rows 16-byte aligned when the row length is a
 /// multiple of 4; 1 and 2 shift consecutive rows by one or two banks.
@@ -238,47 +258,79 @@ pub struct State {
     /// CUDA-core sketch's. Left out of the JSON when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mma: Option<MmaTiling>,
+    /// The `wgmma` sketch (see `wgmma`): when set, the state tiles the GEMM view with
+    /// warpgroup MMAs fed by TMA, and every other field keeps its default (`mma` unset,
+    /// `split_k` 1). Left out of the JSON when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wgmma: Option<WgmmaTiling>,
 }
 
 impl State {
     /// Which sketch the state belongs to, decided here and nowhere else: a caller that
     /// treats the sketches differently gives one arm per sketch, the CUDA-core sketch's
-    /// (`SSSRRSRS` tiling: `spatial`, `reduction` and their annotations) and the
-    /// tensor-core sketch's (its `MmaTiling`). A new sketch is one more arm, which the
-    /// compiler then asks of every caller: the interface to implement.
+    /// (`SSSRRSRS` tiling: `spatial`, `reduction` and their annotations), the
+    /// `mma.sync` sketch's (its `MmaTiling`) and the `wgmma` sketch's (its
+    /// `WgmmaTiling`). A new sketch is one more arm, which the compiler then asks of
+    /// every caller: the interface to implement.
     pub fn sketch<'a, R>(
         &'a self,
         cuda_core: impl FnOnce() -> R,
         mma_sync: impl FnOnce(&'a MmaTiling) -> R,
+        wgmma: impl FnOnce(&'a WgmmaTiling) -> R,
     ) -> R {
-        self.sketch_with((), |()| cuda_core(), |(), tiling| mma_sync(tiling))
+        self.sketch_with(
+            (),
+            |()| cuda_core(),
+            |(), tiling| mma_sync(tiling),
+            |(), tiling| wgmma(tiling),
+        )
     }
 
     /// [`State::sketch`] with a context that the arm that runs takes (such as a `&mut`
-    /// borrow both arms need).
+    /// borrow every arm needs).
     pub fn sketch_with<'a, C, R>(
         &'a self,
         context: C,
         cuda_core: impl FnOnce(C) -> R,
         mma_sync: impl FnOnce(C, &'a MmaTiling) -> R,
+        wgmma: impl FnOnce(C, &'a WgmmaTiling) -> R,
     ) -> R {
-        match &self.mma {
-            None => cuda_core(context),
-            Some(tiling) => mma_sync(context, tiling),
+        match (&self.mma, &self.wgmma) {
+            (_, Some(tiling)) => wgmma(context, tiling),
+            (Some(tiling), None) => mma_sync(context, tiling),
+            (None, None) => cuda_core(context),
         }
     }
 
     /// A state of the tensor-core sketch.
     pub fn tensor_core(mma: MmaTiling, split_k: u32) -> State {
         State {
+            mma: Some(mma),
+            split_k,
+            ..State::empty()
+        }
+    }
+
+    /// A state of the `wgmma` sketch.
+    pub fn hopper(tiling: WgmmaTiling) -> State {
+        State {
+            wgmma: Some(tiling),
+            ..State::empty()
+        }
+    }
+
+    /// No tiling at all: every field at its default.
+    fn empty() -> State {
+        State {
             spatial: Vec::new(),
             reduction: Vec::new(),
             unroll_max_step: 0,
             vector_width: [1, 1],
-            split_k,
+            split_k: 1,
             shared_layout: Default::default(),
             prefetch: false,
-            mma: Some(mma),
+            mma: None,
+            wgmma: None,
         }
     }
 
@@ -287,6 +339,7 @@ impl State {
         self.sketch(
             || self.spatial.iter().map(|s| s.thread).product(),
             MmaTiling::threads,
+            WgmmaTiling::threads,
         )
     }
 
@@ -300,6 +353,7 @@ impl State {
         self.sketch(
             || self.spatial.iter().map(|s| s.register_tile()).product(),
             MmaTiling::accumulators,
+            WgmmaTiling::accumulators,
         )
     }
 
@@ -333,6 +387,7 @@ impl State {
                     .product()
             },
             |m| GemmView::of(c).map_or(1, |v| v.k.div_ceil(m.block_k(c.dtype))),
+            |w| GemmView::of(c).map_or(1, |v| v.k.div_ceil(w.block_k())),
         )
     }
 
@@ -361,6 +416,13 @@ impl State {
                     v.batch
                         * v.m.div_ceil(u64::from(m.block_m))
                         * v.n.div_ceil(u64::from(m.block_n))
+                })
+            },
+            |w| {
+                GemmView::of(c).map_or(1, |v| {
+                    v.batch
+                        * v.m.div_ceil(u64::from(w.block_m()))
+                        * v.n.div_ceil(u64::from(w.block_n))
                 })
             },
         )
@@ -438,6 +500,7 @@ mod tests {
             split_k: 1,
             shared_layout: Default::default(),
             mma: None,
+            wgmma: None,
         };
         let old = r#"{"spatial":[{"vthread":1,"thread":32,"outer":1,"inner":2}],"reduction":[{"middle":4,"inner":2}],"unroll_max_step":16,"vector_width":[1,2]}"#;
         assert_eq!(state.to_json(), old);

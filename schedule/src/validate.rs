@@ -9,6 +9,7 @@
 use crate::gpu_spec::GpuSpec;
 pub use crate::invalid::InvalidState;
 use crate::mma::{MmaTiling, validate_mma};
+use crate::wgmma::{WgmmaTiling, validate_wgmma};
 use crate::state::{MAX_SPLIT_K, SHARED_PADS, State, UNROLL_STEPS, VECTOR_WIDTHS};
 use crate::task::DType;
 use crate::task::{AxisRef, Contraction};
@@ -30,6 +31,7 @@ pub fn register_estimate(c: &Contraction, state: &State) -> u64 {
     state.sketch(
         || cuda_core_register_estimate(c, state),
         MmaTiling::register_estimate,
+        WgmmaTiling::register_estimate,
     )
 }
 
@@ -69,7 +71,11 @@ fn cuda_core_register_estimate(c: &Contraction, state: &State) -> u64 {
 /// compile-time indices) and at least two stages per block.
 pub fn prefetch_feasible(c: &Contraction, state: &State) -> bool {
     // The tensor-core sketch pipelines with cp.async instead.
-    state.sketch(|| cuda_core_prefetch_feasible(c, state), |_| false)
+    state.sketch(
+        || cuda_core_prefetch_feasible(c, state),
+        |_| false,
+        |_| false,
+    )
 }
 
 fn cuda_core_prefetch_feasible(c: &Contraction, state: &State) -> bool {
@@ -153,6 +159,12 @@ pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), Inv
                 return Err(InvalidState::MixedSketch);
             }
             validate_mma(c, mma, state.split_k, gpu)
+        },
+        |tiling| {
+            if *state != State::hopper(*tiling) {
+                return Err(InvalidState::MixedSketch);
+            }
+            validate_wgmma(c, tiling, state.split_k, gpu)
         },
     )
 }

@@ -45,7 +45,7 @@ pub enum TmaError {
 
 /// A tiled tensor map's description: the tensor, innermost dimension first, and the
 /// box one copy moves.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct TensorBox {
     pub dtype: DType,
     /// Extent of each dimension, in elements.
@@ -158,6 +158,11 @@ pub fn arrive_expect_tx_c(bar: &str, bytes: i64) -> String {
     format!(
         "asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {bytes};\" :: \"r\"({bar}) : \"memory\");"
     )
+}
+
+/// One arrival on the barrier at `bar` (a consumer releasing a buffer).
+pub fn arrive_c(bar: &str) -> String {
+    format!("asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\" :: \"r\"({bar}) : \"memory\");")
 }
 
 /// The copy of the box of the tensor map named `map` at `coords` (innermost first,

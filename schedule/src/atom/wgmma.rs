@@ -19,7 +19,8 @@ use super::swizzle::SharedTileLayout;
 use crate::task::DType;
 
 /// A shared-memory swizzle a descriptor (and a TMA box) can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Swizzle {
     /// No swizzle: the tile in 8×16-byte core matrices ("interleave").
     None,
@@ -98,6 +99,116 @@ impl MatrixDescriptor {
             | field(self.stride) << 32
             | self.swizzle.code() << 62
     }
+}
+
+/// Which dimension of an operand is contiguous in its shared tile: K (the instruction's
+/// default) or its M or N ("transposed", `imm-trans-a`/`imm-trans-b` = 1; fp16 and bf16
+/// only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Major {
+    K,
+    MN,
+}
+
+/// How an operand lies in shared memory, as its descriptor tells the hardware (the start
+/// address aside): the canonical layouts of the PTX ISA ("Shared Memory Matrix Layout";
+/// CUTLASS writes them as CuTe layouts in `mma_traits_sm90_gmma.hpp`), swizzled only.
+/// One swizzle atom is 8 rows of `span` bytes (32, 64 or 128).
+///
+/// - K-major: row `mn` of the operand is `span` bytes of K; 8-row groups are `stride`
+///   bytes apart (`leading` is unused). One k16 step reads 32 bytes of each row.
+/// - MN-major: a K row holds `span` bytes of M or N; atoms along M/N are `leading`
+///   bytes apart, 8-row groups of K `stride` bytes apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OperandLayout {
+    pub major: Major,
+    pub swizzle: Swizzle,
+    pub leading: u32,
+    pub stride: u32,
+}
+
+impl OperandLayout {
+    /// A K-major operand whose rows are `row_bytes` (the swizzle's span) long, stored
+    /// row after row.
+    pub fn k_major(swizzle: Swizzle) -> OperandLayout {
+        let span = swizzle.row_bytes().unwrap_or(16) as u32;
+        OperandLayout {
+            major: Major::K,
+            swizzle,
+            leading: 16,
+            stride: 8 * span,
+        }
+    }
+
+    /// An MN-major operand whose K rows are one swizzle span wide, its M/N atoms
+    /// `atom_bytes` apart.
+    pub fn mn_major(swizzle: Swizzle, atom_bytes: u32) -> OperandLayout {
+        let span = swizzle.row_bytes().unwrap_or(16) as u32;
+        OperandLayout {
+            major: Major::MN,
+            swizzle,
+            leading: atom_bytes,
+            stride: 8 * span,
+        }
+    }
+
+    /// Bytes of one swizzle row.
+    pub fn span(&self) -> i64 {
+        self.swizzle.row_bytes().unwrap_or(16)
+    }
+
+    /// Byte offset from the descriptor's start, before the swizzle, of operand element
+    /// (`mn`, `k`) (`k` within one instruction's 16): what the hardware reads.
+    pub fn offset(&self, mn: i64, k: i64) -> i64 {
+        let span = self.span();
+        let (leading, stride) = (i64::from(self.leading), i64::from(self.stride));
+        match self.major {
+            Major::K => (mn % 8) * span + (mn / 8) * stride + k * ELEMENT_BYTES,
+            Major::MN => {
+                let per_row = span / ELEMENT_BYTES;
+                (mn % per_row) * ELEMENT_BYTES + (mn / per_row) * leading + (k % 8) * span + (k / 8) * stride
+            }
+        }
+    }
+
+    /// Bytes the start moves from one k16 step to the next.
+    pub fn k_step_bytes(&self) -> i64 {
+        match self.major {
+            Major::K => 16 * ELEMENT_BYTES,
+            Major::MN => 2 * i64::from(self.stride),
+        }
+    }
+
+    /// The descriptor at shared byte address `start`.
+    pub fn descriptor(&self, start: u32) -> MatrixDescriptor {
+        MatrixDescriptor {
+            start,
+            leading: self.leading,
+            stride: self.stride,
+            swizzle: self.swizzle,
+        }
+    }
+
+    /// The C expression of the descriptor at the shared address `start` (a 32-bit C
+    /// expression).
+    pub fn descriptor_c(&self, start: &str) -> String {
+        let fixed = self.descriptor(0).encode();
+        format!("(0x{fixed:016x}ull | (unsigned long long)((({start}) >> 4) & 0x3fff))")
+    }
+}
+
+/// Where the hardware puts byte `address` of shared memory under `swizzle`: the 16-byte
+/// chunk index within a span XOR-ed with the address's 128-byte line within the atom
+/// (CuTe's `Swizzle<b, 4, 3>`, b = 1, 2, 3 for 32B, 64B, 128B). TMA writes and wgmma
+/// reads both apply it to absolute addresses, so tiles sit at multiples of their atom.
+pub fn swizzle_address(address: i64, swizzle: Swizzle) -> i64 {
+    let bits = match swizzle {
+        Swizzle::None => return address,
+        Swizzle::B32 => 1,
+        Swizzle::B64 => 3,
+        Swizzle::B128 => 7,
+    };
+    address ^ (((address >> 7) & bits) << 4)
 }
 
 /// The C expression that encodes a K-major descriptor whose start is the shared
@@ -185,14 +296,17 @@ impl WgmmaAtom {
     }
 
     /// The C statement that issues one instruction of width `n`, accumulating into
-    /// `acc[0..n/2]` (the C array `acc`), its operands the descriptors that the 64-bit C
-    /// expressions `a` and `b` give.
-    pub fn issue_c(&self, n: i64, acc: &str, a: &str, b: &str) -> String {
+    /// `acc[first..first + n/2]` (the C array `acc`), its operands the descriptors that
+    /// the 64-bit C expressions `a` and `b` give, B stored `b_major`.
+    pub fn issue_c(&self, n: i64, (acc, first): (&str, i64), (a, b): (&str, &str), b_major: Major) -> String {
         let values = Self::accumulator(n).values;
         let registers: Vec<String> = (0..values).map(|v| format!("%{v}")).collect();
-        let outputs: Vec<String> = (0..values).map(|v| format!("\"+f\"({acc}[{v}])")).collect();
+        let outputs: Vec<String> = (0..values)
+            .map(|v| format!("\"+f\"({acc}[{}])", first + v))
+            .collect();
+        let trans_b = u8::from(b_major == Major::MN);
         format!(
-            "asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; {} {{{}}}, %{values}, %{}, p, 1, 1, 0, 0; }}\" \
+            "asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; {} {{{}}}, %{values}, %{}, p, 1, 1, 0, {trans_b}; }}\" \
              : {} : \"l\"({a}), \"l\"({b}), \"r\"(1) : \"memory\");",
             values + 2,
             self.ptx(n),
@@ -221,7 +335,7 @@ impl WgmmaAtom {
                 let offset = step * step_bytes;
                 let a = descriptor_c(&format!("{a} + {offset}"), row_bytes, swizzle);
                 let b = descriptor_c(&format!("{b} + {offset}"), row_bytes, swizzle);
-                self.issue_c(n, acc, &a, &b)
+                self.issue_c(n, (acc, 0), (&a, &b), Major::K)
             })
             .collect()
     }
@@ -260,6 +374,48 @@ mod tests {
         let fixed = MatrixDescriptor::k_major(0, 128, Swizzle::B128).encode();
         assert_eq!(fixed | (0x1400 >> 4), bits);
         assert!(descriptor_c("a", 128, Swizzle::B128).starts_with(&format!("(0x{fixed:016x}ull")));
+    }
+
+    /// What a descriptor reads is where a TMA box put it: a K-major operand is the
+    /// box's rows (one per M or N, the swizzle's span of K each); an MN-major one is
+    /// boxes of one span of M or N per K row, `box` bytes apart.
+    #[test]
+    fn descriptors_read_what_tma_boxes_wrote() {
+        for (swizzle, span) in [(Swizzle::B32, 32), (Swizzle::B64, 64), (Swizzle::B128, 128)] {
+            let per_row = span / 2;
+            let tile = |rows| SharedTileLayout {
+                rows,
+                row_elements: per_row,
+                chunk_elements: 8,
+                swizzle: true,
+            };
+            let k_major = OperandLayout::k_major(swizzle);
+            let rows = tile(128);
+            for step in 0..per_row / 16 {
+                for mn in 0..128 {
+                    for k in 0..16 {
+                        let at = step * k_major.k_step_bytes() + k_major.offset(mn, k);
+                        let element = swizzle_address(at, swizzle) / 2;
+                        assert_eq!(element, rows.offset(mn, step * 16 + k), "{span} {mn} {k}");
+                    }
+                }
+            }
+            let k_rows = 64;
+            let boxed = tile(k_rows);
+            let box_bytes = (k_rows * span) as u32;
+            let mn_major = OperandLayout::mn_major(swizzle, box_bytes);
+            for step in 0..k_rows / 16 {
+                for n in 0..4 * per_row {
+                    for k in 0..16 {
+                        let at = step * mn_major.k_step_bytes() + mn_major.offset(n, k);
+                        let element = swizzle_address(at, swizzle) / 2;
+                        let expected = (n / per_row) * boxed.elements()
+                            + boxed.offset(step * 16 + k, n % per_row);
+                        assert_eq!(element, expected, "{span} {n} {k}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! decomposition, affine index terms, the bias offset and loop wrapping.
 
 use crate::ir::{Cond, Expr, Param, Role, Scope, Stmt, Var};
+use crate::gemm::GemmView;
 use crate::task::{Access, AffineIndex, AxisRef, Contraction};
 
 /// Binds `value` to a named `const int` unless it is already trivial.
@@ -148,4 +149,54 @@ pub(super) fn epilogue_store(
         valid,
         atomic: split.is_some(),
     }
+}
+
+/// The extents and names of spatial axes `axes`.
+pub(super) fn axis_extents(c: &Contraction, axes: &[usize]) -> (Vec<i64>, Vec<String>) {
+    (
+        axes.iter().map(|&a| i64::from(c.spatial[a].extent)).collect(),
+        axes.iter().map(|&a| c.spatial[a].name.to_string()).collect(),
+    )
+}
+
+/// The tensor-core sketches' store of accumulator `acc` to element (`row`, `col`) of
+/// the GEMM view's output in batch `batch` (the view's batch coordinates): bounded by M
+/// and N, decomposed into the output's axes, through the fused epilogue.
+pub(super) fn gemm_store(
+    scope: &mut Scope,
+    c: &Contraction,
+    view: &GemmView,
+    batch: &[Expr],
+    (row, col, acc): (Expr, Expr, Expr),
+    split: Option<&Expr>,
+) -> Vec<Stmt> {
+    let mut body = Vec::new();
+    let row = bind(scope, &mut body, "out_m", row);
+    let col = bind(scope, &mut body, "out_n", col);
+    let mut valid: Vec<Cond> = scope.bound(&row, 0, view.m as i64).into_iter().collect();
+    valid.extend(scope.bound(&col, 0, view.n as i64));
+    let (m_ext, m_names) = axis_extents(c, &view.m_axes);
+    let (n_ext, n_names) = axis_extents(c, &view.n_axes);
+    let m_names: Vec<String> = m_names.iter().map(|n| format!("out_{n}")).collect();
+    let n_names: Vec<String> = n_names.iter().map(|n| format!("out_{n}")).collect();
+    let mc = decompose(scope, &mut body, row, &m_ext, &m_names);
+    let nc = decompose(scope, &mut body, col, &n_ext, &n_names);
+    let mut coords = vec![Expr::Const(0); c.spatial.len()];
+    for (axes, values) in [
+        (&view.batch_axes, batch),
+        (&view.m_axes, &mc[..]),
+        (&view.n_axes, &nc[..]),
+    ] {
+        for (&a, x) in axes.iter().zip(values) {
+            coords[a] = x.clone();
+        }
+    }
+    let out = scope.sum(
+        coords
+            .iter()
+            .zip(c.output_strides())
+            .map(|(x, st)| scope.mul(x.clone(), st)),
+    );
+    body.push(epilogue_store(scope, c, &coords, split, (acc, out, valid)));
+    body
 }

@@ -24,7 +24,8 @@
 //! atomically under split-K with the bias from chunk 0 only.
 
 use super::common::{
-    affine_terms, bind, decompose, epilogue_store, guarded, tensor_params, var_or_zero, wrap_loops,
+    affine_terms, axis_extents, bind, decompose, gemm_store, guarded, tensor_params, var_or_zero,
+    wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
@@ -144,14 +145,7 @@ impl<'a> MmaLowering<'a> {
     }
 
     fn extents(&self, axes: &[usize]) -> (Vec<i64>, Vec<String>) {
-        (
-            axes.iter()
-                .map(|&a| i64::from(self.c.spatial[a].extent))
-                .collect(),
-            axes.iter()
-                .map(|&a| self.c.spatial[a].name.to_string())
-                .collect(),
-        )
+        axis_extents(self.c, axes)
     }
 
     fn body(&mut self) -> Vec<Stmt> {
@@ -491,40 +485,8 @@ impl<'a> MmaLowering<'a> {
             s.mul(s.add(s.mul(i, i64::from(t.tiles_n())), j), layout.values),
             e,
         );
-        let mut body = Vec::new();
-        let row = bind(&mut self.scope, &mut body, "out_m", row);
-        let col = bind(&mut self.scope, &mut body, "out_n", col);
-        let mut valid: Vec<Cond> = self
-            .scope
-            .bound(&row, 0, view.m as i64)
-            .into_iter()
-            .collect();
-        valid.extend(self.scope.bound(&col, 0, view.n as i64));
-        let (m_ext, m_names) = self.extents(&view.m_axes);
-        let (n_ext, n_names) = self.extents(&view.n_axes);
-        let m_names: Vec<String> = m_names.iter().map(|n| format!("out_{n}")).collect();
-        let n_names: Vec<String> = n_names.iter().map(|n| format!("out_{n}")).collect();
-        let mc = decompose(&mut self.scope, &mut body, row, &m_ext, &m_names);
-        let nc = decompose(&mut self.scope, &mut body, col, &n_ext, &n_names);
-        let mut coords = vec![Expr::Const(0); c.spatial.len()];
-        for (axes, values) in [
-            (&view.batch_axes, batch),
-            (&view.m_axes, &mc[..]),
-            (&view.n_axes, &nc[..]),
-        ] {
-            for (&a, x) in axes.iter().zip(values) {
-                coords[a] = x.clone();
-            }
-        }
-        let s = &self.scope;
-        let out = s.sum(
-            coords
-                .iter()
-                .zip(c.output_strides())
-                .map(|(x, st)| s.mul(x.clone(), st)),
-        );
         let split = (self.split > 1).then_some(z);
-        body.push(epilogue_store(s, c, &coords, split, (acc, out, valid)));
+        let body = gemm_store(&mut self.scope, c, view, batch, (row, col, acc), split);
         head.extend(wrap_loops(
             &[vi, vj, Some(ve)],
             &[

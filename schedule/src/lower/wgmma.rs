@@ -1,0 +1,399 @@
+//! Lowering of the `wgmma` sketch (`wgmma`) to the loop nest: TMA copies into a ring
+//! of `stages` shared buffers handed over by mbarriers, warpgroup MMAs on them, and the
+//! epilogue from the accumulator registers.
+//!
+//! The grid is `batch × M tiles × N tiles`, N tiles fastest. Barriers `0..stages` are
+//! the buffers' "full" barriers (one arrival: the producer's `expect_tx` of the tile's
+//! bytes, which the copies complete), `stages..2·stages` their "empty" ones (one
+//! arrival per consumer warpgroup). Thread 0 initializes them, a block barrier
+//! publishes them, and thread 0 is also the producer: it fills buffers `0..stages`
+//! before the loop. Iteration `kt` of the reduction, by every thread:
+//!
+//! 1. wait for `full[kt % stages]` (parity `(kt / stages) % 2`);
+//! 2. `wgmma.fence`, then per k-step each warpgroup's `m_atoms` MMAs, one commit;
+//! 3. `wgmma.wait_group in_flight`: tile `r = kt - in_flight`'s MMAs have completed, so
+//!    one thread per warpgroup arrives on `empty[r % stages]`;
+//! 4. thread 0 waits for that phase of `empty` (every warpgroup is done with the
+//!    buffer) and issues tile `r + stages` into it.
+//!
+//! After the loop the last group is waited for, and each thread stores its accumulators
+//! through the fused epilogue, as the accumulator layout (`WgmmaAtom::accumulator`)
+//! places them.
+
+use super::common::{
+    axis_extents, bind, decompose, gemm_store, guarded, tensor_params, wrap_loops,
+};
+use crate::atom::Index;
+use crate::atom::fragment;
+use crate::atom::wgmma::{WARPGROUP_THREADS, WgmmaAtom};
+use crate::ir::{Cond, Expr, Kernel, Param, Scope, SharedPool, Stmt, WgmmaOperand};
+use crate::launch::{LaunchConfig, Target, TensorMapArg};
+use crate::task::{Contraction, Task};
+use crate::wgmma::{ATOM_M, TmaGemm, WgmmaTiling};
+
+/// Lowers a validated `wgmma` state of `task`.
+pub(super) fn lower(task: &Task, t: &WgmmaTiling) -> Kernel {
+    let c = task.contraction();
+    let gemm = TmaGemm::of(&c).expect("wgmma states are validated");
+    let maps = [0, 1].map(|i| {
+        gemm.tensor_box(&c, t, i)
+            .expect("wgmma states are validated")
+    });
+    let mut params = tensor_params(&c);
+    let first_map = params.len();
+    for (input, tensor) in maps.iter().enumerate() {
+        params.push(Param::TensorMap {
+            name: ["a_map", "b_map"][input],
+            input,
+            tensor: tensor.clone(),
+        });
+    }
+    let view = &gemm.view;
+    let grid = view.batch as i64
+        * view.m.div_ceil(u64::from(t.block_m())) as i64
+        * view.n.div_ceil(u64::from(t.block_n)) as i64;
+    let mut lowering = WgmmaLowering {
+        c: &c,
+        gemm: &gemm,
+        t,
+        scope: Scope::new(grid, i64::from(t.threads())),
+        first_map,
+        tiles: view.k.div_ceil(t.block_k()) as i64,
+    };
+    let body = lowering.body();
+    let elements = [0, 1].map(|i| (t.tile_elements(i) * u64::from(t.stages)) as i64);
+    let mut launch = LaunchConfig::linear(grid as u32, t.threads(), t.shared_bytes() as u32);
+    launch.target = Target::ArchSpecific;
+    launch.tensor_maps = maps
+        .into_iter()
+        .enumerate()
+        .map(|(buffer, tensor)| TensorMapArg { buffer, tensor })
+        .collect();
+    Kernel {
+        name: task.key(),
+        params,
+        dtype: c.dtype,
+        out_dtype: c.out_dtype,
+        relu: c.relu,
+        tile_offsets: [0, elements[0]],
+        tile_elements: elements,
+        accumulators: i64::from(t.accumulators()),
+        split_k: 1,
+        launch,
+        scope: lowering.scope,
+        body,
+        shared: SharedPool::Typed,
+    }
+}
+
+struct WgmmaLowering<'a> {
+    c: &'a Contraction,
+    gemm: &'a TmaGemm,
+    t: &'a WgmmaTiling,
+    scope: Scope,
+    /// The parameter index of A's tensor map (B's follows).
+    first_map: usize,
+    /// K tiles of the reduction.
+    tiles: i64,
+}
+
+impl WgmmaLowering<'_> {
+    fn stages(&self) -> i64 {
+        i64::from(self.t.stages)
+    }
+
+    /// The full barrier of buffer `stage`.
+    fn full(&self, stage: &Expr) -> Expr {
+        stage.clone()
+    }
+
+    /// The empty barrier of buffer `stage`.
+    fn empty(&self, stage: &Expr) -> Expr {
+        self.scope.add(stage.clone(), Expr::Const(self.stages()))
+    }
+
+    /// Thread 0: the one that initializes the barriers and produces.
+    fn producer(&self) -> Cond {
+        Cond {
+            expr: Expr::ThreadIdx,
+            lo: None,
+            hi: Some(1),
+        }
+    }
+
+    fn body(&mut self) -> Vec<Stmt> {
+        let (t, view) = (self.t, &self.gemm.view);
+        let mut body = Vec::new();
+        let mtiles = view.m.div_ceil(u64::from(t.block_m())) as i64;
+        let ntiles = view.n.div_ceil(u64::from(t.block_n)) as i64;
+        let names: Vec<String> = ["b_batch", "b_m", "b_n"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let block = decompose(
+            &mut self.scope,
+            &mut body,
+            Expr::BlockIdx,
+            &[view.batch as i64, mtiles, ntiles],
+            &names,
+        );
+        let [batch, bm, bn] = [0, 1, 2].map(|i| block[i].clone());
+        let m0 = self.scope.mul(bm, i64::from(t.block_m()));
+        let n0 = self.scope.mul(bn, i64::from(t.block_n));
+        let m0 = bind(&mut self.scope, &mut body, "m0", m0);
+        let n0 = bind(&mut self.scope, &mut body, "n0", n0);
+        let wg = self.scope.div(Expr::ThreadIdx, WARPGROUP_THREADS);
+        let wg = bind(&mut self.scope, &mut body, "warpgroup", wg);
+
+        let mut init = Vec::new();
+        for s in 0..self.stages() {
+            let s = Expr::Const(s);
+            init.push(Stmt::MbarrierInit {
+                barrier: self.full(&s),
+                arrivals: 1,
+            });
+            init.push(Stmt::MbarrierInit {
+                barrier: self.empty(&s),
+                arrivals: t.consumers,
+            });
+        }
+        body.push(Stmt::If {
+            conds: vec![self.producer()],
+            body: init,
+        });
+        body.push(Stmt::Sync);
+        body.push(Stmt::ZeroAcc);
+
+        let mut prologue = Vec::new();
+        for tile in 0..self.tiles.min(self.stages()) {
+            let tile = Expr::Const(tile);
+            self.issue(&mut prologue, (&tile, &tile), &batch, (&m0, &n0));
+        }
+        body.push(Stmt::If {
+            conds: vec![self.producer()],
+            body: prologue,
+        });
+
+        let kt = (self.tiles > 1).then(|| self.scope.var("kt", 0, self.tiles - 1));
+        let ktv = kt.map_or(Expr::Const(0), Expr::Var);
+        let mut iteration = Vec::new();
+        let stage = self.scope.rem(ktv.clone(), self.stages());
+        let stage = bind(&mut self.scope, &mut iteration, "stage", stage);
+        let parity = self
+            .scope
+            .rem(self.scope.div(ktv.clone(), self.stages()), 2);
+        iteration.push(Stmt::MbarrierWait {
+            barrier: self.full(&stage),
+            parity,
+        });
+        iteration.push(Stmt::WgmmaFence);
+        self.multiply(&mut iteration, &stage, &wg);
+        iteration.push(Stmt::WgmmaCommit);
+        iteration.push(Stmt::WgmmaWait {
+            pending: t.in_flight,
+        });
+        let released = self
+            .scope
+            .add(ktv, Expr::Const(-i64::from(t.in_flight)));
+        let mut release = Vec::new();
+        self.release(&mut release, &released, &batch, (&m0, &n0));
+        let exists = self.scope.bound(&released, 0, self.tiles);
+        guarded(&mut iteration, exists, release, false);
+        body.extend(match kt {
+            Some(var) => vec![Stmt::For {
+                var,
+                extent: self.tiles,
+                unroll: false,
+                body: iteration,
+            }],
+            None => iteration,
+        });
+        if t.in_flight > 0 {
+            body.push(Stmt::WgmmaWait { pending: 0 });
+        }
+        body.extend(self.store(&batch, (&m0, &n0), &wg));
+        body
+    }
+
+    /// The producer's copies of K tile `tile` into buffer `stage`: the full barrier
+    /// armed with the tile's bytes, then A's box and B's boxes.
+    fn issue(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        (tile, stage): (&Expr, &Expr),
+        batch: &Expr,
+        (m0, n0): (&Expr, &Expr),
+    ) {
+        let t = self.t;
+        let view = &self.gemm.view;
+        let s = &self.scope;
+        let k0 = s.mul(tile.clone(), t.block_k() as i64);
+        let bytes = (t.tile_elements(0) + t.tile_elements(1)) as i64 * 2;
+        let full = self.full(stage);
+        out.push(Stmt::ArriveExpectTx {
+            barrier: full.clone(),
+            bytes,
+        });
+        let stage_base = |input: usize| s.mul(stage.clone(), t.tile_elements(input) as i64);
+        let batched = |mut coords: Vec<Expr>, input: usize| {
+            let m = if input == 0 { &self.gemm.a } else { &self.gemm.b };
+            if m.batches > 1 {
+                coords.push(batch.clone());
+            }
+            coords
+        };
+        out.push(Stmt::TmaLoad {
+            map: self.first_map,
+            coords: batched(vec![k0.clone(), m0.clone()], 0),
+            at: stage_base(0),
+            barrier: full.clone(),
+        });
+        if view.b_k_major {
+            out.push(Stmt::TmaLoad {
+                map: self.first_map + 1,
+                coords: batched(vec![k0, n0.clone()], 1),
+                at: stage_base(1),
+                barrier: full,
+            });
+            return;
+        }
+        let n_box = i64::from(t.n_box());
+        let box_elements = n_box * t.block_k() as i64;
+        for b in 0..i64::from(t.boxes(1, view)) {
+            out.push(Stmt::TmaLoad {
+                map: self.first_map + 1,
+                coords: batched(vec![s.add(n0.clone(), Expr::Const(b * n_box)), k0.clone()], 1),
+                at: s.add(stage_base(1), Expr::Const(b * box_elements)),
+                barrier: full.clone(),
+            });
+        }
+    }
+
+    /// Every warpgroup's MMAs of one K tile from buffer `stage`.
+    fn multiply(&mut self, out: &mut Vec<Stmt>, stage: &Expr, wg: &Expr) {
+        let t = self.t;
+        let view = &self.gemm.view;
+        let n = i64::from(t.block_n);
+        let layouts = [0, 1].map(|i| t.operand_layout(i, view));
+        let tile_bytes = [0, 1].map(|i| t.tile_elements(i) as i64 * 2);
+        let s = &self.scope;
+        let a_stage = s.mul(stage.clone(), tile_bytes[0]);
+        let a_rows = s.mul(wg.clone(), i64::from(t.consumer_m()) * i64::from(t.k_bytes));
+        let a_base = s.add(a_stage, a_rows);
+        let b_base = s.mul(stage.clone(), tile_bytes[1]);
+        let a_base = bind(&mut self.scope, out, "a_desc", a_base);
+        let b_base = bind(&mut self.scope, out, "b_desc", b_base);
+        let k = WgmmaAtom::for_dtype(self.c.dtype).map_or(16, |a| a.k);
+        for step in 0..t.block_k() as i64 / k {
+            for i in 0..i64::from(t.m_atoms) {
+                let a_offset = step * layouts[0].k_step_bytes()
+                    + i * i64::from(ATOM_M) * i64::from(t.k_bytes);
+                let b_offset = step * layouts[1].k_step_bytes();
+                out.push(Stmt::Wgmma {
+                    acc: i * n / 2,
+                    n,
+                    a: WgmmaOperand {
+                        input: 0,
+                        start: self.scope.add(a_base.clone(), Expr::Const(a_offset)),
+                        layout: layouts[0],
+                    },
+                    b: WgmmaOperand {
+                        input: 1,
+                        start: self.scope.add(b_base.clone(), Expr::Const(b_offset)),
+                        layout: layouts[1],
+                    },
+                });
+            }
+        }
+    }
+
+    /// After tile `released`'s MMAs completed: each warpgroup's leader arrives on its
+    /// buffer's empty barrier, and the producer refills the buffer with tile
+    /// `released + stages` once every warpgroup has.
+    fn release(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        released: &Expr,
+        batch: &Expr,
+        m0n0: (&Expr, &Expr),
+    ) {
+        let stage = self.scope.rem(released.clone(), self.stages());
+        let stage = bind(&mut self.scope, out, "released", stage);
+        let parity = self
+            .scope
+            .rem(self.scope.div(released.clone(), self.stages()), 2);
+        let empty = self.empty(&stage);
+        out.push(Stmt::If {
+            conds: vec![Cond {
+                expr: self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS),
+                lo: None,
+                hi: Some(1),
+            }],
+            body: vec![Stmt::MbarrierArrive {
+                barrier: empty.clone(),
+            }],
+        });
+        let next = self.scope.add(released.clone(), Expr::Const(self.stages()));
+        let Some(refill) = self.scope.bound(&next, 0, self.tiles) else {
+            return;
+        };
+        let mut producer = vec![Stmt::MbarrierWait {
+            barrier: empty,
+            parity,
+        }];
+        self.issue(&mut producer, (&next, &stage), batch, m0n0);
+        out.push(Stmt::If {
+            conds: vec![self.producer(), refill],
+            body: producer,
+        });
+    }
+
+    /// The epilogue: each thread's accumulators of its warpgroup's MMAs.
+    fn store(&mut self, batch: &Expr, (m0, n0): (&Expr, &Expr), wg: &Expr) -> Vec<Stmt> {
+        let (t, c) = (self.t, self.c);
+        let view = &self.gemm.view;
+        let mut out = Vec::new();
+        let layout = WgmmaAtom::accumulator(i64::from(t.block_n));
+        let lane = self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS);
+        let part = |scope: &Scope, terms, index, x: &Expr| {
+            fragment::part(scope, terms, index, x.clone()).unwrap_or(Expr::Const(0))
+        };
+        let row0 = self.scope.sum([
+            m0.clone(),
+            self.scope.mul(wg.clone(), i64::from(t.consumer_m())),
+            part(&self.scope, layout.row, Index::Lane, &lane),
+        ]);
+        let row0 = bind(&mut self.scope, &mut out, "lane_row", row0);
+        let col0 = self
+            .scope
+            .add(n0.clone(), part(&self.scope, layout.column, Index::Lane, &lane));
+        let col0 = bind(&mut self.scope, &mut out, "lane_col", col0);
+        let (batch_ext, batch_names) = axis_extents(c, &view.batch_axes);
+        let batch_coords = decompose(
+            &mut self.scope,
+            &mut out,
+            batch.clone(),
+            &batch_ext,
+            &batch_names,
+        );
+        let vi = (t.m_atoms > 1).then(|| self.scope.var("ti", 0, i64::from(t.m_atoms) - 1));
+        let ve = self.scope.var("e", 0, layout.values - 1);
+        let (i, e) = (vi.map_or(Expr::Const(0), Expr::Var), Expr::Var(ve));
+        let s = &self.scope;
+        let row = s.sum([
+            row0,
+            s.mul(i.clone(), i64::from(ATOM_M)),
+            part(s, layout.row, Index::Value, &e),
+        ]);
+        let col = s.add(col0, part(s, layout.column, Index::Value, &e));
+        let acc = s.add(s.mul(i, layout.values), e);
+        let body = gemm_store(&mut self.scope, c, view, &batch_coords, (row, col, acc), None);
+        out.extend(wrap_loops(
+            &[vi, Some(ve)],
+            &[i64::from(t.m_atoms), layout.values],
+            |_| true,
+            body,
+        ));
+        out
+    }
+}

@@ -1,0 +1,407 @@
+//! The `wgmma` sketch's tile sizes (`WgmmaTiling`), the TMA view of its operands
+//! (`TmaGemm`) and its validation: Hopper's own tensor-core path (issue 29).
+//!
+//! A block computes a `block_m × block_n` output tile with `consumers` warpgroups
+//! stacked along M, each issuing `m_atoms` warpgroup MMAs (`wgmma.mma_async`
+//! m64n{block_n}k16) per k-step, accumulating in f32 registers. Both operands are read
+//! from shared memory through matrix descriptors (`atom::wgmma`); they are copied there
+//! by TMA (`atom::tma`) in boxes whose swizzle is the descriptors': A (and a K-major B)
+//! as rows of `k_bytes` of K (32, 64 or 128 bytes: the 32B, 64B or 128B swizzle), an
+//! N-major B (matmul's row-major `K × N`) as K rows of one swizzle span of N per box.
+//! Out-of-bounds boxes are zero-filled by the copy engine, which pads every tail.
+//!
+//! The reduction streams through a ring of `stages` shared buffers, handed over by
+//! mbarriers: a "full" barrier per buffer that the producer arms with the tile's bytes
+//! (`arrive.expect_tx`) and the copies complete, and an "empty" barrier per buffer on
+//! which each consumer warpgroup arrives once its MMAs that read the buffer have
+//! completed (`wgmma.wait_group in_flight`), before the producer refills it.
+//!
+//! TMA needs each operand to be a strided matrix (at most a batch of them) with rows
+//! 16-byte aligned: a matmul, a batch matmul, or an NHWC 1×1 stride-1 unpadded
+//! convolution. Anything else is refused here (`InvalidState::NoTma`) and left to the
+//! other sketches.
+
+use crate::atom::tma::{TensorBox, TmaError};
+use crate::atom::wgmma::{Major, OperandLayout, Swizzle, WARPGROUP_THREADS, WgmmaAtom};
+use crate::gemm::GemmView;
+use crate::gpu_spec::GpuSpec;
+use crate::invalid::InvalidState;
+pub use crate::state::{MAX_WGMMA_STAGES, WgmmaTiling};
+use crate::task::{Access, AxisRef, Contraction};
+use thiserror::Error;
+
+/// Registers besides the accumulators: descriptors, coordinates, loop counters and
+/// barrier addresses.
+const WGMMA_ADDRESSING_REGISTERS: u64 = 40;
+
+/// Rows of one warpgroup MMA.
+pub const ATOM_M: u32 = 64;
+
+/// Bytes of the mbarriers a block declares statically (two per stage), counted
+/// against the shared-memory limit with the ring.
+const BARRIER_BYTES: u64 = 16;
+
+/// Why an operand is not a matrix that TMA can copy.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum TmaGemmError {
+    #[error("{tensor}: an index has an offset (padding): no plain matrix to copy")]
+    Offset { tensor: &'static str },
+    #[error("{tensor}: a reduction axis other than the innermost has an extent over 1")]
+    Reduction { tensor: &'static str },
+    #[error("{tensor}: its {what} axes are not one dense row-major run")]
+    NotDense {
+        tensor: &'static str,
+        what: &'static str,
+    },
+    #[error("{tensor}: {error}")]
+    Rules {
+        tensor: &'static str,
+        #[source]
+        error: TmaError,
+    },
+}
+
+/// One operand as TMA sees it: `batches` matrices of `rows` rows of `columns` contiguous
+/// elements, in elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatrixView {
+    pub rows: u64,
+    pub columns: u64,
+    pub row_stride: u64,
+    pub batches: u64,
+    pub batch_stride: u64,
+}
+
+/// Both operands of a GEMM-shaped contraction as TMA matrices: A is `M × K`, B is
+/// `N × K` when K-major, `K × N` when N-major.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TmaGemm {
+    pub view: GemmView,
+    pub a: MatrixView,
+    pub b: MatrixView,
+}
+
+/// The element offset coefficient of every axis in `access`'s tensor.
+fn coefficient(access: &Access, axis: AxisRef) -> i64 {
+    access
+        .index
+        .iter()
+        .zip(access.strides())
+        .map(|(ix, stride)| ix.coeff(axis) * stride)
+        .sum()
+}
+
+/// The stride of the row-major flattening of `axes` (extent-1 axes dropped) in
+/// `access`, if the axes are one dense run: the innermost's coefficient, each outer one
+/// the next's times its extent. 0 when no axis is left.
+fn dense_stride(
+    c: &Contraction,
+    access: &Access,
+    axes: &[usize],
+    what: &'static str,
+) -> Result<u64, TmaGemmError> {
+    let live: Vec<usize> = axes
+        .iter()
+        .copied()
+        .filter(|&a| c.spatial[a].extent > 1)
+        .collect();
+    let Some(&last) = live.last() else {
+        return Ok(0);
+    };
+    let stride = coefficient(access, AxisRef::Spatial(last));
+    let mut expected = stride;
+    for pair in live.windows(2).rev() {
+        expected *= i64::from(c.spatial[pair[1]].extent);
+        if coefficient(access, AxisRef::Spatial(pair[0])) != expected {
+            return Err(TmaGemmError::NotDense {
+                tensor: access.tensor,
+                what,
+            });
+        }
+    }
+    u64::try_from(stride)
+        .ok()
+        .filter(|&s| s > 0)
+        .ok_or(TmaGemmError::NotDense {
+            tensor: access.tensor,
+            what,
+        })
+}
+
+impl TmaGemm {
+    pub fn of(c: &Contraction) -> Result<TmaGemm, InvalidState> {
+        let view = GemmView::of(c).map_err(InvalidState::NoGemm)?;
+        let inner = c.reduction.len() - 1;
+        let product = |axes: &[usize]| -> u64 {
+            axes.iter()
+                .map(|&a| u64::from(c.spatial[a].extent))
+                .product()
+        };
+        let matrix = |input: usize| -> Result<MatrixView, TmaGemmError> {
+            let access = &c.inputs[input];
+            let tensor = access.tensor;
+            if access.index.iter().any(|ix| ix.offset != 0) {
+                return Err(TmaGemmError::Offset { tensor });
+            }
+            if c.reduction[..inner].iter().any(|r| r.extent > 1) {
+                return Err(TmaGemmError::Reduction { tensor });
+            }
+            // Every index within its dimension for every axis value.
+            let fits = access.index.iter().zip(&access.shape).all(|(ix, &dim)| {
+                let max: i64 = ix
+                    .terms
+                    .iter()
+                    .map(|&(axis, coeff)| {
+                        let extent = match axis {
+                            AxisRef::Spatial(a) => c.spatial[a].extent,
+                            AxisRef::Reduction(r) => c.reduction[r].extent,
+                        };
+                        coeff.max(0) * (i64::from(extent) - 1)
+                    })
+                    .sum();
+                ix.terms.iter().all(|&(_, coeff)| coeff >= 0) && max < i64::from(dim)
+            });
+            let k = AxisRef::Reduction(inner);
+            let (rows, columns, row_stride) =
+                if input == 1 && !view.b_k_major {
+                    let n = AxisRef::Spatial(view.n_axes[0]);
+                    if coefficient(access, n) != 1 {
+                        return Err(TmaGemmError::NotDense { tensor, what: "N" });
+                    }
+                    let stride = u64::try_from(coefficient(access, k)).unwrap_or(0);
+                    (view.k, view.n, stride)
+                } else {
+                    if coefficient(access, k) != 1 {
+                        return Err(TmaGemmError::NotDense { tensor, what: "K" });
+                    }
+                    let (axes, what) = if input == 0 {
+                        (&view.m_axes, "M")
+                    } else {
+                        (&view.n_axes, "N")
+                    };
+                    let stride = dense_stride(c, access, axes, what)?;
+                    (product(axes), view.k, stride)
+                };
+            let batch_stride = dense_stride(c, access, &view.batch_axes, "batch")?;
+            if !fits || (rows > 1 && row_stride == 0) {
+                return Err(TmaGemmError::NotDense { tensor, what: "row" });
+            }
+            Ok(MatrixView {
+                rows,
+                columns,
+                row_stride: row_stride.max(columns),
+                batches: view.batch,
+                batch_stride: batch_stride.max(1),
+            })
+        };
+        let a = matrix(0).map_err(InvalidState::NoTma)?;
+        let b = matrix(1).map_err(InvalidState::NoTma)?;
+        Ok(TmaGemm { view, a, b })
+    }
+
+    /// The tensor map of input `input` for `tiling`'s boxes.
+    pub fn tensor_box(
+        &self,
+        c: &Contraction,
+        tiling: &WgmmaTiling,
+        input: usize,
+    ) -> Result<TensorBox, InvalidState> {
+        let m = if input == 0 { &self.a } else { &self.b };
+        let (box_rows, box_columns, swizzle) = tiling.box_shape(input, &self.view);
+        TensorBox::matrix(
+            c.dtype,
+            m.rows,
+            m.columns,
+            m.row_stride,
+            m.batches,
+            m.batch_stride,
+            box_rows,
+            box_columns,
+            swizzle,
+        )
+        .map_err(|error| {
+            InvalidState::NoTma(TmaGemmError::Rules {
+                tensor: c.inputs[input].tensor,
+                error,
+            })
+        })
+    }
+}
+
+impl WgmmaTiling {
+    pub fn threads(&self) -> u32 {
+        WARPGROUP_THREADS as u32 * self.consumers
+    }
+
+    /// Output rows per consumer warpgroup.
+    pub fn consumer_m(&self) -> u32 {
+        ATOM_M * self.m_atoms
+    }
+
+    pub fn block_m(&self) -> u32 {
+        self.consumer_m() * self.consumers
+    }
+
+    /// f32 accumulators per thread: `block_n / 2` per 64-row instruction.
+    pub fn accumulators(&self) -> u32 {
+        self.m_atoms * self.block_n / 2
+    }
+
+    /// Reduction elements per shared tile (2-byte elements).
+    pub fn block_k(&self) -> u64 {
+        u64::from(self.k_bytes / 2)
+    }
+
+    /// The swizzle of K-major rows of `k_bytes`.
+    pub fn k_swizzle(&self) -> Swizzle {
+        match self.k_bytes {
+            32 => Swizzle::B32,
+            64 => Swizzle::B64,
+            _ => Swizzle::B128,
+        }
+    }
+
+    /// Columns of N per box of an N-major B: the widest swizzle span (64, 32 or 16
+    /// elements) that divides `block_n`.
+    pub fn n_box(&self) -> u32 {
+        [64, 32, 16]
+            .into_iter()
+            .find(|w| self.block_n.is_multiple_of(*w))
+            .unwrap_or(16)
+    }
+
+    /// Rows and columns of input `input`'s TMA box, and its swizzle.
+    pub fn box_shape(&self, input: usize, view: &GemmView) -> (u32, u32, Swizzle) {
+        let k = self.block_k() as u32;
+        match input {
+            0 => (self.block_m(), k, self.k_swizzle()),
+            _ if view.b_k_major => (self.block_n, k, self.k_swizzle()),
+            _ => {
+                let n_box = self.n_box();
+                let swizzle = match n_box {
+                    64 => Swizzle::B128,
+                    32 => Swizzle::B64,
+                    _ => Swizzle::B32,
+                };
+                (k, n_box, swizzle)
+            }
+        }
+    }
+
+    /// TMA copies of input `input` per stage (an N-major B is `block_n / n_box` boxes).
+    pub fn boxes(&self, input: usize, view: &GemmView) -> u32 {
+        if input == 1 && !view.b_k_major {
+            self.block_n / self.n_box()
+        } else {
+            1
+        }
+    }
+
+    /// How input `input`'s stage lies for the descriptors.
+    pub fn operand_layout(&self, input: usize, view: &GemmView) -> OperandLayout {
+        let (rows, columns, swizzle) = self.box_shape(input, view);
+        if input == 1 && !view.b_k_major {
+            OperandLayout::mn_major(swizzle, rows * columns * 2)
+        } else {
+            OperandLayout::k_major(swizzle)
+        }
+    }
+
+    /// Elements of input `input`'s tile per stage.
+    pub fn tile_elements(&self, input: usize) -> u64 {
+        let rows = if input == 0 {
+            self.block_m()
+        } else {
+            self.block_n
+        };
+        u64::from(rows) * self.block_k()
+    }
+
+    /// Bytes of dynamic shared memory: every stage holds both inputs' tiles.
+    pub fn shared_bytes(&self) -> u64 {
+        u64::from(self.stages) * (self.tile_elements(0) + self.tile_elements(1)) * 2
+    }
+
+    pub fn register_estimate(&self) -> u64 {
+        u64::from(self.accumulators()) + WGMMA_ADDRESSING_REGISTERS
+    }
+}
+
+/// Whether the sketch can run `c` on `gpu`: half data on a Hopper GPU (`sm_90a`).
+pub fn wgmma_applies(c: &Contraction, gpu: &GpuSpec) -> bool {
+    WgmmaAtom::for_dtype(c.dtype).is_some() && gpu.compute_capability == (9, 0)
+}
+
+/// The major-ness of B in the instruction.
+pub fn b_major(view: &GemmView) -> Major {
+    if view.b_k_major { Major::K } else { Major::MN }
+}
+
+/// Validates a `wgmma` state (`state.wgmma` is `tiling`).
+pub fn validate_wgmma(
+    c: &Contraction,
+    t: &WgmmaTiling,
+    split_k: u32,
+    gpu: &GpuSpec,
+) -> Result<(), InvalidState> {
+    if !wgmma_applies(c, gpu) {
+        return Err(InvalidState::WgmmaType {
+            dtype: c.dtype,
+            gpu: gpu.name.clone(),
+        });
+    }
+    let gemm = TmaGemm::of(c)?;
+    let n_ok = WgmmaAtom::n_valid(i64::from(t.block_n))
+        && (gemm.view.b_k_major || t.block_n.is_multiple_of(16));
+    if !(1..=2).contains(&t.consumers)
+        || !(1..=2).contains(&t.m_atoms)
+        || !n_ok
+        || ![32, 64, 128].contains(&t.k_bytes)
+    {
+        return Err(InvalidState::WgmmaTiles {
+            consumers: t.consumers,
+            m_atoms: t.m_atoms,
+            block_n: t.block_n,
+            k_bytes: t.k_bytes,
+        });
+    }
+    if !(1..=MAX_WGMMA_STAGES).contains(&t.stages) || t.in_flight > 1 || t.in_flight >= t.stages
+    {
+        return Err(InvalidState::WgmmaPipeline {
+            stages: t.stages,
+            in_flight: t.in_flight,
+        });
+    }
+    if split_k != 1 {
+        return Err(InvalidState::SplitK {
+            split_k,
+            stages: 1,
+            max: 1,
+        });
+    }
+    for input in 0..2 {
+        gemm.tensor_box(c, t, input)?;
+    }
+    let v = &gemm.view;
+    let blocks = v.batch
+        * v.m.div_ceil(u64::from(t.block_m()))
+        * v.n.div_ceil(u64::from(t.block_n));
+    if blocks > i32::MAX as u64 {
+        return Err(InvalidState::Grid { blocks });
+    }
+    let bytes = t.shared_bytes() + BARRIER_BYTES * u64::from(t.stages);
+    if bytes > u64::from(gpu.shared_bytes_per_block_optin) {
+        return Err(InvalidState::SharedMemory {
+            bytes,
+            max: u64::from(gpu.shared_bytes_per_block_optin),
+        });
+    }
+    let registers = t.register_estimate();
+    if registers > u64::from(gpu.max_registers_per_thread) {
+        return Err(InvalidState::Registers {
+            registers,
+            max: u64::from(gpu.max_registers_per_thread),
+        });
+    }
+    Ok(())
+}
