@@ -386,7 +386,7 @@ fn sass_random_legal_edits_of_the_resnet_kernels_are_bit_exact() {
             let image = |path: PathBuf| KernelImage {
                 cubin: path,
                 name: k.name.clone(),
-                launch: k.launch,
+                launch: k.launch.clone(),
             };
             // Checks the kernel after the first `n` actions of `walk`.
             let mut check = |walk: &[Action], n: usize, seed: u64| -> Outcome {

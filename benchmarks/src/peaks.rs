@@ -138,7 +138,7 @@ pub fn measure(
     let iters: u64 = 4096;
     let launch = LaunchConfig::linear(blocks, THREADS, 0);
     let t = timing::time_kernel(ctx, spin, sm_clock_mhz, cfg, |_| {
-        ctx.launch(&fma, launch, &[&out], &[iters])
+        ctx.launch(&fma, &launch, &[&out], &[iters])
     })?;
     let flops = 2 * CHAINS * iters * u64::from(blocks) * u64::from(THREADS);
     let fp32_tflops = flops as f64 / (t.median_us * 1e6);
@@ -151,7 +151,7 @@ pub fn measure(
     let copy_launch = LaunchConfig::linear(sm_count * 16, THREADS, 0);
     let n4 = (floats / 4) as u64;
     let t = timing::time_kernel(ctx, spin, sm_clock_mhz, cfg, |_| {
-        ctx.launch(&copy, copy_launch, &[&src, &dst], &[n4])
+        ctx.launch(&copy, &copy_launch, &[&src, &dst], &[n4])
     })?;
     let bytes = 2 * 4 * floats as u64;
     let bandwidth_gbs = bytes as f64 / (t.median_us * 1e3);
@@ -264,7 +264,7 @@ pub fn measure_tensor(
     let iters: u64 = 512;
     let launch = LaunchConfig::linear(blocks, THREADS, 0);
     let t = timing::time_kernel(ctx, &spin, device.sm_clock_mhz, cfg, |_| {
-        ctx.launch(&function, launch, &[&input, &out], &[iters])
+        ctx.launch(&function, &launch, &[&input, &out], &[iters])
     })?;
     let warps = u64::from(blocks) * u64::from(THREADS / 32);
     let flops = 2 * macs * MMA_CHAINS * iters * warps;
@@ -374,7 +374,7 @@ pub fn measure_wgmma(
         ..LaunchConfig::linear(blocks, threads, 0)
     };
     let t = timing::time_kernel(ctx, &spin, device.sm_clock_mhz, cfg, |_| {
-        ctx.launch(&function, launch, &[&input, &out], &[iters])
+        ctx.launch(&function, &launch, &[&input, &out], &[iters])
     })?;
     let atom = WgmmaAtom::for_dtype(dtype).expect("a wgmma type");
     let macs = (atom.m * WGMMA_N * atom.k * WGMMA_STEPS) as u64;

@@ -184,8 +184,8 @@ impl Session {
         let ours_fn = match (ours, &ours_module) {
             (Some(k), Some(m)) => {
                 let f = m.function(&k.name, k.launch.dynamic_shared_bytes)?;
-                match sets.check(ctx, &f, k.launch, &expected)? {
-                    None => Some((f, k.launch)),
+                match sets.check(ctx, &f, &k.launch, &expected)? {
+                    None => Some((f, k.launch.clone())),
                     Some(m) => {
                         problems.push(format!("our kernel is wrong: {m}"));
                         None
@@ -278,7 +278,7 @@ impl Session {
                             &spin,
                             self.device.sm_clock_mhz,
                             &round,
-                            |i| sets.launch(ctx, f, *launch, i),
+                            |i| sets.launch(ctx, f, launch, i),
                         )?;
                         our_samples.extend(t.samples_us);
                     }
@@ -376,7 +376,7 @@ impl Session {
         let reference_module = ctx.load(&reference.cubin)?;
         let reference_fn =
             reference_module.function(&reference.name, reference.launch.dynamic_shared_bytes)?;
-        let expected = sets.run_reference(ctx, &reference_fn, reference.launch)?;
+        let expected = sets.run_reference(ctx, &reference_fn, &reference.launch)?;
         let spin = self.spin.function("tilesched_spin", 0)?;
         let protocol = baseline::Protocol {
             ctx,

@@ -110,6 +110,10 @@ impl FeatureExtractor {
                     tiling,
                 )
             },
+            |row, tiling| {
+                row.ideal_global_bytes = self.mma.as_ref().map_or(0.0, |m| m.ideal_global_bytes());
+                crate::wgmma::fill(row, &self.contraction, &self.gpu, state, tiling)
+            },
         );
         row.to_array()
     }

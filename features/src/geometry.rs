@@ -52,7 +52,7 @@ impl<'a> Geometry<'a> {
     /// The geometry, or None when the state is too malformed to describe.
     pub(crate) fn new(c: &Contraction, state: &'a State) -> Option<Self> {
         // The CUDA-core sketch's geometry: a tensor-core state has none.
-        if !state.sketch(|| describable(c, state), |_| false) {
+        if !state.sketch(|| describable(c, state), |_| false, |_| false) {
             return None;
         }
         let tiling = Tiling::new(c, state);

@@ -25,6 +25,7 @@ mod shared_reads;
 mod store;
 mod table;
 mod warp;
+mod wgmma;
 
 pub use extract::FeatureExtractor;
 pub use table::{CUDA_CORE_ONLY, FEATURE_COUNT, FEATURE_DOCS, FEATURE_NAMES};

@@ -170,6 +170,11 @@ impl MmaTask {
         })
     }
 
+    /// Compulsory global bytes at the task's element sizes.
+    pub(crate) fn ideal_global_bytes(&self) -> f64 {
+        self.ideal_global_bytes
+    }
+
     /// Element offset in input `input` of its GEMM element (batch, row or column,
     /// k): `mn` is the row `m` for A, the column `n` for B.
     fn input_offset(&self, input: usize, batch: i64, mn: i64, k: i64) -> i64 {

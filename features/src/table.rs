@@ -188,7 +188,7 @@ feature_table! {
     fma_to_shared_cycles: "fma_cycles_per_sm / shared_cycles_per_sm (ratio; > 1: FMA-bound)",
 
     // Both sketches: which one, and the task's element sizes.
-    sketch: "0 for a CUDA-core state, 1 for a tensor-core (mma.sync) state",
+    sketch: "0 for a CUDA-core state, 1 for a tensor-core (mma.sync) state, 2 for a warpgroup-MMA (wgmma) state",
     task_element_bytes: "bytes per input (and bias) element: 4 for f32 and tf32, 2 for fp16 and bf16",
     task_output_element_bytes: "bytes per output element: 4 for f32, 2 for fp16 and bf16",
 
@@ -228,6 +228,22 @@ feature_table! {
     mma_per_ldmatrix: "mma.sync instructions per fragment load instruction (ratio: register reuse of the fragments)",
     mma_cp_async_bytes_per_block: "bytes the block's fill copies from global to shared memory over its K tiles, zero-filled padding and tails included (bytes)",
     mma_cp_async_bytes: "bytes the fill copies from global to shared memory over the grid, zero-filled padding and tails included (bytes)",
+
+    // Warpgroup-MMA sketch only (0 for the other sketches).
+    wgmma_block_m: "GEMM rows (M) per block: 64 x m_atoms x consumers (count)",
+    wgmma_block_n: "GEMM columns (N) per block: the instructions' N (count)",
+    wgmma_consumers: "consumer warpgroups per block (count)",
+    wgmma_m_atoms: "64-row warpgroup MMAs per consumer along M (count)",
+    wgmma_k_row_bytes: "bytes of K per shared row and stage: the swizzle's span, 32, 64 or 128 (bytes)",
+    wgmma_stages: "shared buffers in the mbarrier ring (count)",
+    wgmma_in_flight: "groups of MMAs left in flight while the next tile's are issued (count)",
+    wgmma_weight_n_major: "1 when the weight is N-major in shared memory (transposed descriptor), else 0",
+    wgmma_ktiles: "K tiles of the whole reduction (count)",
+    wgmma_per_block: "wgmma instructions per block: k-steps x m_atoms x consumers per K tile, over the K tiles (count)",
+    wgmma_tma_boxes_per_block: "TMA copies the producer issues per block (count)",
+    wgmma_tma_bytes: "bytes TMA copies into shared memory over the grid, zero-filled tails included (bytes)",
+    wgmma_stage_bytes: "shared memory of one stage: both inputs' K tiles (bytes)",
+    wgmma_flops_per_sm: "busiest SM's tensor-core work: busiest_sm_blocks x 2 x block_m x block_n x K tiles x block_k (FLOP)",
 }
 
 /// Features that only the CUDA-core sketch has: always 0 for tensor-core states.

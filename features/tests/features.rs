@@ -34,6 +34,7 @@ fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u3
     State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial,
         reduction,
         unroll_max_step: 0,
@@ -479,6 +480,7 @@ proptest! {
         let state = State {
             prefetch: false,
             mma: None,
+            wgmma: None,
             spatial: (0..c.spatial.len() + spatial_extra)
                 .map(|_| sp(next(), next(), next(), next()))
                 .collect(),
@@ -533,6 +535,7 @@ fn every_feature_varies_over_states_and_tasks() {
         states.push(State {
             prefetch: false,
             mma: None,
+            wgmma: None,
             spatial: (0..c.spatial.len())
                 .map(|a| {
                     if a == 0 {

@@ -148,22 +148,22 @@ impl BufferSets {
         self.set(i).last().expect("a set ends with its output")
     }
 
-    /// Enqueues one run of `function` on set `i` (modulo `count`), zeroing its output
-    /// first, on the same stream, when `config.zero_output` asks for it (a split-K
+    /// Enqueues one run of `function` on set `i` (modulo `count`), with the tensor maps
+    /// its launch asks for encoded for that set's buffers, zeroing its output first, on the same stream, when `config.zero_output` asks for it (a split-K
     /// kernel adds into its output): the zeroing is part of the operation, so it falls
     /// inside every timed run, as it would in a network.
     pub fn launch(
         &self,
         ctx: &Context,
         function: &Function,
-        config: LaunchConfig,
+        config: &LaunchConfig,
         i: usize,
     ) -> Result<(), CudaError> {
         if config.zero_output {
             ctx.zero(self.output(i))?;
         }
         let params: Vec<&Buffer> = self.set(i).iter().collect();
-        ctx.launch(function, config, &params, &[])
+        ctx.launch_mapped(function, config, &params)
     }
 
     /// The output that `run` leaves in set 0, decoded to f32: poisons the output first,
@@ -187,7 +187,7 @@ impl BufferSets {
         &self,
         ctx: &Context,
         function: &Function,
-        config: LaunchConfig,
+        config: &LaunchConfig,
     ) -> Result<Vec<f32>, ReferenceError> {
         let expected = self.output_of(ctx, |_| self.launch(ctx, function, config, 0))?;
         exact(expected, self.output(0).dtype)
@@ -199,7 +199,7 @@ impl BufferSets {
         &self,
         ctx: &Context,
         function: &Function,
-        config: LaunchConfig,
+        config: &LaunchConfig,
         expected: &[f32],
     ) -> Result<Option<Mismatch>, CudaError> {
         let got = self.output_of(ctx, |_| self.launch(ctx, function, config, 0))?;

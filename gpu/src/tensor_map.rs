@@ -22,6 +22,19 @@ pub enum TensorMapError {
     Driver(#[from] CudaError),
 }
 
+/// A map the rules refuse is the launch's error like a driver's.
+impl From<TensorMapError> for CudaError {
+    fn from(e: TensorMapError) -> CudaError {
+        match e {
+            TensorMapError::Driver(e) => e,
+            TensorMapError::Rules(rule) => CudaError {
+                what: format!("tensor map: {rule}"),
+                name: "TMA_RULES".to_string(),
+            },
+        }
+    }
+}
+
 fn data_type(dtype: DType) -> sys::CUtensorMapDataType {
     use sys::CUtensorMapDataType as T;
     match dtype {

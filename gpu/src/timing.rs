@@ -140,7 +140,7 @@ pub fn time_kernel(
         let batch = next_batch(cfg, &samples);
         let cycles = (spin_us(batch, enqueue_us) * f64::from(sm_clock_mhz)) as u64;
         let one_thread = LaunchConfig::linear(1, 1, 0);
-        ctx.launch(spin, one_thread, &[], &[cycles])?;
+        ctx.launch(spin, &one_thread, &[], &[cycles])?;
         let issued = Instant::now();
         for j in 0..batch {
             ctx.record(&starts[j])?;

@@ -260,7 +260,7 @@ impl CudaBackend {
         // Zeroed first when the reference adds into its output (a split-K kernel as the
         // reference of its own SASS reorderings).
         let expected = sets
-            .run_reference(ctx, &function, reference.launch)
+            .run_reference(ctx, &function, &reference.launch)
             .map_err(|e| {
                 let fatal = matches!(e, ReferenceError::Cuda(_));
                 (e.to_string(), fatal)
@@ -339,7 +339,7 @@ impl Backend for CudaBackend {
         // Exact check on copy 0, output poisoned first (zeroed instead for a kernel
         // that adds into it).
         let sets = &buffers.sets;
-        match sets.check(ctx, &function, candidate.launch, &buffers.expected) {
+        match sets.check(ctx, &function, &candidate.launch, &buffers.expected) {
             Ok(None) => {}
             Ok(Some(m)) => {
                 return (Outcome::error(ErrorKind::WrongAnswer, m.to_string()), false);
@@ -352,7 +352,7 @@ impl Backend for CudaBackend {
         };
         let timed =
             timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &request.timing, |i| {
-                sets.launch(ctx, &function, candidate.launch, i)
+                sets.launch(ctx, &function, &candidate.launch, i)
             });
         match timed {
             Ok(t) => (Outcome::Ok(t), false),

@@ -60,7 +60,7 @@ fn half_reference_kernels_compute_the_definition() {
         let function = module.function(&k.name, 0).expect("the reference kernel");
         let sets = BufferSets::new(&ctx, &problem, &device).expect("buffers");
         let got = sets
-            .run_reference(&ctx, &function, k.launch)
+            .run_reference(&ctx, &function, &k.launch)
             .unwrap_or_else(|e| panic!("{task}: {e}"));
 
         let values = problem.input_values();
@@ -81,7 +81,7 @@ fn half_reference_kernels_compute_the_definition() {
         assert!(got.iter().any(|v| *v != 0.0), "{task}: all zero");
 
         let again = sets
-            .check(&ctx, &function, k.launch, &got)
+            .check(&ctx, &function, &k.launch, &got)
             .expect("the check runs");
         assert_eq!(again, None, "{task}: the reference against itself");
 

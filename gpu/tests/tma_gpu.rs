@@ -156,7 +156,7 @@ fn ir_kernel() -> Kernel {
         map,
         coords: vec![Expr::Const(0), Expr::Const(0)],
         at: Expr::Const(0),
-        barrier: 0,
+        barrier: Expr::Const(0),
     };
     let row = scope.div(Expr::ThreadIdx, LOADED_COLUMNS as i64);
     let column = scope.rem(Expr::ThreadIdx, LOADED_COLUMNS as i64);
@@ -165,7 +165,7 @@ fn ir_kernel() -> Kernel {
         Stmt::If {
             conds: thread0.clone(),
             body: vec![Stmt::MbarrierInit {
-                barrier: 0,
+                barrier: Expr::Const(0),
                 arrivals: 1,
             }],
         },
@@ -174,7 +174,7 @@ fn ir_kernel() -> Kernel {
             conds: thread0,
             body: vec![
                 Stmt::ArriveExpectTx {
-                    barrier: 0,
+                    barrier: Expr::Const(0),
                     bytes: 2 * boxed(LOADED_COLUMNS).box_bytes() as i64,
                 },
                 load(3),
@@ -182,7 +182,7 @@ fn ir_kernel() -> Kernel {
             ],
         },
         Stmt::MbarrierWait {
-            barrier: 0,
+            barrier: Expr::Const(0),
             parity: Expr::Const(0),
         },
         Stmt::ZeroAcc,
@@ -279,7 +279,7 @@ fn the_ir_kernel_runs_as_interpreted() {
     let kernel = ir_kernel();
     let source = cuda_source(&kernel, &[]);
     let compiled = gpu::compile(&source, &kernel.name, &device.arch()).expect("compile");
-    let loaded = LoadedKernel::load(&compiled.cubin, &kernel.name, kernel.launch).expect("load");
+    let loaded = LoadedKernel::load(&compiled.cubin, &kernel.name, kernel.launch.clone()).expect("load");
     let (a, b) = ir_inputs();
     let buffers = [&a, &b].map(|v| {
         let buffer = ctx.alloc(v.len()).unwrap();

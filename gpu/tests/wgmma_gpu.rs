@@ -132,7 +132,7 @@ fn the_wgmma_atom_multiplies_as_the_hardware_does() {
                 target: Target::ArchSpecific,
                 ..LaunchConfig::linear(1, WARPGROUP_THREADS as u32, 0)
             };
-            ctx.launch(&function, launch, &[&a_buf, &b_buf, &d_buf], &[])
+            ctx.launch(&function, &launch, &[&a_buf, &b_buf, &d_buf], &[])
                 .expect("launch");
             let got = ctx.download(&d_buf).expect("download");
             for m in 0..atom.m {

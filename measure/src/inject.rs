@@ -139,7 +139,7 @@ mod tests {
         let clean = generate(&task, &state, &gpu).unwrap();
         for kind in ErrorKind::ALL {
             let k = faulty_kernel(kind, &task, &state, &gpu).unwrap();
-            assert_eq!((&k.name, k.launch), (&clean.name, clean.launch), "{kind}");
+            assert_eq!((&k.name, &k.launch), (&clean.name, &clean.launch), "{kind}");
             assert_ne!(k.source, clean.source, "{kind}");
         }
         let plain = State {

@@ -238,12 +238,13 @@ impl<'a> BestKernel<'a> {
     }
 }
 
-/// The architecture a record's kernel was compiled for when it was measured.
+/// The architecture of the GPU a record's kernel was measured on, as its compilation
+/// names it (`sm_90` for a kernel compiled for `sm_90a`).
 pub fn recorded_arch(record: &Record) -> String {
-    record
-        .compile
-        .as_ref()
-        .map_or_else(|| record.device.arch(), |c| c.arch.clone())
+    record.compile.as_ref().map_or_else(
+        || record.device.arch(),
+        |c| schedule::Target::base_arch(&c.arch).to_string(),
+    )
 }
 
 fn staleness(record: &Record, source: &str) -> Option<Staleness> {

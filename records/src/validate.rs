@@ -9,6 +9,7 @@
 use crate::record::Record;
 use gpu::{Outcome, UnknownArch};
 use schedule::mma::{MAX_WARPS, MmaTiling};
+use schedule::state::WgmmaTiling;
 use schedule::task::{Contraction, TaskError};
 use schedule::validate::check_structure;
 use schedule::{InvalidState, State, Task, validate};
@@ -58,7 +59,25 @@ fn check_products(task: &str, c: &Contraction, state: &State) -> Result<(), Inva
     state.sketch(
         || check_cuda_core_products(task, c, state),
         |m| check_mma_products(task, m),
+        |w| check_wgmma_products(task, w),
     )
+}
+
+/// A `wgmma` state's products (rows per block, accumulators, threads) are computed in
+/// 32 bits: bound the factors first.
+fn check_wgmma_products(task: &str, w: &WgmmaTiling) -> Result<(), InvalidRecord> {
+    if !(1..=2).contains(&w.consumers) || !(1..=2).contains(&w.m_atoms) || w.block_n > 256 {
+        return Err(InvalidRecord::State {
+            task: task.to_string(),
+            error: InvalidState::WgmmaTiles {
+                consumers: w.consumers,
+                m_atoms: w.m_atoms,
+                block_n: w.block_n,
+                k_bytes: w.k_bytes,
+            },
+        });
+    }
+    Ok(())
 }
 
 fn overflow(task: &str, what: &'static str) -> InvalidRecord {

@@ -35,6 +35,7 @@ pub use cache::{
 pub use gpu::cuda::RawStream;
 
 use gpu::cuda::{Context, CudaError, KernelArg, LoadedKernel};
+use gpu::tensor_map;
 use gpu::{DType, DeviceInfo, Problem};
 use std::collections::HashMap;
 use std::fmt;
@@ -140,7 +141,8 @@ impl Kernel {
     }
 
     /// Enqueues the task on `stream` with `pointers` (one device pointer per
-    /// `params()`, in that order), zeroing the output first on the same stream when the
+    /// `params()`, in that order, followed by the tensor maps its entry records, encoded
+    /// for those pointers), zeroing the output first on the same stream when the
     /// kernel adds into it. Returns once enqueued; synchronize the stream for the
     /// result.
     ///
@@ -168,9 +170,15 @@ impl Kernel {
             let output = self.params.last().expect("a kernel has an output");
             (*pointers.last().expect("as many as params"), output.bytes())
         });
-        let args: Vec<KernelArg> = pointers.iter().map(|&p| KernelArg::Ptr(p)).collect();
+        let mut args: Vec<KernelArg> = pointers.iter().map(|&p| KernelArg::Ptr(p)).collect();
+        // The TMA tensor maps the entry records, encoded for the caller's buffers.
+        for map in &self.entry.launch.tensor_maps {
+            let address = pointers.get(map.buffer).copied().unwrap_or(0);
+            let bytes = tensor_map::encode(&map.tensor, address).map_err(CudaError::from)?;
+            args.push(KernelArg::Bytes128(bytes));
+        }
         // SAFETY: the caller guarantees the pointers and the stream; their count is the
-        // kernel's parameter count.
+        // kernel's parameter count, and the maps describe the caller's buffers.
         unsafe { self.loaded.launch(&args, zero, stream) }?;
         Ok(())
     }
@@ -244,7 +252,7 @@ impl Runtime {
             .cache
             .verify(&entry)
             .map_err(|e| corrupt(e.to_string()))?;
-        let loaded = LoadedKernel::load(&cubin, &entry.kernel, entry.launch).map_err(|e| {
+        let loaded = LoadedKernel::load(&cubin, &entry.kernel, entry.launch.clone()).map_err(|e| {
             corrupt(format!(
                 "its cubin {} does not load: {e}",
                 self.cache.path_of(&entry).display()

@@ -221,7 +221,7 @@ fn run_kernels(
                 reference: KernelImage {
                     cubin: stage1.canonicalize().map_err(io_error(&stage1))?,
                     name: p.name.clone(),
-                    launch: p.launch,
+                    launch: p.launch.clone(),
                 },
                 problem: Problem::for_task(&p.task, 0),
                 workdir: workdir.to_path_buf(),
@@ -267,7 +267,7 @@ fn run_kernels(
                     task: key.clone(),
                     shape: p.task,
                     kernel: p.name.clone(),
-                    launch: p.launch,
+                    launch: p.launch.clone(),
                     stage1_us: row.result.stage1_us,
                     final_us: row.result.final_us,
                     stage: if row.result.winner.is_some() || p.rank > 0 {

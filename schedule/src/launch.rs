@@ -119,6 +119,12 @@ impl Target {
         *self == Target::Base
     }
 
+    /// The GPU's own architecture of an architecture compiled for (`sm_90a` → `sm_90`):
+    /// the inverse of [`Target::arch`].
+    pub fn base_arch(arch: &str) -> &str {
+        arch.strip_suffix('a').unwrap_or(arch)
+    }
+
     /// The architecture to compile for on a GPU of architecture `base` (`sm_90`).
     pub fn arch(self, base: &str) -> String {
         match self {
@@ -222,6 +228,8 @@ mod tests {
         assert_eq!(l.grid.to_string(), "(4, 3, 2)");
         assert_eq!(l.target.arch("sm_90"), "sm_90a");
         assert_eq!(Target::Base.arch("sm_90"), "sm_90");
+        assert_eq!(Target::base_arch("sm_90a"), "sm_90");
+        assert_eq!(Target::base_arch("sm_90"), "sm_90");
     }
 
     #[test]

@@ -367,6 +367,7 @@ fn split_k_with_short_and_empty_chunks() {
         let state = State {
             prefetch: false,
             mma: None,
+            wgmma: None,
             spatial: vec![
                 SpatialSplit {
                     vthread: 1,
@@ -686,6 +687,7 @@ fn check_prefetch(task: &Task, states: usize, seed: u64) -> (usize, usize) {
                 let s = State {
                     prefetch: true,
                     mma: None,
+                    wgmma: None,
                     unroll_max_step,
                     split_k,
                     ..state.clone()

@@ -79,6 +79,7 @@ fn snapshot_conv2d_deep_layer() {
     let state = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
         reduction: vec![rd(4, 2), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
@@ -104,6 +105,7 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
     let state = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(1, 16, 2, 2), sp(1, 2, 1, 2), sp(1, 4, 1, 7)],
         reduction: vec![rd(4, 4)],
         unroll_max_step: 64,
@@ -132,6 +134,7 @@ fn snapshot_depthwise_fp16_nhwc() {
     let state = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(1, 4, 1, 1), sp(1, 4, 1, 1), sp(1, 8, 1, 2)],
         reduction: vec![rd(1, 3), rd(3, 1)],
         unroll_max_step: 512,
@@ -151,6 +154,7 @@ fn snapshot_matmul_tails() {
     let state = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(1, 16, 2, 2), sp(2, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 1024,
@@ -167,6 +171,7 @@ fn cublas_like_tile() -> State {
     State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(1, 16, 2, 4), sp(1, 16, 2, 4)],
         reduction: vec![rd(8, 1)],
         unroll_max_step: 512,
@@ -210,6 +215,7 @@ fn snapshot_batch_matmul() {
     let state = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(1, 1, 1, 1), sp(1, 16, 2, 2), sp(2, 8, 1, 4)],
         reduction: vec![rd(4, 4)],
         unroll_max_step: 16,
@@ -237,6 +243,7 @@ fn snapshot_conv2d_deep_layer_split_k() {
     let state = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
         reduction: vec![rd(8, 3), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
@@ -273,6 +280,7 @@ fn validation_rejects_what_the_gpu_cannot_run() {
     let base = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
@@ -393,6 +401,7 @@ fn split_k_with_relu_is_rejected_with_a_reason() {
     let state = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
@@ -499,6 +508,7 @@ fn snapshot_prefetch() {
     let state = State {
         prefetch: true,
         mma: None,
+        wgmma: None,
         ..cublas_like_tile()
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
@@ -520,6 +530,7 @@ fn prefetch_needs_unrolled_fetch_loops_and_two_stages() {
     let mut state = State {
         prefetch: true,
         mma: None,
+        wgmma: None,
         unroll_max_step: 0,
         ..cublas_like_tile()
     };
@@ -535,6 +546,7 @@ fn prefetch_needs_unrolled_fetch_loops_and_two_stages() {
     let without = State {
         prefetch: false,
         mma: None,
+        wgmma: None,
         ..state.clone()
     };
     assert!(

@@ -22,7 +22,9 @@
 //! 0.6 × the global best" rule.
 
 use crate::evolution::{TaskSpace, score};
-use crate::mutate::{fit_split_k, fit_vector_widths, layout_steps, mma_steps, split_steps};
+use crate::mutate::{
+    fit_split_k, fit_vector_widths, layout_steps, mma_steps, split_steps, wgmma_steps,
+};
 use costmodel::CostModel;
 use schedule::state::UNROLL_STEPS;
 use schedule::{Sampler, State, validate};
@@ -78,7 +80,8 @@ fn divisors(n: u32) -> Vec<u32> {
 /// thread, outer, inner, then reduction axes' middle, inner), the unroll depth, the
 /// vector widths, the split, each input's layout (innermost dimension + 1, or 0 for
 /// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
-/// warps_m, warps_n, k_steps, stages, both copy widths, swizzle and split.
+/// warps_m, warps_n, k_steps, stages, both copy widths, swizzle and split. `wgmma`
+/// (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight.
 pub fn tile_vector(s: &State) -> Vec<u32> {
     s.sketch(
         || cuda_core_vector(s),
@@ -95,6 +98,17 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 t.vector[1],
                 u32::from(t.swizzle),
                 s.split_k,
+            ]
+        },
+        |t| {
+            vec![
+                2,
+                t.consumers,
+                t.m_atoms,
+                t.block_n,
+                t.k_bytes,
+                t.stages,
+                t.in_flight,
             ]
         },
     )
@@ -127,12 +141,13 @@ fn cuda_core_vector(s: &State) -> Vec<u32> {
 /// (`mutate::layout_steps`); valid ones only, vector widths lowered to the
 /// widest still feasible and the split to the largest the stage count allows. For a
 /// tensor-core state: one coordinate of its tiling to a neighbouring value
-/// (`mutate::mma_steps`), valid ones only.
+/// (`mutate::mma_steps`, `mutate::wgmma_steps`), valid ones only.
 pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
     let c = space.contraction;
     s.sketch(
         || cuda_core_neighbours(s, space),
         |_| mma_steps(c, s, space.gpu),
+        |_| wgmma_steps(c, s, space.gpu),
     )
 }
 

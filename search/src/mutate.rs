@@ -23,7 +23,9 @@
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::Rng;
 use schedule::mma::MmaTiling;
-use schedule::state::{MAX_SPLIT_K, SHARED_PADS, SharedLayout, UNROLL_STEPS, VECTOR_WIDTHS};
+use schedule::state::{
+    MAX_SPLIT_K, SHARED_PADS, SharedLayout, UNROLL_STEPS, VECTOR_WIDTHS, WgmmaTiling,
+};
 use schedule::task::Contraction;
 use schedule::tiling::{Tiling, innermost_choices};
 use schedule::{GpuSpec, State, prefetch_feasible, validate};
@@ -112,7 +114,7 @@ fn mutate_tile(state: &mut State, c: &Contraction, gpu: &GpuSpec, rng: &mut ChaC
 /// allow.
 pub fn fit_vector_widths(c: &Contraction, s: &mut State) {
     // The tensor-core sketch's copy widths are its tiling's own.
-    if let Some(widths) = s.sketch(|| Some(fitted_vector_widths(c, s)), |_| None) {
+    if let Some(widths) = s.sketch(|| Some(fitted_vector_widths(c, s)), |_| None, |_| None) {
         s.vector_width = widths;
     }
 }
@@ -266,7 +268,61 @@ impl MmaCoordinate {
 /// (`MmaCoordinate`) to a neighbouring value, nothing else changed, in the order of
 /// `MmaCoordinate::ALL` (smaller value first). Empty for a CUDA-core state.
 pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
-    s.sketch(Vec::new, |t| mma_moves(c, s, t, gpu))
+    s.sketch(Vec::new, |t| mma_moves(c, s, t, gpu), |_| Vec::new())
+}
+
+/// Every valid state one move from `wgmma` state `s`: one coordinate of its tiling to
+/// a neighbouring value (consumers and 64-row MMAs 1 ↔ 2, N ± 16, K rows halved or
+/// doubled, stages ± 1, the MMA groups in flight 0 ↔ 1), nothing else changed, in that
+/// order. Empty for the other sketches.
+pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
+    let Some(t) = s.wgmma else {
+        return Vec::new();
+    };
+    let other = |x: u32| 3 - x.clamp(1, 2);
+    let moves = [
+        WgmmaTiling {
+            consumers: other(t.consumers),
+            ..t
+        },
+        WgmmaTiling {
+            m_atoms: other(t.m_atoms),
+            ..t
+        },
+        WgmmaTiling {
+            block_n: t.block_n.saturating_sub(16),
+            ..t
+        },
+        WgmmaTiling {
+            block_n: t.block_n + 16,
+            ..t
+        },
+        WgmmaTiling {
+            k_bytes: t.k_bytes / 2,
+            ..t
+        },
+        WgmmaTiling {
+            k_bytes: t.k_bytes * 2,
+            ..t
+        },
+        WgmmaTiling {
+            stages: t.stages.saturating_sub(1),
+            ..t
+        },
+        WgmmaTiling {
+            stages: t.stages + 1,
+            ..t
+        },
+        WgmmaTiling {
+            in_flight: 1 - t.in_flight.min(1),
+            ..t
+        },
+    ];
+    moves
+        .into_iter()
+        .map(State::hopper)
+        .filter(|n| n != s && validate(c, n, gpu).is_ok())
+        .collect()
 }
 
 fn mma_moves(c: &Contraction, s: &State, t: &MmaTiling, gpu: &GpuSpec) -> Vec<State> {
@@ -292,15 +348,18 @@ pub fn mutate(
     state.sketch_with(
         rng,
         |rng| mutate_cuda_core(state, c, gpu, rng),
-        |rng, _| {
-            let mut moves = mma_steps(c, state, gpu);
-            if moves.is_empty() {
-                return None;
-            }
-            let i = pick(rng, moves.len());
-            Some(moves.swap_remove(i))
-        },
+        |rng, _| pick_one(rng, mma_steps(c, state, gpu)),
+        |rng, _| pick_one(rng, wgmma_steps(c, state, gpu)),
     )
+}
+
+/// One of `moves`, uniformly, or None when there is none.
+fn pick_one(rng: &mut ChaCha8Rng, mut moves: Vec<State>) -> Option<State> {
+    if moves.is_empty() {
+        return None;
+    }
+    let i = pick(rng, moves.len());
+    Some(moves.swap_remove(i))
 }
 
 fn mutate_cuda_core(

@@ -164,7 +164,7 @@ pub fn run(args: Args) -> Result<()> {
             kernel: &kernel.name,
             state_id: state.id(),
             state,
-            launch: kernel.launch,
+            launch: kernel.launch.clone(),
             compile: compile_iter.next(),
         });
     }

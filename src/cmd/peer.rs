@@ -63,7 +63,7 @@ pub fn write_cache<'a>(
                 task: task.key(),
                 shape: task,
                 kernel: kernel.name.clone(),
-                launch: kernel.launch,
+                launch: kernel.launch.clone(),
                 stage1_us: us,
                 final_us: us,
                 stage: runtime::Stage::Stage1,

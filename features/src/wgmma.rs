@@ -1,0 +1,98 @@
+//! Features of a warpgroup-MMA (`wgmma`) state: its raw tiling, the TMA copies and
+//! instruction counts its lowering issues (from the same geometry, `schedule::wgmma`),
+//! and the features every sketch shares (grid, occupancy, registers, global traffic,
+//! intensities). Shared-memory wavefronts stay 0: TMA writes and the MMAs read shared
+//! memory through the async proxy, not through load and store instructions.
+
+use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
+use crate::table::FeatureRow;
+use schedule::state::WgmmaTiling;
+use schedule::validate;
+use schedule::wgmma::TmaGemm;
+use schedule::{GpuSpec, State};
+use schedule::task::Contraction;
+
+/// Bytes of a global-memory sector.
+const SECTOR_BYTES: f64 = 32.0;
+
+pub(crate) fn fill(
+    row: &mut FeatureRow,
+    c: &Contraction,
+    gpu: &GpuSpec,
+    state: &State,
+    t: &WgmmaTiling,
+) {
+    row.sketch = 2.0;
+    row.valid = flag(validate(c, state, gpu).is_ok());
+    let threads = t.threads();
+    row.wgmma_block_m = f64::from(t.block_m());
+    row.wgmma_block_n = f64::from(t.block_n);
+    row.wgmma_consumers = f64::from(t.consumers);
+    row.wgmma_m_atoms = f64::from(t.m_atoms);
+    row.wgmma_k_row_bytes = f64::from(t.k_bytes);
+    row.wgmma_stages = f64::from(t.stages);
+    row.wgmma_in_flight = f64::from(t.in_flight);
+    row.threads_per_block = f64::from(threads);
+    row.warps_per_block = f64::from(threads / 32);
+    row.block_tile_elements = row.wgmma_block_m * row.wgmma_block_n;
+    let shared_bytes = t.shared_bytes();
+    row.shared_bytes_per_block = shared_bytes as f64;
+    row.wgmma_stage_bytes = shared_bytes as f64 / f64::from(t.stages.max(1));
+    let allocated = fill_registers(gpu, row, t.register_estimate(), u64::from(threads));
+    let Ok(gemm) = TmaGemm::of(c) else {
+        return;
+    };
+    let view = &gemm.view;
+    row.wgmma_weight_n_major = flag(!view.b_k_major);
+    let tiles = view.batch
+        * view.m.div_ceil(u64::from(t.block_m().max(1)))
+        * view.n.div_ceil(u64::from(t.block_n.max(1)));
+    let ktiles = view.k.div_ceil(t.block_k().max(1));
+    let (tiles_f, ktiles_f) = (tiles as f64, ktiles as f64);
+    row.thread_blocks = tiles_f;
+    row.reduction_stages = ktiles_f;
+    row.wgmma_ktiles = ktiles_f;
+    let k_steps = t.block_k() as f64 / 16.0;
+    row.wgmma_per_block = k_steps * f64::from(t.m_atoms * t.consumers) * ktiles_f;
+    let boxes = 1.0 + f64::from(t.boxes(1, view));
+    row.wgmma_tma_boxes_per_block = boxes * ktiles_f;
+    row.wgmma_tma_bytes = row.wgmma_stage_bytes * ktiles_f * tiles_f;
+    let executed = tiles_f * ktiles_f * row.block_tile_elements * t.block_k() as f64;
+    row.work_efficiency = ratio(row.task_flops / 2.0, executed);
+
+    // Global traffic: every box's bytes (tails included) and the epilogue's stores, a
+    // warp's store of one value per lane covering 8 rows of 4 elements (a sector each).
+    let element_bytes = f64::from(c.dtype.bytes());
+    let stage_sectors = |input: usize| t.tile_elements(input) as f64 * element_bytes / SECTOR_BYTES;
+    row.input_sectors_per_block = stage_sectors(0) * ktiles_f;
+    row.weight_sectors_per_block = stage_sectors(1) * ktiles_f;
+    row.input_sectors = row.input_sectors_per_block * tiles_f;
+    row.weight_sectors = row.weight_sectors_per_block * tiles_f;
+    row.output_sectors_per_block = row.block_tile_elements / 4.0;
+    row.output_sectors = row.output_sectors_per_block * tiles_f;
+    row.bias_sectors = if c.bias.is_some() {
+        tiles_f * row.wgmma_block_n * element_bytes / SECTOR_BYTES
+    } else {
+        0.0
+    };
+    row.global_sectors = row.input_sectors + row.weight_sectors + row.output_sectors + row.bias_sectors;
+    row.global_sectors_log2 = log2_1p(row.global_sectors);
+    row.global_bytes = row.global_sectors * SECTOR_BYTES;
+    row.global_traffic_ratio = ratio(row.global_bytes, row.ideal_global_bytes);
+
+    let (_, busiest_sm_blocks) = fill_occupancy(
+        gpu,
+        row,
+        u64::from(threads),
+        f64::from(threads / 32),
+        shared_bytes,
+        allocated,
+        tiles,
+        f64::from(t.accumulators()),
+    );
+    row.wgmma_flops_per_sm =
+        busiest_sm_blocks * 2.0 * row.block_tile_elements * ktiles_f * t.block_k() as f64;
+    row.oi_global = ratio(row.task_flops, row.global_bytes);
+    row.global_sectors_per_sm = busiest_sm_blocks
+        * (row.input_sectors_per_block + row.weight_sectors_per_block + row.output_sectors_per_block);
+}

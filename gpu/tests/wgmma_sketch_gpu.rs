@@ -1,0 +1,136 @@
+//! On a real Hopper GPU (ignored in CI): `wgmma` states of odd, batched, fused,
+//! bf16 and 1×1-convolution tasks, compiled for `sm_90a`, launched with their tensor
+//! maps through the one launch rule (`BufferSets::launch`), pass the exact check against
+//! the reference kernel. Each state's time by the measurement protocol is printed
+//! (TFLOP/s), with ptxas's registers and local memory. Needs NVRTC and an sm_90 GPU.
+
+mod common;
+
+use gpu::buffers::BufferSets;
+use gpu::timing::{SPIN_PTX, TimingConfig, time_kernel};
+use gpu::Problem;
+use schedule::reference::reference_kernel;
+use schedule::state::WgmmaTiling;
+use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, generate, parse_shape};
+
+fn task(op: &str, shape: &str, epilogue: Epilogue, types: (DType, DType)) -> Task {
+    Task::new(parse_shape(op, shape).expect("shape"), epilogue)
+        .expect("task")
+        .with_types(types.0, types.1, Layout::Nhwc)
+        .expect("types")
+}
+
+/// States to run on `task`: `sampled` wgmma states drawn for it, then `fixed` tilings
+/// that validate.
+fn states(task: &Task, sampled: usize, fixed: &[WgmmaTiling]) -> Vec<State> {
+    let gpu = GpuSpec::h100();
+    let mut out: Vec<State> = Sampler::new(task, &gpu, 3)
+        .sample_distinct(8 * sampled)
+        .into_iter()
+        .filter(|s| s.wgmma.is_some())
+        .take(sampled)
+        .collect();
+    let c = task.contraction();
+    out.extend(
+        fixed
+            .iter()
+            .map(|t| State::hopper(*t))
+            .filter(|s| schedule::validate(&c, s, &gpu).is_ok()),
+    );
+    out
+}
+
+fn tiling(consumers: u32, m_atoms: u32, block_n: u32, stages: u32) -> WgmmaTiling {
+    WgmmaTiling {
+        consumers,
+        m_atoms,
+        block_n,
+        k_bytes: 128,
+        stages,
+        in_flight: 1,
+    }
+}
+
+#[test]
+#[ignore = "needs a Hopper GPU"]
+fn sampled_wgmma_states_pass_the_exact_check() {
+    let (ctx, device) = common::gpu();
+    let spin_module = ctx.load(SPIN_PTX.as_bytes()).expect("spin");
+    let spin = spin_module.function("tilesched_spin", 0).expect("spin");
+    let fp16 = (DType::Fp16, DType::Fp16);
+    let bias_relu = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let big = [
+        tiling(2, 1, 256, 4),
+        tiling(2, 1, 128, 5),
+        tiling(2, 2, 128, 4),
+        tiling(2, 1, 192, 4),
+        tiling(1, 2, 256, 3),
+    ];
+    let cases = [
+        (task("matmul", "200,136,264", Epilogue::default(), fp16), 6),
+        (task("matmul", "256,512,128", bias_relu, fp16), 4),
+        (
+            task("matmul", "96,160,320", Epilogue::default(), (DType::Bf16, DType::Bf16)),
+            4,
+        ),
+        (
+            task("matmul", "128,64,256", Epilogue::default(), (DType::Fp16, DType::F32)),
+            3,
+        ),
+        (task("batch_matmul", "3,96,80,64", Epilogue::default(), fp16), 4),
+        (task("conv2d", "2,64,14,14,96,1,1,1,0", bias_relu, fp16), 4),
+        (task("matmul", "4096,4096,4096", Epilogue::default(), fp16), 2),
+        (task("matmul", "2048,14336,4096", Epilogue::default(), fp16), 0),
+    ];
+    let timing = TimingConfig {
+        min_time_ms: 30.0,
+        ..TimingConfig::default()
+    };
+    let mut checked = 0;
+    for (task, sampled) in cases {
+        let problem = Problem::for_task(&task, 5);
+        let reference = reference_kernel(&task);
+        let compiled = gpu::compile(&reference.source, &reference.name, &device.arch())
+            .unwrap_or_else(|e| panic!("{task}: reference: {e}"));
+        let module = ctx.load(&compiled.cubin).expect("load the reference");
+        let function = module.function(&reference.name, 0).expect("reference");
+        let sets = BufferSets::new(&ctx, &problem, &device).expect("buffers");
+        let expected = sets
+            .run_reference(&ctx, &function, &reference.launch)
+            .unwrap_or_else(|e| panic!("{task}: {e}"));
+        for state in states(&task, sampled, &big) {
+            let k = generate(&task, &state, &GpuSpec::h100())
+                .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
+            let arch = k.launch.target.arch(&device.arch());
+            let built = gpu::compile(&k.source, &k.name, &arch)
+                .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
+            let module = ctx.load(&built.cubin).expect("load");
+            let f = module
+                .function(&k.name, k.launch.dynamic_shared_bytes)
+                .expect("function");
+            let mismatch = sets
+                .check(&ctx, &f, &k.launch, &expected)
+                .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
+            if let Some(m) = mismatch {
+                panic!("{task} {}: {m}", state.to_json());
+            }
+            let t = time_kernel(&ctx, &spin, device.sm_clock_mhz, &timing, |i| {
+                sets.launch(&ctx, &f, &k.launch, i)
+            })
+            .expect("timing");
+            let tflops = task.flops() as f64 / (t.median_us * 1e-6) / 1e12;
+            println!(
+                "{task} {}: exact, {:.2} us ({tflops:.0} TFLOP/s), {} registers, {} bytes local",
+                state.to_json(),
+                t.median_us,
+                built.resources.registers,
+                built.resources.stack_frame_bytes + built.resources.spill_store_bytes
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25, "{checked} states checked");
+}
