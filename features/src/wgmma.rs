@@ -7,10 +7,10 @@
 use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::table::FeatureRow;
 use schedule::state::WgmmaTiling;
+use schedule::task::Contraction;
 use schedule::validate;
 use schedule::wgmma::TmaGemm;
 use schedule::{GpuSpec, State};
-use schedule::task::Contraction;
 
 /// Bytes of a global-memory sector.
 const SECTOR_BYTES: f64 = 32.0;
@@ -75,7 +75,8 @@ pub(crate) fn fill(
     } else {
         0.0
     };
-    row.global_sectors = row.input_sectors + row.weight_sectors + row.output_sectors + row.bias_sectors;
+    row.global_sectors =
+        row.input_sectors + row.weight_sectors + row.output_sectors + row.bias_sectors;
     row.global_sectors_log2 = log2_1p(row.global_sectors);
     row.global_bytes = row.global_sectors * SECTOR_BYTES;
     row.global_traffic_ratio = ratio(row.global_bytes, row.ideal_global_bytes);
@@ -94,5 +95,7 @@ pub(crate) fn fill(
         busiest_sm_blocks * 2.0 * row.block_tile_elements * ktiles_f * t.block_k() as f64;
     row.oi_global = ratio(row.task_flops, row.global_bytes);
     row.global_sectors_per_sm = busiest_sm_blocks
-        * (row.input_sectors_per_block + row.weight_sectors_per_block + row.output_sectors_per_block);
+        * (row.input_sectors_per_block
+            + row.weight_sectors_per_block
+            + row.output_sectors_per_block);
 }

@@ -579,6 +579,31 @@ fn every_feature_varies_over_states_and_tasks() {
             }
         }
     }
+    // `wgmma` states of a matmul (an N-major weight), a 1×1 convolution (a K-major
+    // one) and a batch matmul, for the sketch's own features.
+    for (op, shape, dtype) in [
+        ("matmul", "1024,1024,1024", DType::Fp16),
+        ("conv2d", "2,64,28,28,128,1,1,1,0", DType::Fp16),
+        ("batch_matmul", "12,128,128,64", DType::Bf16),
+    ] {
+        let task = common::typed_task(op, shape, dtype, dtype, Epilogue::default());
+        let extractor = FeatureExtractor::new(&task, &gpu);
+        let states: Vec<State> = Sampler::new(&task, &gpu, 2)
+            .sample_distinct(80)
+            .into_iter()
+            .filter(|s| s.wgmma.is_some())
+            .collect();
+        assert!(
+            states.len() >= 20,
+            "{op} {shape}: {} wgmma states",
+            states.len()
+        );
+        for state in states {
+            for (column, value) in columns.iter_mut().zip(extractor.extract(&state)) {
+                column.push(value);
+            }
+        }
+    }
     // (Shared stores of the fetch conflict only in transposed or padded tiles, which
     // the sampler draws, so every feature varies.)
     let constant: [&str; 0] = [];

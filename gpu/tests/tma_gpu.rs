@@ -279,7 +279,8 @@ fn the_ir_kernel_runs_as_interpreted() {
     let kernel = ir_kernel();
     let source = cuda_source(&kernel, &[]);
     let compiled = gpu::compile(&source, &kernel.name, &device.arch()).expect("compile");
-    let loaded = LoadedKernel::load(&compiled.cubin, &kernel.name, kernel.launch.clone()).expect("load");
+    let loaded =
+        LoadedKernel::load(&compiled.cubin, &kernel.name, kernel.launch.clone()).expect("load");
     let (a, b) = ir_inputs();
     let buffers = [&a, &b].map(|v| {
         let buffer = ctx.alloc(v.len()).unwrap();

@@ -6,9 +6,9 @@
 
 mod common;
 
+use gpu::Problem;
 use gpu::buffers::BufferSets;
 use gpu::timing::{SPIN_PTX, TimingConfig, time_kernel};
-use gpu::Problem;
 use schedule::reference::reference_kernel;
 use schedule::state::WgmmaTiling;
 use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, generate, parse_shape};
@@ -73,17 +73,36 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         (task("matmul", "200,136,264", Epilogue::default(), fp16), 6),
         (task("matmul", "256,512,128", bias_relu, fp16), 4),
         (
-            task("matmul", "96,160,320", Epilogue::default(), (DType::Bf16, DType::Bf16)),
+            task(
+                "matmul",
+                "96,160,320",
+                Epilogue::default(),
+                (DType::Bf16, DType::Bf16),
+            ),
             4,
         ),
         (
-            task("matmul", "128,64,256", Epilogue::default(), (DType::Fp16, DType::F32)),
+            task(
+                "matmul",
+                "128,64,256",
+                Epilogue::default(),
+                (DType::Fp16, DType::F32),
+            ),
             3,
         ),
-        (task("batch_matmul", "3,96,80,64", Epilogue::default(), fp16), 4),
+        (
+            task("batch_matmul", "3,96,80,64", Epilogue::default(), fp16),
+            4,
+        ),
         (task("conv2d", "2,64,14,14,96,1,1,1,0", bias_relu, fp16), 4),
-        (task("matmul", "4096,4096,4096", Epilogue::default(), fp16), 2),
-        (task("matmul", "2048,14336,4096", Epilogue::default(), fp16), 0),
+        (
+            task("matmul", "4096,4096,4096", Epilogue::default(), fp16),
+            2,
+        ),
+        (
+            task("matmul", "2048,14336,4096", Epilogue::default(), fp16),
+            0,
+        ),
     ];
     let timing = TimingConfig {
         min_time_ms: 30.0,

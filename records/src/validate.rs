@@ -379,11 +379,31 @@ mod tests {
         .unwrap()
         .with_types(DType::Fp16, DType::F32, Default::default())
         .unwrap();
+        let states = Sampler::new(&task, &GpuSpec::h100(), 1).sample_distinct(16);
         let mut tc = base.clone();
-        tc.state = Sampler::new(&task, &GpuSpec::h100(), 1).sample().unwrap();
+        tc.state = states.iter().find(|s| s.mma.is_some()).unwrap().clone();
         tc.task = task.key();
         tc.shape = task;
-        assert!(tc.state.mma.is_some());
+        let mut hopper = tc.clone();
+        hopper.state = states.iter().find(|s| s.wgmma.is_some()).unwrap().clone();
+        assert_eq!(check_record(&hopper), Ok(()));
+        for value in extremes {
+            for field in 0..6 {
+                let mut r = hopper.clone();
+                let Some(w) = r.state.wgmma.as_mut() else {
+                    unreachable!()
+                };
+                *[
+                    &mut w.consumers,
+                    &mut w.m_atoms,
+                    &mut w.block_n,
+                    &mut w.k_bytes,
+                    &mut w.stages,
+                    &mut w.in_flight,
+                ][field] = value;
+                assert!(check_record(&r).is_err(), "wgmma field {field} = {value}");
+            }
+        }
         assert_eq!(check_record(&tc), Ok(()));
         for value in extremes.into_iter().chain([0]) {
             for field in 0..7 {

@@ -252,12 +252,13 @@ impl Runtime {
             .cache
             .verify(&entry)
             .map_err(|e| corrupt(e.to_string()))?;
-        let loaded = LoadedKernel::load(&cubin, &entry.kernel, entry.launch.clone()).map_err(|e| {
-            corrupt(format!(
-                "its cubin {} does not load: {e}",
-                self.cache.path_of(&entry).display()
-            ))
-        })?;
+        let loaded =
+            LoadedKernel::load(&cubin, &entry.kernel, entry.launch.clone()).map_err(|e| {
+                corrupt(format!(
+                    "its cubin {} does not load: {e}",
+                    self.cache.path_of(&entry).display()
+                ))
+            })?;
         Ok(Kernel {
             entry,
             params,

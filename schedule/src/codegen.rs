@@ -13,8 +13,7 @@ use crate::atom::fragment::{self, lane_c};
 use crate::atom::wgmma::{self, WgmmaAtom};
 use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout, Term, tma};
 use crate::ir::{
-    Cond, Expr, GlobalRead, Kernel, Param, Role, Scope, SharedPool, SharedWrite, Stmt,
-    WgmmaOperand,
+    Cond, Expr, GlobalRead, Kernel, Param, Role, Scope, SharedPool, SharedWrite, Stmt, WgmmaOperand,
 };
 use crate::launch::Target;
 use crate::task::DType;
@@ -686,13 +685,21 @@ impl Printer<'_> {
                     .expect("wgmma kernels have half inputs");
                 let descriptor = |operand: &WgmmaOperand| {
                     let off = self.kernel.tile_offsets[operand.input] * 2;
-                    let at = format!("shared_base + (unsigned)({off} + {})", self.expr(&operand.start));
+                    let at = format!(
+                        "shared_base + (unsigned)({off} + {})",
+                        self.expr(&operand.start)
+                    );
                     operand.layout.descriptor_c(&at)
                 };
                 let _ = writeln!(
                     out,
                     "{pad}{}",
-                    atom.issue_c(*n, ("acc", *acc), (&descriptor(a), &descriptor(b)), b.layout.major)
+                    atom.issue_c(
+                        *n,
+                        ("acc", *acc),
+                        (&descriptor(a), &descriptor(b)),
+                        b.layout.major
+                    )
                 );
             }
             Stmt::Mma { acc, a, b } => {

@@ -1206,7 +1206,10 @@ mod tests {
             arrivals: 1,
         };
         let mut issue: Vec<Stmt> = expect
-            .map(|bytes| Stmt::ArriveExpectTx { barrier: Expr::Const(0), bytes })
+            .map(|bytes| Stmt::ArriveExpectTx {
+                barrier: Expr::Const(0),
+                bytes,
+            })
             .into_iter()
             .collect();
         issue.extend([load(2), load(3)]);

@@ -7,8 +7,8 @@ use crate::state::{
     MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS, MAX_WGMMA_STAGES,
     SHARED_PADS, UNROLL_STEPS,
 };
-use crate::wgmma::TmaGemmError;
 use crate::task::DType;
+use crate::wgmma::TmaGemmError;
 use thiserror::Error;
 
 /// Why a state is rejected.

@@ -163,7 +163,11 @@ mod tests {
         b.release(&[9]);
         assert_eq!(b.wait(0, 0), Ok(0));
         assert_eq!(b.carried(0), &[3, 5]);
-        assert_eq!(b.carried(1), &[] as &[u64], "the phase in progress carries nothing yet");
+        assert_eq!(
+            b.carried(1),
+            &[] as &[u64],
+            "the phase in progress carries nothing yet"
+        );
     }
 
     #[test]

@@ -9,11 +9,11 @@
 use crate::gpu_spec::GpuSpec;
 pub use crate::invalid::InvalidState;
 use crate::mma::{MmaTiling, validate_mma};
-use crate::wgmma::{WgmmaTiling, validate_wgmma};
 use crate::state::{MAX_SPLIT_K, SHARED_PADS, State, UNROLL_STEPS, VECTOR_WIDTHS};
 use crate::task::DType;
 use crate::task::{AxisRef, Contraction};
 use crate::tiling::{ReductionUnroll, Tiling};
+use crate::wgmma::{WgmmaTiling, validate_wgmma};
 
 /// Registers besides accumulators and operands: indices, addresses, loop counters.
 /// Calibrated against NVRTC's register counts for sm_90 (see the compile tests).

@@ -163,29 +163,31 @@ impl TmaGemm {
                 ix.terms.iter().all(|&(_, coeff)| coeff >= 0) && max < i64::from(dim)
             });
             let k = AxisRef::Reduction(inner);
-            let (rows, columns, row_stride) =
-                if input == 1 && !view.b_k_major {
-                    let n = AxisRef::Spatial(view.n_axes[0]);
-                    if coefficient(access, n) != 1 {
-                        return Err(TmaGemmError::NotDense { tensor, what: "N" });
-                    }
-                    let stride = u64::try_from(coefficient(access, k)).unwrap_or(0);
-                    (view.k, view.n, stride)
+            let (rows, columns, row_stride) = if input == 1 && !view.b_k_major {
+                let n = AxisRef::Spatial(view.n_axes[0]);
+                if coefficient(access, n) != 1 {
+                    return Err(TmaGemmError::NotDense { tensor, what: "N" });
+                }
+                let stride = u64::try_from(coefficient(access, k)).unwrap_or(0);
+                (view.k, view.n, stride)
+            } else {
+                if coefficient(access, k) != 1 {
+                    return Err(TmaGemmError::NotDense { tensor, what: "K" });
+                }
+                let (axes, what) = if input == 0 {
+                    (&view.m_axes, "M")
                 } else {
-                    if coefficient(access, k) != 1 {
-                        return Err(TmaGemmError::NotDense { tensor, what: "K" });
-                    }
-                    let (axes, what) = if input == 0 {
-                        (&view.m_axes, "M")
-                    } else {
-                        (&view.n_axes, "N")
-                    };
-                    let stride = dense_stride(c, access, axes, what)?;
-                    (product(axes), view.k, stride)
+                    (&view.n_axes, "N")
                 };
+                let stride = dense_stride(c, access, axes, what)?;
+                (product(axes), view.k, stride)
+            };
             let batch_stride = dense_stride(c, access, &view.batch_axes, "batch")?;
             if !fits || (rows > 1 && row_stride == 0) {
-                return Err(TmaGemmError::NotDense { tensor, what: "row" });
+                return Err(TmaGemmError::NotDense {
+                    tensor,
+                    what: "row",
+                });
             }
             Ok(MatrixView {
                 rows,
@@ -366,8 +368,7 @@ pub fn validate_wgmma(
             k_bytes: t.k_bytes,
         });
     }
-    if !(1..=MAX_WGMMA_STAGES).contains(&t.stages) || t.in_flight > 1 || t.in_flight >= t.stages
-    {
+    if !(1..=MAX_WGMMA_STAGES).contains(&t.stages) || t.in_flight > 1 || t.in_flight >= t.stages {
         return Err(InvalidState::WgmmaPipeline {
             stages: t.stages,
             in_flight: t.in_flight,
@@ -384,9 +385,8 @@ pub fn validate_wgmma(
         gemm.tensor_box(c, t, input)?;
     }
     let v = &gemm.view;
-    let blocks = v.batch
-        * v.m.div_ceil(u64::from(t.block_m()))
-        * v.n.div_ceil(u64::from(t.block_n));
+    let blocks =
+        v.batch * v.m.div_ceil(u64::from(t.block_m())) * v.n.div_ceil(u64::from(t.block_n));
     if blocks > i32::MAX as u64 {
         return Err(InvalidState::Grid { blocks });
     }

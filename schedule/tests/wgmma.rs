@@ -118,11 +118,21 @@ fn two_consumers_two_atoms_and_the_fused_epilogue() {
 
 #[test]
 fn batch_matmul_and_a_k_major_b() {
-    let bmm = task("batch_matmul", "3,40,48,32", DType::Bf16, Epilogue::default());
+    let bmm = task(
+        "batch_matmul",
+        "3,40,48,32",
+        DType::Bf16,
+        Epilogue::default(),
+    );
     let tilings = [tiling(1, 1, 48, 64, 2), tiling(1, 1, 16, 32, 3)];
     assert_eq!(check(&bmm, &tilings), tilings.len());
     // NHWC 1×1 stride 1: A is the activations (M = N·H·W), B the KRSC weights (K-major).
-    let conv = task("conv2d", "1,24,6,6,40,1,1,1,0", DType::Fp16, Epilogue::default());
+    let conv = task(
+        "conv2d",
+        "1,24,6,6,40,1,1,1,0",
+        DType::Fp16,
+        Epilogue::default(),
+    );
     let tilings = [tiling(1, 1, 40, 32, 2), tiling(1, 1, 24, 64, 1)];
     assert_eq!(check(&conv, &tilings), tilings.len());
 }
@@ -156,7 +166,10 @@ fn what_tma_cannot_copy_is_refused() {
         ("matmul", "333,777,555", DType::Fp16),
     ] {
         let t = task(op, shape, dtype, Epilogue::default());
-        assert!(validate(&t.contraction(), &state, &gpu).is_err(), "{op} {shape}");
+        assert!(
+            validate(&t.contraction(), &state, &gpu).is_err(),
+            "{op} {shape}"
+        );
     }
 }
 
@@ -205,7 +218,10 @@ fn broken_pipelines_are_caught() {
     let e = broken(&state, &|b| {
         without(b, &|s| matches!(s, Stmt::ArriveExpectTx { .. }))
     });
-    assert!(e.contains("can never complete") || e.contains("read before"), "{e}");
+    assert!(
+        e.contains("can never complete") || e.contains("read before"),
+        "{e}"
+    );
     let e = broken(&state, &|b| {
         without(b, &|s| matches!(s, Stmt::MbarrierWait { .. }))
     });

@@ -162,7 +162,9 @@ pub fn arrive_expect_tx_c(bar: &str, bytes: i64) -> String {
 
 /// One arrival on the barrier at `bar` (a consumer releasing a buffer).
 pub fn arrive_c(bar: &str) -> String {
-    format!("asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\" :: \"r\"({bar}) : \"memory\");")
+    format!(
+        "asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\" :: \"r\"({bar}) : \"memory\");"
+    )
 }
 
 /// The copy of the box of the tensor map named `map` at `coords` (innermost first,

@@ -166,7 +166,10 @@ impl OperandLayout {
             Major::K => (mn % 8) * span + (mn / 8) * stride + k * ELEMENT_BYTES,
             Major::MN => {
                 let per_row = span / ELEMENT_BYTES;
-                (mn % per_row) * ELEMENT_BYTES + (mn / per_row) * leading + (k % 8) * span + (k / 8) * stride
+                (mn % per_row) * ELEMENT_BYTES
+                    + (mn / per_row) * leading
+                    + (k % 8) * span
+                    + (k / 8) * stride
             }
         }
     }
@@ -298,7 +301,13 @@ impl WgmmaAtom {
     /// The C statement that issues one instruction of width `n`, accumulating into
     /// `acc[first..first + n/2]` (the C array `acc`), its operands the descriptors that
     /// the 64-bit C expressions `a` and `b` give, B stored `b_major`.
-    pub fn issue_c(&self, n: i64, (acc, first): (&str, i64), (a, b): (&str, &str), b_major: Major) -> String {
+    pub fn issue_c(
+        &self,
+        n: i64,
+        (acc, first): (&str, i64),
+        (a, b): (&str, &str),
+        b_major: Major,
+    ) -> String {
         let values = Self::accumulator(n).values;
         let registers: Vec<String> = (0..values).map(|v| format!("%{v}")).collect();
         let outputs: Vec<String> = (0..values)

@@ -1,8 +1,8 @@
 //! What both sketches' lowerings build their nests with: named bindings, index
 //! decomposition, affine index terms, the bias offset and loop wrapping.
 
-use crate::ir::{Cond, Expr, Param, Role, Scope, Stmt, Var};
 use crate::gemm::GemmView;
+use crate::ir::{Cond, Expr, Param, Role, Scope, Stmt, Var};
 use crate::task::{Access, AffineIndex, AxisRef, Contraction};
 
 /// Binds `value` to a named `const int` unless it is already trivial.
@@ -154,8 +154,12 @@ pub(super) fn epilogue_store(
 /// The extents and names of spatial axes `axes`.
 pub(super) fn axis_extents(c: &Contraction, axes: &[usize]) -> (Vec<i64>, Vec<String>) {
     (
-        axes.iter().map(|&a| i64::from(c.spatial[a].extent)).collect(),
-        axes.iter().map(|&a| c.spatial[a].name.to_string()).collect(),
+        axes.iter()
+            .map(|&a| i64::from(c.spatial[a].extent))
+            .collect(),
+        axes.iter()
+            .map(|&a| c.spatial[a].name.to_string())
+            .collect(),
     )
 }
 

@@ -192,9 +192,7 @@ impl WgmmaLowering<'_> {
         iteration.push(Stmt::WgmmaWait {
             pending: t.in_flight,
         });
-        let released = self
-            .scope
-            .add(ktv, Expr::Const(-i64::from(t.in_flight)));
+        let released = self.scope.add(ktv, Expr::Const(-i64::from(t.in_flight)));
         let mut release = Vec::new();
         self.release(&mut release, &released, &batch, (&m0, &n0));
         let exists = self.scope.bound(&released, 0, self.tiles);
@@ -236,7 +234,11 @@ impl WgmmaLowering<'_> {
         });
         let stage_base = |input: usize| s.mul(stage.clone(), t.tile_elements(input) as i64);
         let batched = |mut coords: Vec<Expr>, input: usize| {
-            let m = if input == 0 { &self.gemm.a } else { &self.gemm.b };
+            let m = if input == 0 {
+                &self.gemm.a
+            } else {
+                &self.gemm.b
+            };
             if m.batches > 1 {
                 coords.push(batch.clone());
             }
@@ -262,7 +264,10 @@ impl WgmmaLowering<'_> {
         for b in 0..i64::from(t.boxes(1, view)) {
             out.push(Stmt::TmaLoad {
                 map: self.first_map + 1,
-                coords: batched(vec![s.add(n0.clone(), Expr::Const(b * n_box)), k0.clone()], 1),
+                coords: batched(
+                    vec![s.add(n0.clone(), Expr::Const(b * n_box)), k0.clone()],
+                    1,
+                ),
                 at: s.add(stage_base(1), Expr::Const(b * box_elements)),
                 barrier: full.clone(),
             });
@@ -286,8 +291,8 @@ impl WgmmaLowering<'_> {
         let k = WgmmaAtom::for_dtype(self.c.dtype).map_or(16, |a| a.k);
         for step in 0..t.block_k() as i64 / k {
             for i in 0..i64::from(t.m_atoms) {
-                let a_offset = step * layouts[0].k_step_bytes()
-                    + i * i64::from(ATOM_M) * i64::from(t.k_bytes);
+                let a_offset =
+                    step * layouts[0].k_step_bytes() + i * i64::from(ATOM_M) * i64::from(t.k_bytes);
                 let b_offset = step * layouts[1].k_step_bytes();
                 out.push(Stmt::Wgmma {
                     acc: i * n / 2,
@@ -364,9 +369,10 @@ impl WgmmaLowering<'_> {
             part(&self.scope, layout.row, Index::Lane, &lane),
         ]);
         let row0 = bind(&mut self.scope, &mut out, "lane_row", row0);
-        let col0 = self
-            .scope
-            .add(n0.clone(), part(&self.scope, layout.column, Index::Lane, &lane));
+        let col0 = self.scope.add(
+            n0.clone(),
+            part(&self.scope, layout.column, Index::Lane, &lane),
+        );
         let col0 = bind(&mut self.scope, &mut out, "lane_col", col0);
         let (batch_ext, batch_names) = axis_extents(c, &view.batch_axes);
         let batch_coords = decompose(
@@ -387,7 +393,14 @@ impl WgmmaLowering<'_> {
         ]);
         let col = s.add(col0, part(s, layout.column, Index::Value, &e));
         let acc = s.add(s.mul(i, layout.values), e);
-        let body = gemm_store(&mut self.scope, c, view, &batch_coords, (row, col, acc), None);
+        let body = gemm_store(
+            &mut self.scope,
+            c,
+            view,
+            &batch_coords,
+            (row, col, acc),
+            None,
+        );
         out.extend(wrap_loops(
             &[vi, Some(ve)],
             &[i64::from(t.m_atoms), layout.values],
