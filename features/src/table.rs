@@ -237,6 +237,8 @@ feature_table! {
     wgmma_k_row_bytes: "bytes of K per shared row and stage: the swizzle's span, 32, 64 or 128 (bytes)",
     wgmma_stages: "shared buffers in the mbarrier ring (count)",
     wgmma_in_flight: "groups of MMAs left in flight while the next tile's are issued (count)",
+    wgmma_persistent: "persistent blocks, each working through every n-th output tile (0: one block per tile) (count)",
+    wgmma_tiles_per_block: "output tiles the busiest block computes (count)",
     wgmma_weight_n_major: "1 when the weight is N-major in shared memory (transposed descriptor), else 0",
     wgmma_ktiles: "K tiles of the whole reduction (count)",
     wgmma_per_block: "wgmma instructions per block: k-steps x m_atoms x consumers per K tile, over the K tiles (count)",

@@ -44,18 +44,19 @@ pub(crate) fn fill(
     };
     let view = &gemm.view;
     row.wgmma_weight_n_major = flag(!view.b_k_major);
-    let tiles = view.batch
-        * view.m.div_ceil(u64::from(t.block_m().max(1)))
-        * view.n.div_ceil(u64::from(t.block_n.max(1)));
+    let (tiles, grid) = t.grid(view);
     let ktiles = view.k.div_ceil(t.block_k().max(1));
     let (tiles_f, ktiles_f) = (tiles as f64, ktiles as f64);
-    row.thread_blocks = tiles_f;
+    let tiles_per_block = tiles.div_ceil(grid.max(1)) as f64;
+    row.thread_blocks = grid as f64;
+    row.wgmma_persistent = f64::from(t.persistent);
+    row.wgmma_tiles_per_block = tiles_per_block;
     row.reduction_stages = ktiles_f;
     row.wgmma_ktiles = ktiles_f;
     let k_steps = t.block_k() as f64 / 16.0;
-    row.wgmma_per_block = k_steps * f64::from(t.m_atoms * t.consumers) * ktiles_f;
+    row.wgmma_per_block = k_steps * f64::from(t.m_atoms * t.consumers) * ktiles_f * tiles_per_block;
     let boxes = 1.0 + f64::from(t.boxes(1, view));
-    row.wgmma_tma_boxes_per_block = boxes * ktiles_f;
+    row.wgmma_tma_boxes_per_block = boxes * ktiles_f * tiles_per_block;
     row.wgmma_tma_bytes = row.wgmma_stage_bytes * ktiles_f * tiles_f;
     let executed = tiles_f * ktiles_f * row.block_tile_elements * t.block_k() as f64;
     row.work_efficiency = ratio(row.task_flops / 2.0, executed);
@@ -64,12 +65,12 @@ pub(crate) fn fill(
     // warp's store of one value per lane covering 8 rows of 4 elements (a sector each).
     let element_bytes = f64::from(c.dtype.bytes());
     let stage_sectors = |input: usize| t.tile_elements(input) as f64 * element_bytes / SECTOR_BYTES;
-    row.input_sectors_per_block = stage_sectors(0) * ktiles_f;
-    row.weight_sectors_per_block = stage_sectors(1) * ktiles_f;
-    row.input_sectors = row.input_sectors_per_block * tiles_f;
-    row.weight_sectors = row.weight_sectors_per_block * tiles_f;
-    row.output_sectors_per_block = row.block_tile_elements / 4.0;
-    row.output_sectors = row.output_sectors_per_block * tiles_f;
+    row.input_sectors_per_block = stage_sectors(0) * ktiles_f * tiles_per_block;
+    row.weight_sectors_per_block = stage_sectors(1) * ktiles_f * tiles_per_block;
+    row.input_sectors = stage_sectors(0) * ktiles_f * tiles_f;
+    row.weight_sectors = stage_sectors(1) * ktiles_f * tiles_f;
+    row.output_sectors_per_block = row.block_tile_elements / 4.0 * tiles_per_block;
+    row.output_sectors = row.block_tile_elements / 4.0 * tiles_f;
     row.bias_sectors = if c.bias.is_some() {
         tiles_f * row.wgmma_block_n * element_bytes / SECTOR_BYTES
     } else {
@@ -88,11 +89,15 @@ pub(crate) fn fill(
         f64::from(threads / 32),
         shared_bytes,
         allocated,
-        tiles,
+        grid,
         f64::from(t.accumulators()),
     );
-    row.wgmma_flops_per_sm =
-        busiest_sm_blocks * 2.0 * row.block_tile_elements * ktiles_f * t.block_k() as f64;
+    row.wgmma_flops_per_sm = busiest_sm_blocks
+        * tiles_per_block
+        * 2.0
+        * row.block_tile_elements
+        * ktiles_f
+        * t.block_k() as f64;
     row.oi_global = ratio(row.task_flops, row.global_bytes);
     row.global_sectors_per_sm = busiest_sm_blocks
         * (row.input_sectors_per_block

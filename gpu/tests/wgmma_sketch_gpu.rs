@@ -48,6 +48,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, stages: u32) -> WgmmaTilin
         k_bytes: 128,
         stages,
         in_flight: 1,
+        persistent: 0,
     }
 }
 
@@ -62,12 +63,19 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         bias: true,
         relu: true,
     };
+    let persistent = |t: WgmmaTiling| WgmmaTiling {
+        persistent: 132,
+        ..t
+    };
     let big = [
         tiling(2, 1, 256, 4),
         tiling(2, 1, 128, 5),
         tiling(2, 2, 128, 4),
         tiling(2, 1, 192, 4),
         tiling(1, 2, 256, 3),
+        persistent(tiling(2, 1, 256, 4)),
+        persistent(tiling(2, 2, 128, 4)),
+        persistent(tiling(2, 1, 192, 4)),
     ];
     let cases = [
         (task("matmul", "200,136,264", Epilogue::default(), fp16), 6),

@@ -110,4 +110,6 @@ pub enum InvalidState {
         "{stages} stages with {in_flight} MMA groups in flight: stages 1..={MAX_WGMMA_STAGES}, in flight 0 or 1 and below the stages"
     )]
     WgmmaPipeline { stages: u32, in_flight: u32 },
+    #[error("{blocks} persistent blocks for {tiles} output tiles: fewer blocks than tiles, or 0")]
+    WgmmaPersistent { blocks: u32, tiles: u64 },
 }

@@ -327,21 +327,29 @@ impl Sampler {
 
     /// One `wgmma` draw, valid or not: one or two consumer warpgroups of one or two
     /// 64-row MMAs, N a multiple of 16 up to the GEMM's N (rounded up) and 256, K rows
-    /// of 32, 64 or 128 bytes, 1 to 8 stages and 0 or 1 MMA groups in flight, uniform.
+    /// of 32, 64 or 128 bytes, 1 to 8 stages and 0 or 1 MMA groups in flight, uniform;
+    /// then, half the time, one persistent block per SM where there are more tiles.
     fn draw_wgmma(&mut self) -> State {
         let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
         let rng = &mut self.wgmma_rng;
         let mut pick = |options: &[u32]| options[(rng.next_u64() % options.len() as u64) as usize];
         let n_cap = (view.n.div_ceil(16) * 16).min(256) as u32;
         let ns: Vec<u32> = (1..=16).map(|i| 16 * i).filter(|&n| n <= n_cap).collect();
-        State::hopper(WgmmaTiling {
+        let mut tiling = WgmmaTiling {
             consumers: pick(&[1, 2]),
             m_atoms: pick(&[1, 2]),
             block_n: pick(&ns),
             k_bytes: pick(&[32, 64, 128]),
             stages: pick(&(1..=MAX_WGMMA_STAGES).collect::<Vec<_>>()),
             in_flight: pick(&[0, 1]),
-        })
+            persistent: 0,
+        };
+        // Persistent blocks, one per SM, half the time a grid has more tiles than SMs.
+        let persistent = pick(&[0, 1]) == 1;
+        if persistent && tiling.grid(view).0 > u64::from(self.gpu.sm_count) {
+            tiling.persistent = self.gpu.sm_count;
+        }
+        State::hopper(tiling)
     }
 
     /// A random valid state, or None if none was found in many draws.

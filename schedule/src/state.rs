@@ -165,6 +165,10 @@ pub struct WgmmaTiling {
     pub stages: u32,
     /// Groups of MMAs left in flight while the next tile's are issued: 0 or 1.
     pub in_flight: u32,
+    /// Persistent blocks: this many blocks each work through every `persistent`-th
+    /// output tile (0: one block per tile). Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub persistent: u32,
 }
 
 /// Row paddings (floats added to each row of a shared tile's contiguous dimension) the
@@ -418,13 +422,7 @@ impl State {
                         * v.n.div_ceil(u64::from(m.block_n))
                 })
             },
-            |w| {
-                GemmView::of(c).map_or(1, |v| {
-                    v.batch
-                        * v.m.div_ceil(u64::from(w.block_m()))
-                        * v.n.div_ceil(u64::from(w.block_n))
-                })
-            },
+            |w| GemmView::of(c).map_or(1, |v| w.grid(&v).1),
         )
     }
 

@@ -325,6 +325,17 @@ impl WgmmaTiling {
         u64::from(self.stages) * (self.tile_elements(0) + self.tile_elements(1)) * 2
     }
 
+    /// Output tiles of `view` and the blocks of the grid.
+    pub fn grid(&self, view: &GemmView) -> (u64, u64) {
+        let tiles = view.batch
+            * view.m.div_ceil(u64::from(self.block_m().max(1)))
+            * view.n.div_ceil(u64::from(self.block_n.max(1)));
+        match self.persistent {
+            0 => (tiles, tiles),
+            blocks => (tiles, u64::from(blocks).min(tiles)),
+        }
+    }
+
     pub fn register_estimate(&self) -> u64 {
         u64::from(self.accumulators()) + WGMMA_ADDRESSING_REGISTERS
     }
@@ -372,6 +383,15 @@ pub fn validate_wgmma(
         return Err(InvalidState::WgmmaPipeline {
             stages: t.stages,
             in_flight: t.in_flight,
+        });
+    }
+    let v = &gemm.view;
+    let tiles = v.batch * v.m.div_ceil(u64::from(t.block_m())) * v.n.div_ceil(u64::from(t.block_n));
+    // Persistent blocks fewer than the tiles, else the plain grid says the same.
+    if t.persistent != 0 && u64::from(t.persistent) >= tiles {
+        return Err(InvalidState::WgmmaPersistent {
+            blocks: t.persistent,
+            tiles,
         });
     }
     if split_k != 1 {

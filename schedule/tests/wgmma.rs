@@ -52,6 +52,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, k_bytes: u32, stages: u32)
         k_bytes,
         stages,
         in_flight: u32::from(stages > 1),
+        persistent: 0,
     }
 }
 
@@ -95,6 +96,30 @@ fn matmul_with_tails_every_swizzle_and_depth() {
         });
         assert_eq!(check(&t, &tilings), tilings.len(), "{t}");
     }
+}
+
+#[test]
+fn persistent_blocks_work_through_every_tile_once() {
+    // 12 output tiles of 64×48 (tails in M, N and K): two blocks of six rounds, five
+    // blocks whose last round is partly empty, eleven of one or two rounds.
+    let t = task("matmul", "200,136,264", DType::Fp16, Epilogue::default());
+    let mut tilings = Vec::new();
+    for persistent in [2, 5, 11] {
+        for (stages, in_flight) in [(1, 0), (3, 1), (4, 0)] {
+            tilings.push(WgmmaTiling {
+                persistent,
+                in_flight,
+                ..tiling(1, 1, 48, 64, stages)
+            });
+        }
+    }
+    assert_eq!(check(&t, &tilings), tilings.len());
+    // As many blocks as tiles is the plain grid, refused in that spelling.
+    let state = State::hopper(WgmmaTiling {
+        persistent: 12,
+        ..tiling(1, 1, 48, 64, 2)
+    });
+    assert!(validate(&t.contraction(), &state, &GpuSpec::h100()).is_err());
 }
 
 #[test]
@@ -228,14 +253,9 @@ fn broken_pipelines_are_caught() {
     assert!(e.contains("waited for"), "{e}");
     let e = broken(&state, &|b| without(b, &|s| matches!(s, Stmt::WgmmaFence)));
     assert!(e.contains("missing fence"), "{e}");
-    // The last wait_group (after the loop) gone: the epilogue reads pending results.
+    // The tile's last wait_group gone: the epilogue reads pending results.
     let e = broken(&state, &|b| {
-        let last = b
-            .iter()
-            .rposition(|s| matches!(s, Stmt::WgmmaWait { .. }))
-            .expect("a final wait");
-        b.remove(last);
-        true
+        without(b, &|s| matches!(s, Stmt::WgmmaWait { pending: 0 }))
     });
     assert!(e.contains("missing wait_group"), "{e}");
     // Released early: the loop's wait leaves two groups in flight, so the buffer
@@ -250,6 +270,21 @@ fn broken_pipelines_are_caught() {
         });
         assert!(e.contains("released too early"), "{e}");
     }
+    // Persistent blocks: the same across an output tile's boundary.
+    let persistent = State::hopper(WgmmaTiling {
+        persistent: 1,
+        ..tiling(1, 1, 48, 64, 2)
+    });
+    let t2 = task("matmul", "128,48,128", DType::Fp16, Epilogue::default());
+    let mut k = lower(&t2, &persistent);
+    run(&t2, &k).unwrap();
+    assert!(replaced(
+        &mut k.body,
+        &|s| matches!(s, Stmt::WgmmaWait { pending: 1 }),
+        &Stmt::WgmmaWait { pending: 2 },
+    ));
+    let e = run(&t2, &k).expect_err("released early");
+    assert!(e.contains("released too early"), "{e}");
     // A consumer that does not arrive: the producer's wait can never complete.
     let e = broken(&state, &|b| {
         without(b, &|s| matches!(s, Stmt::MbarrierArrive { .. }))

@@ -2,23 +2,25 @@
 //! of `stages` shared buffers handed over by mbarriers, warpgroup MMAs on them, and the
 //! epilogue from the accumulator registers.
 //!
-//! The grid is `batch × M tiles × N tiles`, N tiles fastest. Barriers `0..stages` are
-//! the buffers' "full" barriers (one arrival: the producer's `expect_tx` of the tile's
-//! bytes, which the copies complete), `stages..2·stages` their "empty" ones (one
-//! arrival per consumer warpgroup). Thread 0 initializes them, a block barrier
-//! publishes them, and thread 0 is also the producer: it fills buffers `0..stages`
-//! before the loop. Iteration `kt` of the reduction, by every thread:
+//! A block works through iterations `g`: the K tiles of its output tiles, in order. A
+//! block owns one tile (the block index, `batch × M tiles × N tiles`, N fastest), or,
+//! with `persistent` blocks, every `persistent`-th tile from its index on, so that the
+//! copies of its next tile are in flight while it stores the last one. Barriers
+//! `0..stages` are the buffers' "full" barriers (one arrival: the producer's
+//! `expect_tx` of the tile's bytes, which the copies complete), `stages..2·stages`
+//! their "empty" ones (one arrival per consumer warpgroup). Thread 0 initializes them,
+//! a block barrier publishes them, and thread 0 is also the producer: it fills buffers
+//! `0..stages` before the loop. Iteration `g`, by every thread:
 //!
-//! 1. wait for `full[kt % stages]` (parity `(kt / stages) % 2`);
+//! 1. wait for `full[g % stages]` (parity `(g / stages) % 2`);
 //! 2. `wgmma.fence`, then per k-step each warpgroup's `m_atoms` MMAs, one commit;
-//! 3. `wgmma.wait_group in_flight`: tile `r = kt - in_flight`'s MMAs have completed, so
-//!    one thread per warpgroup arrives on `empty[r % stages]`;
+//! 3. `wgmma.wait_group in_flight`: iteration `r = g - in_flight`'s MMAs have completed,
+//!    so one thread per warpgroup arrives on `empty[r % stages]`;
 //! 4. thread 0 waits for that phase of `empty` (every warpgroup is done with the
-//!    buffer) and issues tile `r + stages` into it.
-//!
-//! After the loop the last group is waited for, and each thread stores its accumulators
-//! through the fused epilogue, as the accumulator layout (`WgmmaAtom::accumulator`)
-//! places them.
+//!    buffer) and issues iteration `r + stages` into it;
+//! 5. after a tile's last K tile, the last group is waited for and each thread stores
+//!    its accumulators through the fused epilogue, as the accumulator layout
+//!    (`WgmmaAtom::accumulator`) places them; the next tile starts from zeros.
 
 use super::common::{
     axis_extents, bind, decompose, gemm_store, guarded, tensor_params, wrap_loops,
@@ -49,16 +51,21 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling) -> Kernel {
         });
     }
     let view = &gemm.view;
-    let grid = view.batch as i64
+    let tiles = view.batch as i64
         * view.m.div_ceil(u64::from(t.block_m())) as i64
         * view.n.div_ceil(u64::from(t.block_n)) as i64;
+    // Persistent blocks each take every `grid`-th tile; otherwise one block per tile.
+    let grid = match t.persistent {
+        0 => tiles,
+        blocks => i64::from(blocks).min(tiles),
+    };
     let mut lowering = WgmmaLowering {
         c: &c,
         gemm: &gemm,
         t,
         scope: Scope::new(grid, i64::from(t.threads())),
         first_map,
-        tiles: view.k.div_ceil(t.block_k()) as i64,
+        ktiles: view.k.div_ceil(t.block_k()) as i64,
     };
     let body = lowering.body();
     let elements = [0, 1].map(|i| (t.tile_elements(i) * u64::from(t.stages)) as i64);
@@ -94,7 +101,7 @@ struct WgmmaLowering<'a> {
     /// The parameter index of A's tensor map (B's follows).
     first_map: usize,
     /// K tiles of the reduction.
-    tiles: i64,
+    ktiles: i64,
 }
 
 impl WgmmaLowering<'_> {
@@ -121,9 +128,31 @@ impl WgmmaLowering<'_> {
         }
     }
 
-    fn body(&mut self) -> Vec<Stmt> {
+    /// Output tiles of the GEMM.
+    fn tiles(&self) -> i64 {
         let (t, view) = (self.t, &self.gemm.view);
-        let mut body = Vec::new();
+        view.batch as i64
+            * view.m.div_ceil(u64::from(t.block_m())) as i64
+            * view.n.div_ceil(u64::from(t.block_n)) as i64
+    }
+
+    /// The output tile that iteration `g` of this block works on: the block's index
+    /// plus a grid's worth per round of K tiles.
+    fn tile_of(&self, g: &Expr) -> Expr {
+        let s = &self.scope;
+        let round = s.div(g.clone(), self.ktiles);
+        s.add(Expr::BlockIdx, s.mul(round, self.scope.grid))
+    }
+
+    /// The condition that iteration `g` has a tile (a persistent block's last round may
+    /// not), None when every one has.
+    fn has_tile(&self, g: &Expr) -> Option<Cond> {
+        self.scope.bound(&self.tile_of(g), 0, self.tiles())
+    }
+
+    /// The batch, first row and first column of output tile `tile`, bound in `out`.
+    fn origin(&mut self, out: &mut Vec<Stmt>, tile: Expr) -> (Expr, Expr, Expr) {
+        let (t, view) = (self.t, &self.gemm.view);
         let mtiles = view.m.div_ceil(u64::from(t.block_m())) as i64;
         let ntiles = view.n.div_ceil(u64::from(t.block_n)) as i64;
         let names: Vec<String> = ["b_batch", "b_m", "b_n"]
@@ -132,16 +161,22 @@ impl WgmmaLowering<'_> {
             .collect();
         let block = decompose(
             &mut self.scope,
-            &mut body,
-            Expr::BlockIdx,
+            out,
+            tile,
             &[view.batch as i64, mtiles, ntiles],
             &names,
         );
         let [batch, bm, bn] = [0, 1, 2].map(|i| block[i].clone());
         let m0 = self.scope.mul(bm, i64::from(t.block_m()));
         let n0 = self.scope.mul(bn, i64::from(t.block_n));
-        let m0 = bind(&mut self.scope, &mut body, "m0", m0);
-        let n0 = bind(&mut self.scope, &mut body, "n0", n0);
+        let m0 = bind(&mut self.scope, out, "m0", m0);
+        let n0 = bind(&mut self.scope, out, "n0", n0);
+        (batch, m0, n0)
+    }
+
+    fn body(&mut self) -> Vec<Stmt> {
+        let t = self.t;
+        let mut body = Vec::new();
         let wg = self.scope.div(Expr::ThreadIdx, WARPGROUP_THREADS);
         let wg = bind(&mut self.scope, &mut body, "warpgroup", wg);
 
@@ -164,24 +199,28 @@ impl WgmmaLowering<'_> {
         body.push(Stmt::Sync);
         body.push(Stmt::ZeroAcc);
 
+        // Iterations: the K tiles of every output tile the block works on, in order.
+        let rounds = (self.tiles() + self.scope.grid - 1) / self.scope.grid;
+        let iterations = rounds * self.ktiles;
         let mut prologue = Vec::new();
-        for tile in 0..self.tiles.min(self.stages()) {
-            let tile = Expr::Const(tile);
-            self.issue(&mut prologue, (&tile, &tile), &batch, (&m0, &n0));
+        for g in 0..iterations.min(self.stages()) {
+            let g = Expr::Const(g);
+            let mut issue = Vec::new();
+            self.issue(&mut issue, (&g, &g));
+            let exists = self.has_tile(&g);
+            guarded(&mut prologue, exists, issue, true);
         }
         body.push(Stmt::If {
             conds: vec![self.producer()],
             body: prologue,
         });
 
-        let kt = (self.tiles > 1).then(|| self.scope.var("kt", 0, self.tiles - 1));
-        let ktv = kt.map_or(Expr::Const(0), Expr::Var);
+        let gv = (iterations > 1).then(|| self.scope.var("g", 0, iterations - 1));
+        let g = gv.map_or(Expr::Const(0), Expr::Var);
         let mut iteration = Vec::new();
-        let stage = self.scope.rem(ktv.clone(), self.stages());
+        let stage = self.scope.rem(g.clone(), self.stages());
         let stage = bind(&mut self.scope, &mut iteration, "stage", stage);
-        let parity = self
-            .scope
-            .rem(self.scope.div(ktv.clone(), self.stages()), 2);
+        let parity = self.scope.rem(self.scope.div(g.clone(), self.stages()), 2);
         iteration.push(Stmt::MbarrierWait {
             barrier: self.full(&stage),
             parity,
@@ -192,40 +231,57 @@ impl WgmmaLowering<'_> {
         iteration.push(Stmt::WgmmaWait {
             pending: t.in_flight,
         });
-        let released = self.scope.add(ktv, Expr::Const(-i64::from(t.in_flight)));
+        let released = self
+            .scope
+            .add(g.clone(), Expr::Const(-i64::from(t.in_flight)));
         let mut release = Vec::new();
-        self.release(&mut release, &released, &batch, (&m0, &n0));
-        let exists = self.scope.bound(&released, 0, self.tiles);
+        self.release(&mut release, &released);
+        let exists = self.scope.bound(&released, 0, iterations);
         guarded(&mut iteration, exists, release, false);
-        body.extend(match kt {
+        // A tile's last K tile: its results, then fresh accumulators for the next.
+        let kt = self.scope.rem(g.clone(), self.ktiles);
+        let mut finish = Vec::new();
+        finish.push(Stmt::WgmmaWait { pending: 0 });
+        let tile = self.tile_of(&g);
+        finish.extend(self.store(tile, &wg));
+        if rounds > 1 {
+            finish.push(Stmt::ZeroAcc);
+        }
+        let last = self.scope.bound(&kt, self.ktiles - 1, self.ktiles);
+        guarded(&mut iteration, last, finish, true);
+        let mut looped = match gv {
             Some(var) => vec![Stmt::For {
                 var,
-                extent: self.tiles,
+                extent: iterations,
                 unroll: false,
                 body: iteration,
             }],
             None => iteration,
-        });
-        if t.in_flight > 0 {
-            body.push(Stmt::WgmmaWait { pending: 0 });
+        };
+        // A persistent block's rounds past the last tile do nothing.
+        if let Some(cond) = self.has_tile(&g) {
+            if let [Stmt::For { body, .. }] = &mut looped[..] {
+                *body = vec![Stmt::If {
+                    conds: vec![cond],
+                    body: std::mem::take(body),
+                }];
+            }
         }
-        body.extend(self.store(&batch, (&m0, &n0), &wg));
+        body.extend(looped);
         body
     }
 
-    /// The producer's copies of K tile `tile` into buffer `stage`: the full barrier
-    /// armed with the tile's bytes, then A's box and B's boxes.
-    fn issue(
-        &mut self,
-        out: &mut Vec<Stmt>,
-        (tile, stage): (&Expr, &Expr),
-        batch: &Expr,
-        (m0, n0): (&Expr, &Expr),
-    ) {
+    /// The producer's copies of iteration `g` (an output tile's K tile) into buffer
+    /// `stage`: the full barrier armed with the tile's bytes, then A's box and B's
+    /// boxes.
+    fn issue(&mut self, out: &mut Vec<Stmt>, (g, stage): (&Expr, &Expr)) {
         let t = self.t;
+        let tile = self.tile_of(g);
+        let (batch, m0, n0) = self.origin(out, tile);
         let view = &self.gemm.view;
         let s = &self.scope;
-        let k0 = s.mul(tile.clone(), t.block_k() as i64);
+        let kt = s.rem(g.clone(), self.ktiles);
+        let k0 = s.mul(kt, t.block_k() as i64);
         let bytes = (t.tile_elements(0) + t.tile_elements(1)) as i64 * 2;
         let full = self.full(stage);
         out.push(Stmt::ArriveExpectTx {
@@ -312,16 +368,10 @@ impl WgmmaLowering<'_> {
         }
     }
 
-    /// After tile `released`'s MMAs completed: each warpgroup's leader arrives on its
-    /// buffer's empty barrier, and the producer refills the buffer with tile
+    /// After iteration `released`'s MMAs completed: each warpgroup's leader arrives on
+    /// its buffer's empty barrier, and the producer refills the buffer with iteration
     /// `released + stages` once every warpgroup has.
-    fn release(
-        &mut self,
-        out: &mut Vec<Stmt>,
-        released: &Expr,
-        batch: &Expr,
-        m0n0: (&Expr, &Expr),
-    ) {
+    fn release(&mut self, out: &mut Vec<Stmt>, released: &Expr) {
         let stage = self.scope.rem(released.clone(), self.stages());
         let stage = bind(&mut self.scope, out, "released", stage);
         let parity = self
@@ -339,14 +389,14 @@ impl WgmmaLowering<'_> {
             }],
         });
         let next = self.scope.add(released.clone(), Expr::Const(self.stages()));
-        let Some(refill) = self.scope.bound(&next, 0, self.tiles) else {
+        let Some(refill) = self.has_tile(&next) else {
             return;
         };
         let mut producer = vec![Stmt::MbarrierWait {
             barrier: empty,
             parity,
         }];
-        self.issue(&mut producer, (&next, &stage), batch, m0n0);
+        self.issue(&mut producer, (&next, &stage));
         out.push(Stmt::If {
             conds: vec![self.producer(), refill],
             body: producer,
@@ -354,10 +404,12 @@ impl WgmmaLowering<'_> {
     }
 
     /// The epilogue: each thread's accumulators of its warpgroup's MMAs.
-    fn store(&mut self, batch: &Expr, (m0, n0): (&Expr, &Expr), wg: &Expr) -> Vec<Stmt> {
+    fn store(&mut self, tile: Expr, wg: &Expr) -> Vec<Stmt> {
+        let mut out = Vec::new();
+        let (batch, m0, n0) = self.origin(&mut out, tile);
+        let (m0, n0) = (&m0, &n0);
         let (t, c) = (self.t, self.c);
         let view = &self.gemm.view;
-        let mut out = Vec::new();
         let layout = WgmmaAtom::accumulator(i64::from(t.block_n));
         let lane = self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS);
         let part = |scope: &Scope, terms, index, x: &Expr| {
@@ -375,13 +427,7 @@ impl WgmmaLowering<'_> {
         );
         let col0 = bind(&mut self.scope, &mut out, "lane_col", col0);
         let (batch_ext, batch_names) = axis_extents(c, &view.batch_axes);
-        let batch_coords = decompose(
-            &mut self.scope,
-            &mut out,
-            batch.clone(),
-            &batch_ext,
-            &batch_names,
-        );
+        let batch_coords = decompose(&mut self.scope, &mut out, batch, &batch_ext, &batch_names);
         let vi = (t.m_atoms > 1).then(|| self.scope.var("ti", 0, i64::from(t.m_atoms) - 1));
         let ve = self.scope.var("e", 0, layout.values - 1);
         let (i, e) = (vi.map_or(Expr::Const(0), Expr::Var), Expr::Var(ve));
