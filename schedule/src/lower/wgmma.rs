@@ -259,13 +259,13 @@ impl WgmmaLowering<'_> {
             None => iteration,
         };
         // A persistent block's rounds past the last tile do nothing.
-        if let Some(cond) = self.has_tile(&g) {
-            if let [Stmt::For { body, .. }] = &mut looped[..] {
-                *body = vec![Stmt::If {
-                    conds: vec![cond],
-                    body: std::mem::take(body),
-                }];
-            }
+        if let Some(cond) = self.has_tile(&g)
+            && let [Stmt::For { body, .. }] = &mut looped[..]
+        {
+            *body = vec![Stmt::If {
+                conds: vec![cond],
+                body: std::mem::take(body),
+            }];
         }
         body.extend(looped);
         body
