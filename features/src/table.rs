@@ -238,6 +238,7 @@ feature_table! {
     wgmma_stages: "shared buffers in the mbarrier ring (count)",
     wgmma_in_flight: "groups of MMAs left in flight while the next tile's are issued (count)",
     wgmma_persistent: "persistent blocks, each working through every n-th output tile (0: one block per tile) (count)",
+    wgmma_producer_warp: "1 when a producer warp of its own issues the copies (warp specialization), else 0",
     wgmma_tiles_per_block: "output tiles the busiest block computes (count)",
     wgmma_weight_n_major: "1 when the weight is N-major in shared memory (transposed descriptor), else 0",
     wgmma_ktiles: "K tiles of the whole reduction (count)",

@@ -33,7 +33,7 @@ pub(crate) fn fill(
     row.wgmma_stages = f64::from(t.stages);
     row.wgmma_in_flight = f64::from(t.in_flight);
     row.threads_per_block = f64::from(threads);
-    row.warps_per_block = f64::from(threads / 32);
+    row.warps_per_block = f64::from(threads.div_ceil(32));
     row.block_tile_elements = row.wgmma_block_m * row.wgmma_block_n;
     let shared_bytes = t.shared_bytes();
     row.shared_bytes_per_block = shared_bytes as f64;
@@ -50,6 +50,7 @@ pub(crate) fn fill(
     let tiles_per_block = tiles.div_ceil(grid.max(1)) as f64;
     row.thread_blocks = grid as f64;
     row.wgmma_persistent = f64::from(t.persistent);
+    row.wgmma_producer_warp = f64::from(t.producer_warp);
     row.wgmma_tiles_per_block = tiles_per_block;
     row.reduction_stages = ktiles_f;
     row.wgmma_ktiles = ktiles_f;
@@ -86,7 +87,7 @@ pub(crate) fn fill(
         gpu,
         row,
         u64::from(threads),
-        f64::from(threads / 32),
+        f64::from(threads.div_ceil(32)),
         shared_bytes,
         allocated,
         grid,

@@ -49,6 +49,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, stages: u32) -> WgmmaTilin
         stages,
         in_flight: 1,
         persistent: 0,
+        producer_warp: 0,
     }
 }
 
@@ -67,6 +68,10 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         persistent: 132,
         ..t
     };
+    let specialized = |t: WgmmaTiling| WgmmaTiling {
+        producer_warp: 1,
+        ..t
+    };
     let big = [
         tiling(2, 1, 256, 4),
         tiling(2, 1, 128, 5),
@@ -76,6 +81,10 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         persistent(tiling(2, 1, 256, 4)),
         persistent(tiling(2, 2, 128, 4)),
         persistent(tiling(2, 1, 192, 4)),
+        specialized(tiling(2, 1, 256, 4)),
+        specialized(tiling(2, 2, 128, 4)),
+        specialized(persistent(tiling(2, 1, 256, 4))),
+        specialized(persistent(tiling(2, 2, 128, 4))),
     ];
     let cases = [
         (task("matmul", "200,136,264", Epilogue::default(), fp16), 6),

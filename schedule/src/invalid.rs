@@ -107,9 +107,13 @@ pub enum InvalidState {
         k_bytes: u32,
     },
     #[error(
-        "{stages} stages with {in_flight} MMA groups in flight: stages 1..={MAX_WGMMA_STAGES}, in flight 0 or 1 and below the stages"
+        "{stages} stages with {in_flight} MMA groups in flight and {producer_warp} producer warps: stages 1..={MAX_WGMMA_STAGES}, in flight 0 or 1 and below the stages, producer warps 0 or 1"
     )]
-    WgmmaPipeline { stages: u32, in_flight: u32 },
+    WgmmaPipeline {
+        stages: u32,
+        in_flight: u32,
+        producer_warp: u32,
+    },
     #[error("{blocks} persistent blocks for {tiles} output tiles: fewer blocks than tiles, or 0")]
     WgmmaPersistent { blocks: u32, tiles: u64 },
 }

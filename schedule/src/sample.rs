@@ -327,7 +327,8 @@ impl Sampler {
 
     /// One `wgmma` draw, valid or not: one or two consumer warpgroups of one or two
     /// 64-row MMAs, N a multiple of 16 up to the GEMM's N (rounded up) and 256, K rows
-    /// of 32, 64 or 128 bytes, 1 to 8 stages and 0 or 1 MMA groups in flight, uniform;
+    /// of 32, 64 or 128 bytes, 1 to 8 stages, 0 or 1 MMA groups in flight and with or
+    /// without a producer warp, uniform;
     /// then, half the time, one persistent block per SM where there are more tiles.
     fn draw_wgmma(&mut self) -> State {
         let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
@@ -343,6 +344,7 @@ impl Sampler {
             stages: pick(&(1..=MAX_WGMMA_STAGES).collect::<Vec<_>>()),
             in_flight: pick(&[0, 1]),
             persistent: 0,
+            producer_warp: pick(&[0, 1]),
         };
         // Persistent blocks, one per SM, half the time a grid has more tiles than SMs.
         let persistent = pick(&[0, 1]) == 1;

@@ -169,6 +169,11 @@ pub struct WgmmaTiling {
     /// output tile (0: one block per tile). Left out of the JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub persistent: u32,
+    /// Warp specialization: 1 adds a producer warp that issues the copies while the
+    /// consumer warpgroups multiply; 0 leaves the copies to thread 0 between its MMAs.
+    /// Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub producer_warp: u32,
 }
 
 /// Row paddings (floats added to each row of a shared tile's contiguous dimension) the

@@ -233,6 +233,11 @@ impl TmaGemm {
 
 impl WgmmaTiling {
     pub fn threads(&self) -> u32 {
+        self.consumer_threads() + 32 * self.producer_warp
+    }
+
+    /// Threads of the consumer warpgroups (the first ones of the block).
+    pub fn consumer_threads(&self) -> u32 {
         WARPGROUP_THREADS as u32 * self.consumers
     }
 
@@ -383,6 +388,7 @@ pub fn validate_wgmma(
         return Err(InvalidState::WgmmaPipeline {
             stages: t.stages,
             in_flight: t.in_flight,
+            producer_warp: t.producer_warp,
         });
     }
     let v = &gemm.view;
@@ -422,6 +428,14 @@ pub fn validate_wgmma(
         return Err(InvalidState::Registers {
             registers,
             max: u64::from(gpu.max_registers_per_thread),
+        });
+    }
+    let threads = u64::from(t.threads());
+    if registers * threads > u64::from(gpu.registers_per_block) {
+        return Err(InvalidState::RegistersPerBlock {
+            registers,
+            threads,
+            max: u64::from(gpu.registers_per_block),
         });
     }
     Ok(())

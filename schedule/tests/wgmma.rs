@@ -53,6 +53,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, k_bytes: u32, stages: u32)
         stages,
         in_flight: u32::from(stages > 1),
         persistent: 0,
+        producer_warp: 0,
     }
 }
 
@@ -94,6 +95,15 @@ fn matmul_with_tails_every_swizzle_and_depth() {
             in_flight: 0,
             ..tiling(1, 1, 48, 64, 2)
         });
+        // Each with a producer warp of its own too.
+        let specialized: Vec<WgmmaTiling> = tilings
+            .iter()
+            .map(|t| WgmmaTiling {
+                producer_warp: 1,
+                ..*t
+            })
+            .collect();
+        tilings.extend(specialized);
         assert_eq!(check(&t, &tilings), tilings.len(), "{t}");
     }
 }
@@ -106,11 +116,14 @@ fn persistent_blocks_work_through_every_tile_once() {
     let mut tilings = Vec::new();
     for persistent in [2, 5, 11] {
         for (stages, in_flight) in [(1, 0), (3, 1), (4, 0)] {
-            tilings.push(WgmmaTiling {
-                persistent,
-                in_flight,
-                ..tiling(1, 1, 48, 64, stages)
-            });
+            for producer_warp in [0, 1] {
+                tilings.push(WgmmaTiling {
+                    persistent,
+                    in_flight,
+                    producer_warp,
+                    ..tiling(1, 1, 48, 64, stages)
+                });
+            }
         }
     }
     assert_eq!(check(&t, &tilings), tilings.len());
@@ -137,6 +150,10 @@ fn two_consumers_two_atoms_and_the_fused_epilogue() {
         tiling(2, 1, 64, 64, 2),
         tiling(1, 2, 32, 128, 1),
         tiling(2, 2, 16, 32, 4),
+        WgmmaTiling {
+            producer_warp: 1,
+            ..tiling(2, 1, 64, 64, 3)
+        },
     ];
     assert_eq!(check(&t, &tilings), tilings.len());
 }
@@ -270,21 +287,25 @@ fn broken_pipelines_are_caught() {
         });
         assert!(e.contains("released too early"), "{e}");
     }
-    // Persistent blocks: the same across an output tile's boundary.
-    let persistent = State::hopper(WgmmaTiling {
-        persistent: 1,
-        ..tiling(1, 1, 48, 64, 2)
-    });
+    // Persistent blocks (across an output tile's boundary) and a producer warp: the
+    // same.
     let t2 = task("matmul", "128,48,128", DType::Fp16, Epilogue::default());
-    let mut k = lower(&t2, &persistent);
-    run(&t2, &k).unwrap();
-    assert!(replaced(
-        &mut k.body,
-        &|s| matches!(s, Stmt::WgmmaWait { pending: 1 }),
-        &Stmt::WgmmaWait { pending: 2 },
-    ));
-    let e = run(&t2, &k).expect_err("released early");
-    assert!(e.contains("released too early"), "{e}");
+    for (persistent, producer_warp) in [(1, 0), (1, 1), (0, 1)] {
+        let state = State::hopper(WgmmaTiling {
+            persistent,
+            producer_warp,
+            ..tiling(1, 1, 48, 64, 2)
+        });
+        let mut k = lower(&t2, &state);
+        run(&t2, &k).unwrap();
+        assert!(replaced(
+            &mut k.body,
+            &|s| matches!(s, Stmt::WgmmaWait { pending: 1 }),
+            &Stmt::WgmmaWait { pending: 2 },
+        ));
+        let e = run(&t2, &k).expect_err("released early");
+        assert!(e.contains("released too early"), "{e}");
+    }
     // A consumer that does not arrive: the producer's wait can never complete.
     let e = broken(&state, &|b| {
         without(b, &|s| matches!(s, Stmt::MbarrierArrive { .. }))

@@ -81,7 +81,8 @@ fn divisors(n: u32) -> Vec<u32> {
 /// vector widths, the split, each input's layout (innermost dimension + 1, or 0 for
 /// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
 /// warps_m, warps_n, k_steps, stages, both copy widths, swizzle and split. `wgmma`
-/// (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight, persistent.
+/// (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight, persistent,
+/// producer_warp.
 pub fn tile_vector(s: &State) -> Vec<u32> {
     s.sketch(
         || cuda_core_vector(s),
@@ -110,6 +111,7 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 t.stages,
                 t.in_flight,
                 t.persistent,
+                t.producer_warp,
             ]
         },
     )

@@ -274,7 +274,7 @@ pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
 /// Every valid state one move from `wgmma` state `s`: one coordinate of its tiling to
 /// a neighbouring value (consumers and 64-row MMAs 1 ↔ 2, N ± 16, K rows halved or
 /// doubled, stages ± 1, the MMA groups in flight 0 ↔ 1, persistent blocks off ↔ one per
-/// SM), nothing else changed, in that order. Empty for the other sketches.
+/// SM, the producer warp off ↔ on), nothing else changed, in that order. Empty for the other sketches.
 pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
     let Some(t) = s.wgmma else {
         return Vec::new();
@@ -319,6 +319,10 @@ pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
         },
         WgmmaTiling {
             persistent: if t.persistent == 0 { gpu.sm_count } else { 0 },
+            ..t
+        },
+        WgmmaTiling {
+            producer_warp: 1 - t.producer_warp.min(1),
             ..t
         },
     ];

@@ -8,9 +8,12 @@
 //! copies of its next tile are in flight while it stores the last one. Barriers
 //! `0..stages` are the buffers' "full" barriers (one arrival: the producer's
 //! `expect_tx` of the tile's bytes, which the copies complete), `stages..2·stages`
-//! their "empty" ones (one arrival per consumer warpgroup). Thread 0 initializes them,
-//! a block barrier publishes them, and thread 0 is also the producer: it fills buffers
-//! `0..stages` before the loop. Iteration `g`, by every thread:
+//! their "empty" ones (one arrival per consumer warpgroup). The producer initializes
+//! them, a block barrier publishes them, and it fills buffers `0..stages` before the
+//! loop. The producer is thread 0, between its own MMAs, or, with `producer_warp`, the
+//! first thread of a warp of its own after the consumer warpgroups, which then waits for
+//! buffers while the consumers multiply (warp specialization: the steps below are the
+//! consumers' but 4, which is the producer's alone). Iteration `g`:
 //!
 //! 1. wait for `full[g % stages]` (parity `(g / stages) % 2`);
 //! 2. `wgmma.fence`, then per k-step each warpgroup's `m_atoms` MMAs, one commit;
@@ -23,7 +26,7 @@
 //!    (`WgmmaAtom::accumulator`) places them; the next tile starts from zeros.
 
 use super::common::{
-    axis_extents, bind, decompose, gemm_store, guarded, tensor_params, wrap_loops,
+    axis_extents, bind, decompose, gemm_store, guarded, tensor_params, var_or_zero, wrap_loops,
 };
 use crate::atom::Index;
 use crate::atom::fragment;
@@ -120,12 +123,21 @@ impl WgmmaLowering<'_> {
     }
 
     /// Thread 0: the one that initializes the barriers and produces.
+    /// The producer: thread 0, or with a producer warp that warp's first thread (after
+    /// the consumer warpgroups, which stay aligned to warpgroups).
     fn producer(&self) -> Cond {
+        let first = i64::from(self.t.consumer_threads()) * i64::from(self.t.producer_warp);
         Cond {
             expr: Expr::ThreadIdx,
-            lo: None,
-            hi: Some(1),
+            lo: (first > 0).then_some(first),
+            hi: Some(first + 1),
         }
+    }
+
+    /// The consumer warpgroups' threads, None when every thread is one.
+    fn consumers(&self) -> Option<Cond> {
+        let consumers = i64::from(self.t.consumer_threads());
+        self.scope.bound(&Expr::ThreadIdx, 0, consumers)
     }
 
     /// Output tiles of the GEMM.
@@ -215,22 +227,30 @@ impl WgmmaLowering<'_> {
             body: prologue,
         });
 
-        let gv = (iterations > 1).then(|| self.scope.var("g", 0, iterations - 1));
-        let g = gv.map_or(Expr::Const(0), Expr::Var);
+        // Rounds (one output tile each) of K tiles; iteration g = round · K tiles + kt.
+        let round = (rounds > 1).then(|| self.scope.var("round", 0, rounds - 1));
+        let kt = (self.ktiles > 1).then(|| self.scope.var("kt", 0, self.ktiles - 1));
+        let (rv, ktv) = (var_or_zero(round), var_or_zero(kt));
         let mut iteration = Vec::new();
+        let g = self.scope.add(self.scope.mul(rv.clone(), self.ktiles), ktv);
+        let g = bind(&mut self.scope, &mut iteration, "g", g);
         let stage = self.scope.rem(g.clone(), self.stages());
         let stage = bind(&mut self.scope, &mut iteration, "stage", stage);
         let parity = self.scope.rem(self.scope.div(g.clone(), self.stages()), 2);
-        iteration.push(Stmt::MbarrierWait {
-            barrier: self.full(&stage),
-            parity,
-        });
-        iteration.push(Stmt::WgmmaFence);
-        self.multiply(&mut iteration, &stage, &wg);
-        iteration.push(Stmt::WgmmaCommit);
-        iteration.push(Stmt::WgmmaWait {
+        let mut consume = vec![
+            Stmt::MbarrierWait {
+                barrier: self.full(&stage),
+                parity,
+            },
+            Stmt::WgmmaFence,
+        ];
+        self.multiply(&mut consume, &stage, &wg);
+        consume.push(Stmt::WgmmaCommit);
+        consume.push(Stmt::WgmmaWait {
             pending: t.in_flight,
         });
+        let consumers = self.consumers();
+        guarded(&mut iteration, consumers, consume, false);
         let released = self
             .scope
             .add(g.clone(), Expr::Const(-i64::from(t.in_flight)));
@@ -238,36 +258,26 @@ impl WgmmaLowering<'_> {
         self.release(&mut release, &released);
         let exists = self.scope.bound(&released, 0, iterations);
         guarded(&mut iteration, exists, release, false);
-        // A tile's last K tile: its results, then fresh accumulators for the next.
-        let kt = self.scope.rem(g.clone(), self.ktiles);
-        let mut finish = Vec::new();
-        finish.push(Stmt::WgmmaWait { pending: 0 });
-        let tile = self.tile_of(&g);
-        finish.extend(self.store(tile, &wg));
-        if rounds > 1 {
-            finish.push(Stmt::ZeroAcc);
-        }
-        let last = self.scope.bound(&kt, self.ktiles - 1, self.ktiles);
-        guarded(&mut iteration, last, finish, true);
-        let mut looped = match gv {
-            Some(var) => vec![Stmt::For {
-                var,
-                extent: iterations,
-                unroll: false,
-                body: iteration,
-            }],
-            None => iteration,
-        };
+        // A tile's K tiles, then its results, then fresh accumulators for the next.
+        let mut tile_body = wrap_loops(&[kt], &[self.ktiles], |_| false, iteration);
+        let s = &self.scope;
+        let tile = s.add(Expr::BlockIdx, s.mul(rv, s.grid));
         // A persistent block's rounds past the last tile do nothing.
-        if let Some(cond) = self.has_tile(&g)
-            && let [Stmt::For { body, .. }] = &mut looped[..]
-        {
-            *body = vec![Stmt::If {
-                conds: vec![cond],
-                body: std::mem::take(body),
-            }];
+        let has_tile = s.bound(&tile, 0, self.tiles());
+        let mut results = vec![
+            Stmt::WgmmaWait { pending: 0 },
+            Stmt::Block {
+                body: self.store(tile, &wg),
+            },
+        ];
+        if rounds > 1 {
+            results.push(Stmt::ZeroAcc);
         }
-        body.extend(looped);
+        let consumers = self.consumers();
+        guarded(&mut tile_body, consumers, results, false);
+        let mut rounds_body = Vec::new();
+        guarded(&mut rounds_body, has_tile, tile_body, false);
+        body.extend(wrap_loops(&[round], &[rounds], |_| false, rounds_body));
         body
     }
 
@@ -378,7 +388,7 @@ impl WgmmaLowering<'_> {
             .scope
             .rem(self.scope.div(released.clone(), self.stages()), 2);
         let empty = self.empty(&stage);
-        out.push(Stmt::If {
+        let leaders = vec![Stmt::If {
             conds: vec![Cond {
                 expr: self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS),
                 lo: None,
@@ -387,7 +397,9 @@ impl WgmmaLowering<'_> {
             body: vec![Stmt::MbarrierArrive {
                 barrier: empty.clone(),
             }],
-        });
+        }];
+        let consumers = self.consumers();
+        guarded(out, consumers, leaders, false);
         let next = self.scope.add(released.clone(), Expr::Const(self.stages()));
         let Some(refill) = self.has_tile(&next) else {
             return;
