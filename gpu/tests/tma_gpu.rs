@@ -192,6 +192,7 @@ fn ir_kernel() -> Kernel {
             b: at,
         },
         Stmt::Store {
+            width: 1,
             acc: Expr::Const(0),
             out: Expr::ThreadIdx,
             bias: None,

@@ -730,32 +730,53 @@ impl Printer<'_> {
                 bias_when,
                 valid,
                 atomic,
+                width,
             } => {
-                let mut value = format!("acc[{}]", self.expr(acc));
                 let half_in = self.kernel.dtype.bytes() == 2;
                 let half_out = self.kernel.out_dtype.bytes() == 2;
-                if let Some(b) = bias {
-                    let load = if half_in {
-                        format!("ts_to_f32(bias[{}])", self.expr(b))
-                    } else {
-                        format!("bias[{}]", self.expr(b))
-                    };
-                    if bias_when.is_empty() {
-                        value = format!("{value} + {load}");
-                    } else {
-                        let when = self.chunk_conds(bias_when);
-                        value = format!("{value} + ({when} ? {load} : 0.0f)");
+                // The value of accumulator `acc + j` through the epilogue.
+                let value = |j: i64| {
+                    let plus = |e: &Expr| self.expr(&self.scope().add(e.clone(), Expr::Const(j)));
+                    let mut value = format!("acc[{}]", plus(acc));
+                    if let Some(b) = bias {
+                        let load = if half_in {
+                            format!("ts_to_f32(bias[{}])", plus(b))
+                        } else {
+                            format!("bias[{}]", plus(b))
+                        };
+                        if bias_when.is_empty() {
+                            value = format!("{value} + {load}");
+                        } else {
+                            let when = self.chunk_conds(bias_when);
+                            value = format!("{value} + ({when} ? {load} : 0.0f)");
+                        }
                     }
-                }
-                if self.kernel.relu {
-                    value = format!("fmaxf({value}, 0.0f)");
-                }
-                let store = if *atomic {
-                    format!("atomicAdd(&out[{}], {value});", self.expr(index))
-                } else if half_out {
-                    format!("out[{}] = ts_from_f32({value});", self.expr(index))
-                } else {
-                    format!("out[{}] = {value};", self.expr(index))
+                    if self.kernel.relu {
+                        value = format!("fmaxf({value}, 0.0f)");
+                    }
+                    value
+                };
+                let at = self.expr(index);
+                let store = match (*width, *atomic, half_out) {
+                    (1, true, _) => format!("atomicAdd(&out[{at}], {});", value(0)),
+                    (1, false, true) => format!("out[{at}] = ts_from_f32({});", value(0)),
+                    (1, false, false) => format!("out[{at}] = {};", value(0)),
+                    // A pair: one 32-bit store of two halves, or one float2.
+                    (_, false, true) => format!(
+                        "*reinterpret_cast<unsigned*>(&out[{at}]) = (unsigned)ts_from_f32({}) | ((unsigned)ts_from_f32({}) << 16);",
+                        value(0),
+                        value(1)
+                    ),
+                    (_, false, false) => format!(
+                        "*reinterpret_cast<float2*>(&out[{at}]) = make_float2({}, {});",
+                        value(0),
+                        value(1)
+                    ),
+                    (_, true, _) => format!(
+                        "{{ atomicAdd(&out[{at}], {}); atomicAdd(&out[{at} + 1], {}); }}",
+                        value(0),
+                        value(1)
+                    ),
                 };
                 if valid.is_empty() {
                     let _ = writeln!(out, "{pad}{store}");

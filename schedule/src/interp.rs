@@ -1008,60 +1008,69 @@ impl Block<'_> {
                     bias_when,
                     valid,
                     atomic,
+                    width,
                 } => {
                     for t in threads
                         .clone()
                         .filter(|&t| active[t] && self.holds(valid, t))
                     {
-                        let i = self.acc_slot(acc, t)?;
-                        if let Some(group) = self.warpgroups.pending[t][i]
-                            && self.warpgroups.retired[t / WARPGROUP] <= group
-                        {
-                            return Err(InterpError::AccumulatorPending {
-                                block: self.index,
-                                thread: t,
-                                index: i,
-                            });
-                        }
-                        let mut v = self.acc[t][i];
-                        if let (Some(b), Some(data)) = (bias, inputs.bias)
-                            && self.holds(bias_when, t)
-                        {
-                            let bi = self.eval(b, t);
-                            v += *usize::try_from(bi).ok().and_then(|i| data.get(i)).ok_or(
+                        for j in 0..i64::from(*width) {
+                            let slot = self.scope_add(acc, j);
+                            let i = self.acc_slot(&slot, t)?;
+                            if let Some(group) = self.warpgroups.pending[t][i]
+                                && self.warpgroups.retired[t / WARPGROUP] <= group
+                            {
+                                return Err(InterpError::AccumulatorPending {
+                                    block: self.index,
+                                    thread: t,
+                                    index: i,
+                                });
+                            }
+                            let mut v = self.acc[t][i];
+                            if let (Some(b), Some(data)) = (bias, inputs.bias)
+                                && self.holds(bias_when, t)
+                            {
+                                let bi = self.eval(b, t) + j;
+                                v += *usize::try_from(bi).ok().and_then(|i| data.get(i)).ok_or(
+                                    InterpError::OutOfBounds {
+                                        block: self.index,
+                                        thread: t,
+                                        tensor: "bias",
+                                        index: bi,
+                                        len: data.len(),
+                                    },
+                                )?;
+                            }
+                            if self.kernel.relu {
+                                v = v.max(0.0);
+                            }
+                            let o = self.eval(index, t) + j;
+                            let o = usize::try_from(o).ok().filter(|&o| o < out.len()).ok_or(
                                 InterpError::OutOfBounds {
                                     block: self.index,
                                     thread: t,
-                                    tensor: "bias",
-                                    index: bi,
-                                    len: data.len(),
+                                    tensor: "out",
+                                    index: o,
+                                    len: out.len(),
                                 },
                             )?;
+                            if *atomic {
+                                out[o] += v;
+                            } else {
+                                out[o] = v;
+                            }
+                            writes[o] += 1;
                         }
-                        if self.kernel.relu {
-                            v = v.max(0.0);
-                        }
-                        let o = self.eval(index, t);
-                        let o = usize::try_from(o).ok().filter(|&o| o < out.len()).ok_or(
-                            InterpError::OutOfBounds {
-                                block: self.index,
-                                thread: t,
-                                tensor: "out",
-                                index: o,
-                                len: out.len(),
-                            },
-                        )?;
-                        if *atomic {
-                            out[o] += v;
-                        } else {
-                            out[o] = v;
-                        }
-                        writes[o] += 1;
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// `e + j` as an expression.
+    fn scope_add(&self, e: &Expr, j: i64) -> Expr {
+        self.kernel.scope.add(e.clone(), Expr::Const(j))
     }
 
     fn acc_slot(&self, acc: &Expr, t: usize) -> Result<usize, InterpError> {
@@ -1313,6 +1322,7 @@ mod tests {
             extent: 2,
             unroll: true,
             body: vec![Stmt::Store {
+                width: 1,
                 acc: Expr::Var(i),
                 out,
                 bias: None,

@@ -169,6 +169,9 @@ pub enum Stmt {
     /// blocks of one output tile add their partial sums into the zeroed output). The
     /// bias is added only where every condition of `bias_when` holds (always when it
     /// is empty), so that exactly one of the blocks adding into an element adds it.
+    /// With `width` 2, accumulators `acc` and `acc + 1` go to output elements `out` and
+    /// `out + 1` (with bias elements `bias` and `bias + 1`) as one aligned store; `valid`
+    /// then covers both.
     Store {
         acc: Expr,
         out: Expr,
@@ -176,6 +179,7 @@ pub enum Stmt {
         bias_when: Vec<Cond>,
         valid: Vec<Cond>,
         atomic: bool,
+        width: u32,
     },
 }
 

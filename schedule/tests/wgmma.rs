@@ -1,6 +1,6 @@
 //! The `wgmma` sketch on the CPU interpreter: states of matmul, batch matmul and NHWC
 //! 1×1 convolution (a K-major B) in fp16 and bf16 equal the definition on small shapes
-//! with tails in M, N and K, every swizzle (32-, 64- and 128-byte K rows, and the N-major
+//! with tails in M, N and K (an odd N too), every swizzle (32-, 64- and 128-byte K rows, and the N-major
 //! boxes of 16, 32 and 64 columns), every pipeline depth and both MMA depths in flight.
 //! The interpreter reads the operands where the descriptors say the hardware finds them,
 //! from what the TMA boxes wrote. Mutation tests show that a missing `expect_tx`, a
@@ -177,6 +177,14 @@ fn batch_matmul_and_a_k_major_b() {
     );
     let tilings = [tiling(1, 1, 40, 32, 2), tiling(1, 1, 24, 64, 1)];
     assert_eq!(check(&conv, &tilings), tilings.len());
+    // An odd channel count: the epilogue stores one element at a time.
+    let odd = task(
+        "conv2d",
+        "1,24,6,6,39,1,1,1,0",
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    assert_eq!(check(&odd, &tilings), tilings.len());
 }
 
 #[test]

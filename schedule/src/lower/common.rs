@@ -131,7 +131,7 @@ pub(super) fn epilogue_store(
     c: &Contraction,
     coords: &[Expr],
     split: Option<&Expr>,
-    (acc, out, valid): (Expr, Expr, Vec<Cond>),
+    (acc, out, valid, width): (Expr, Expr, Vec<Cond>, u32),
 ) -> Stmt {
     let bias = c
         .bias
@@ -148,6 +148,7 @@ pub(super) fn epilogue_store(
         bias_when,
         valid,
         atomic: split.is_some(),
+        width,
     }
 }
 
@@ -163,15 +164,16 @@ pub(super) fn axis_extents(c: &Contraction, axes: &[usize]) -> (Vec<i64>, Vec<St
     )
 }
 
-/// The tensor-core sketches' store of accumulator `acc` to element (`row`, `col`) of
-/// the GEMM view's output in batch `batch` (the view's batch coordinates): bounded by M
-/// and N, decomposed into the output's axes, through the fused epilogue.
+/// The tensor-core sketches' store of accumulator `acc` (and the next `width - 1`) to
+/// element (`row`, `col`) (and the next columns) of the GEMM view's output in batch
+/// `batch` (the view's batch coordinates): bounded by M and N, decomposed into the
+/// output's axes, through the fused epilogue.
 pub(super) fn gemm_store(
     scope: &mut Scope,
     c: &Contraction,
     view: &GemmView,
     batch: &[Expr],
-    (row, col, acc): (Expr, Expr, Expr),
+    (row, col, acc, width): (Expr, Expr, Expr, u32),
     split: Option<&Expr>,
 ) -> Vec<Stmt> {
     let mut body = Vec::new();
@@ -201,6 +203,12 @@ pub(super) fn gemm_store(
             .zip(c.output_strides())
             .map(|(x, st)| scope.mul(x.clone(), st)),
     );
-    body.push(epilogue_store(scope, c, &coords, split, (acc, out, valid)));
+    body.push(epilogue_store(
+        scope,
+        c,
+        &coords,
+        split,
+        (acc, out, valid, width),
+    ));
     body
 }

@@ -494,7 +494,7 @@ impl<'a> Lowering<'a> {
             c,
             &coords,
             split,
-            (acc, out, valid),
+            (acc, out, valid, 1),
         ));
         let (vars, extents) = self.register_nest(&reg);
         wrap_loops(&vars, &extents, |_| true, body)

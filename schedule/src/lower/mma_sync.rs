@@ -486,7 +486,7 @@ impl<'a> MmaLowering<'a> {
             e,
         );
         let split = (self.split > 1).then_some(z);
-        let body = gemm_store(&mut self.scope, c, view, batch, (row, col, acc), split);
+        let body = gemm_store(&mut self.scope, c, view, batch, (row, col, acc, 1), split);
         head.extend(wrap_loops(
             &[vi, vj, Some(ve)],
             &[

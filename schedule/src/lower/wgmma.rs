@@ -440,9 +440,20 @@ impl WgmmaLowering<'_> {
         let col0 = bind(&mut self.scope, &mut out, "lane_col", col0);
         let (batch_ext, batch_names) = axis_extents(c, &view.batch_axes);
         let batch_coords = decompose(&mut self.scope, &mut out, batch, &batch_ext, &batch_names);
+        // Values 2j and 2j + 1 are neighbouring columns: one store for both where the
+        // output's columns are contiguous and even in number (so the pair is aligned).
+        let last_axis = c.spatial.len() - 1;
+        let width: i64 = if view.n_axes == [last_axis] && view.n.is_multiple_of(2) {
+            2
+        } else {
+            1
+        };
         let vi = (t.m_atoms > 1).then(|| self.scope.var("ti", 0, i64::from(t.m_atoms) - 1));
-        let ve = self.scope.var("e", 0, layout.values - 1);
-        let (i, e) = (vi.map_or(Expr::Const(0), Expr::Var), Expr::Var(ve));
+        let ve = self.scope.var("e", 0, layout.values / width - 1);
+        let (i, e) = (
+            vi.map_or(Expr::Const(0), Expr::Var),
+            self.scope.mul(Expr::Var(ve), width),
+        );
         let s = &self.scope;
         let row = s.sum([
             row0,
@@ -456,12 +467,12 @@ impl WgmmaLowering<'_> {
             c,
             view,
             &batch_coords,
-            (row, col, acc),
+            (row, col, acc, width as u32),
             None,
         );
         out.extend(wrap_loops(
             &[vi, Some(ve)],
-            &[i64::from(t.m_atoms), layout.values],
+            &[i64::from(t.m_atoms), layout.values / width],
             |_| true,
             body,
         ));
