@@ -616,8 +616,9 @@ fn a_multi_gigabyte_task_prepares_outside_the_candidates_timeout() {
 }
 
 /// Every kernel of each deploy cache in `$TILESCHED_RUNTIME_CACHES` (`:`-separated;
-/// without it, a cache made here from a short tune of a split-K-prone layer and a
-/// matmul) for this GPU, launched through the runtime on the session's stream, must
+/// without it, a cache made here from a short tune of a split-K-prone layer, a matmul
+/// and, on Hopper, an fp16 matmul whose best kernel is a `wgmma` one with tensor maps)
+/// for this GPU, launched through the runtime on the session's stream, must
 /// equal the reference kernel's output bit for bit and cuDNN's (cuBLAS's) to its
 /// rounding. One line per kernel in `$TILESCHED_TEST_OUT/runtime-test.txt`.
 #[test]
@@ -631,16 +632,27 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
         Err(_) => {
             let cache = out_dir().join("gpu-test-runtime-cache");
             let _ = std::fs::remove_dir_all(&cache);
+            // On Hopper the fp16 matmul's best kernel is a `wgmma` one: launched with
+            // the tensor maps its entry records.
+            let conv: &[&str] = &["conv2d", "--shape", "1,512,7,7,512,3,3,1,1"];
+            let matmul: &[&str] = &["matmul", "--shape", "333,777,555"];
+            let hopper: &[&str] = &[
+                "matmul",
+                "--shape",
+                "1024,1024,1024",
+                "--dtype",
+                "fp16",
+                "--out-dtype",
+                "fp16",
+            ];
             for (name, shape) in [
-                (
-                    "runtime-conv",
-                    ["conv2d", "--shape", "1,512,7,7,512,3,3,1,1"],
-                ),
-                ("runtime-matmul", ["matmul", "--shape", "333,777,555"]),
+                ("runtime-conv", conv),
+                ("runtime-matmul", matmul),
+                ("runtime-wgmma", hopper),
             ] {
                 tune(
                     name,
-                    &[&shape[..], &["--trials", "16", "--min-time-ms", "2"]].concat(),
+                    &[shape, &["--trials", "24", "--min-time-ms", "2"]].concat(),
                 );
                 let log = out_dir().join(format!("gpu-test-{name}.jsonl"));
                 let o = Command::new(bin())
@@ -682,7 +694,7 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
         session.device.name
     )];
     let mut failures = Vec::new();
-    let mut kernels = 0;
+    let (mut kernels, mut mapped) = (0, 0);
     for dir in &caches {
         let mut rt = runtime::Runtime::open(dir, 0).unwrap();
         let tasks: Vec<String> = rt.tasks().iter().map(|t| t.to_string()).collect();
@@ -734,14 +746,16 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
             let vendor_ok = max_diff(&outputs.expected, &outputs.vendor) <= 1e-3 * scale;
             let ok = exact && vendor_ok;
             let e = kernel.entry();
+            mapped += usize::from(!e.launch.tensor_maps.is_empty());
             lines.push(format!(
-                "{} {key}: {} (grid {}, block {}, zero_output {}, {:.2} µs tuned): exact {exact}, \
+                "{} {key}: {} (grid {}, block {}, zero_output {}, {} tensor maps, {:.2} µs tuned): exact {exact}, \
                  max |ours - vendor| {vendor_vs_ours} (largest |output| {scale}), vendor {}",
                 if ok { "ok  " } else { "FAIL" },
                 e.kernel,
                 e.launch.grid,
                 e.launch.block,
                 e.launch.zero_output,
+                e.launch.tensor_maps.len(),
                 e.final_us,
                 outputs.vendor_routine
             ));
@@ -759,4 +773,10 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
     print!("{text}");
     std::fs::write(out_dir().join("runtime-test.txt"), &text).unwrap();
     assert!(failures.is_empty(), "{failures:?}");
+    if std::env::var("TILESCHED_RUNTIME_CACHES").is_err() && arch == "sm_90" {
+        assert!(
+            mapped > 0,
+            "no wgmma kernel (with tensor maps) was launched"
+        );
+    }
 }

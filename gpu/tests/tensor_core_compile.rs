@@ -3,7 +3,8 @@
 //! ldmatrix, mma.sync) and compiles with NVRTC for sm_90, almost always with no local
 //! memory — the copy-round cap and the register estimate keep the sampled tiles
 //! spill-free, except where ptxas's occupancy heuristic caps a one-warp block at 128
-//! registers (seen: 2 of 96 fp16 kernels with 8-byte frames). Needs NVRTC
+//! registers (seen: 2 of 96 fp16 kernels with 8-byte frames); sampled `wgmma` states
+//! likewise for sm_90a. Needs NVRTC
 //! (scripts/setup.sh installs it), not a GPU.
 
 use rayon::prelude::*;
@@ -60,6 +61,77 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
                 (
                     format!("{t} {}", s.to_json()),
                     gpu::compile(&k.source, &k.name, "sm_90"),
+                )
+            })
+            .collect();
+        let mut stacks = Vec::new();
+        for (what, result) in &results {
+            let c = result
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{dtype}: {what} does not compile: {e}"));
+            if c.resources.stack_frame_bytes > 0 {
+                stacks.push(format!("{what}: {:?}", c.resources));
+            }
+        }
+        assert!(
+            stacks.len() <= results.len() / 20,
+            "{dtype}: {} of {} kernels need local memory:\n{}",
+            stacks.len(),
+            results.len(),
+            stacks.join("\n")
+        );
+    }
+}
+
+/// Sampled `wgmma` states of the matmul shapes, a batch matmul and `resnet`'s
+/// 1×1 stride-1 layers (NHWC, fp16 and bf16) compile with NVRTC for `sm_90a`
+/// (descriptors, TMA, mbarriers, inline PTX), almost always with no local memory.
+#[test]
+fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
+    let gpu = GpuSpec::h100();
+    for dtype in [DType::Fp16, DType::Bf16] {
+        let mut tasks: Vec<Task> = network("resnet", 1)
+            .unwrap()
+            .into_iter()
+            .map(|w| w.task.with_types(dtype, dtype, Layout::Nhwc).unwrap())
+            .filter(|t| schedule::wgmma::TmaGemm::of(&t.contraction()).is_ok())
+            .collect();
+        for (op, shape) in [
+            ("matmul", "4096,4096,4096"),
+            ("matmul", "2048,14336,4096"),
+            ("matmul", "16,4096,4096"),
+            ("matmul", "128,768,3072"),
+            ("batch_matmul", "12,128,128,64"),
+        ] {
+            let task = Task::new(
+                schedule::parse_shape(op, shape).unwrap(),
+                Epilogue::default(),
+            )
+            .unwrap();
+            tasks.push(task.with_types(dtype, dtype, Layout::Nhwc).unwrap());
+        }
+        assert!(tasks.len() >= 7, "{dtype}: {} tasks", tasks.len());
+        let jobs: Vec<(Task, State)> = tasks
+            .into_iter()
+            .flat_map(|t| {
+                let states: Vec<State> = Sampler::new(&t, &gpu, 5)
+                    .sample_distinct(6 * STATES_PER_TASK)
+                    .into_iter()
+                    .filter(|s| s.wgmma.is_some())
+                    .take(STATES_PER_TASK / 2)
+                    .collect();
+                assert!(!states.is_empty(), "{t}: no wgmma state");
+                states.into_iter().map(move |s| (t, s))
+            })
+            .collect();
+        let results: Vec<(String, Result<gpu::CompiledKernel, gpu::CompileError>)> = jobs
+            .par_iter()
+            .map(|(t, s)| {
+                let k = generate(t, s, &gpu).expect("sampled states validate");
+                let arch = k.launch.target.arch("sm_90");
+                (
+                    format!("{t} {}", s.to_json()),
+                    gpu::compile(&k.source, &k.name, &arch),
                 )
             })
             .collect();

@@ -2,6 +2,7 @@
 //! are computed for. Read off the device when there is one; the built-in tables hold
 //! NVIDIA's published limits for H100 and H200 (SXM).
 
+use crate::invalid::InvalidState;
 use serde::{Deserialize, Serialize};
 
 /// Limits and sizes of one GPU model.
@@ -32,6 +33,33 @@ pub struct GpuSpec {
 }
 
 impl GpuSpec {
+    /// The limits every sketch's block meets: a grid of at most `i32::MAX` blocks,
+    /// `shared_bytes` within the opt-in shared memory, `registers` per thread within
+    /// the thread's limit.
+    pub fn check_block(
+        &self,
+        blocks: u64,
+        shared_bytes: u64,
+        registers: u64,
+    ) -> Result<(), InvalidState> {
+        if blocks > i32::MAX as u64 {
+            return Err(InvalidState::Grid { blocks });
+        }
+        if shared_bytes > u64::from(self.shared_bytes_per_block_optin) {
+            return Err(InvalidState::SharedMemory {
+                bytes: shared_bytes,
+                max: u64::from(self.shared_bytes_per_block_optin),
+            });
+        }
+        if registers > u64::from(self.max_registers_per_thread) {
+            return Err(InvalidState::Registers {
+                registers,
+                max: u64::from(self.max_registers_per_thread),
+            });
+        }
+        Ok(())
+    }
+
     /// NVIDIA H100 SXM5 (sm_90).
     pub fn h100() -> Self {
         GpuSpec {

@@ -196,22 +196,6 @@ pub fn validate_mma(
         * view.m.div_ceil(u64::from(t.block_m))
         * view.n.div_ceil(u64::from(t.block_n))
         * u64::from(split_k);
-    if blocks > i32::MAX as u64 {
-        return Err(InvalidState::Grid { blocks });
-    }
-    let bytes = t.shared_bytes(c.dtype);
-    if bytes > u64::from(gpu.shared_bytes_per_block_optin) {
-        return Err(InvalidState::SharedMemory {
-            bytes,
-            max: u64::from(gpu.shared_bytes_per_block_optin),
-        });
-    }
-    let registers = t.register_estimate();
-    if registers > u64::from(gpu.max_registers_per_thread) {
-        return Err(InvalidState::Registers {
-            registers,
-            max: u64::from(gpu.max_registers_per_thread),
-        });
-    }
+    gpu.check_block(blocks, t.shared_bytes(c.dtype), t.register_estimate())?;
     Ok(())
 }

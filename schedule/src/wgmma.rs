@@ -410,26 +410,9 @@ pub fn validate_wgmma(
     for input in 0..2 {
         gemm.tensor_box(c, t, input)?;
     }
-    let v = &gemm.view;
-    let blocks =
-        v.batch * v.m.div_ceil(u64::from(t.block_m())) * v.n.div_ceil(u64::from(t.block_n));
-    if blocks > i32::MAX as u64 {
-        return Err(InvalidState::Grid { blocks });
-    }
     let bytes = t.shared_bytes() + BARRIER_BYTES * u64::from(t.stages);
-    if bytes > u64::from(gpu.shared_bytes_per_block_optin) {
-        return Err(InvalidState::SharedMemory {
-            bytes,
-            max: u64::from(gpu.shared_bytes_per_block_optin),
-        });
-    }
     let registers = t.register_estimate();
-    if registers > u64::from(gpu.max_registers_per_thread) {
-        return Err(InvalidState::Registers {
-            registers,
-            max: u64::from(gpu.max_registers_per_thread),
-        });
-    }
+    gpu.check_block(tiles, bytes, registers)?;
     let threads = u64::from(t.threads());
     if registers * threads > u64::from(gpu.registers_per_block) {
         return Err(InvalidState::RegistersPerBlock {
@@ -439,4 +422,102 @@ pub fn validate_wgmma(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, Epilogue, Layout, Task, parse_shape};
+
+    fn contraction(op: &str, shape: &str) -> Contraction {
+        Task::new(parse_shape(op, shape).unwrap(), Epilogue::default())
+            .unwrap()
+            .with_types(DType::Fp16, DType::Fp16, Layout::Nhwc)
+            .unwrap()
+            .contraction()
+    }
+
+    fn matrix(
+        rows: u64,
+        columns: u64,
+        row_stride: u64,
+        batches: u64,
+        batch_stride: u64,
+    ) -> MatrixView {
+        MatrixView {
+            rows,
+            columns,
+            row_stride,
+            batches,
+            batch_stride,
+        }
+    }
+
+    /// The TMA views of each operator's inputs are the tensors as they lie in memory,
+    /// and the maps' boxes are the tiling's.
+    #[test]
+    fn operands_are_the_tasks_tensors() {
+        // matmul: A is M × K, B is K × N (N-major).
+        let c = contraction("matmul", "100,80,120");
+        let g = TmaGemm::of(&c).unwrap();
+        assert_eq!(g.a, matrix(100, 120, 120, 1, 1));
+        assert_eq!(g.b, matrix(120, 80, 80, 1, 1));
+        let t = WgmmaTiling {
+            consumers: 2,
+            m_atoms: 1,
+            block_n: 80,
+            k_bytes: 128,
+            stages: 2,
+            in_flight: 1,
+            persistent: 0,
+            producer_warp: 0,
+        };
+        let a = g.tensor_box(&c, &t, 0).unwrap();
+        assert_eq!(
+            (a.dims, a.strides, a.boxed),
+            (vec![120, 100], vec![240], vec![64, 128])
+        );
+        assert_eq!(a.swizzle, Swizzle::B128);
+        // B in boxes of 16 columns (80 is no multiple of 32) by a K tile of rows.
+        let b = g.tensor_box(&c, &t, 1).unwrap();
+        assert_eq!(
+            (b.dims, b.strides, b.boxed),
+            (vec![80, 120], vec![160], vec![16, 64])
+        );
+        assert_eq!((b.swizzle, t.boxes(1, &g.view)), (Swizzle::B32, 5));
+        // batch matmul: a third dimension per operand.
+        let c = contraction("batch_matmul", "3,40,48,32");
+        let g = TmaGemm::of(&c).unwrap();
+        assert_eq!(g.a, matrix(40, 32, 32, 3, 40 * 32));
+        assert_eq!(g.b, matrix(32, 48, 48, 3, 32 * 48));
+        let a = g.tensor_box(&c, &t, 0).unwrap();
+        assert_eq!(a.dims, vec![32, 40, 3]);
+        assert_eq!(a.strides, vec![64, 40 * 32 * 2]);
+        // NHWC 1×1 stride 1: A is the N·H·W × C activations, B the K × C weights
+        // (K-major).
+        let c = contraction("conv2d", "2,24,6,6,40,1,1,1,0");
+        let g = TmaGemm::of(&c).unwrap();
+        assert!(g.view.b_k_major);
+        assert_eq!(g.a, matrix(72, 24, 24, 1, 1));
+        assert_eq!(g.b, matrix(40, 24, 24, 1, 1));
+    }
+
+    #[test]
+    fn what_is_no_plain_matrix_says_why() {
+        let padded = contraction("conv2d", "1,16,8,8,16,3,3,1,1");
+        assert!(matches!(
+            TmaGemm::of(&padded),
+            Err(InvalidState::NoTma(TmaGemmError::Offset { .. }))
+        ));
+        let strided = contraction("conv2d", "1,16,8,8,16,1,1,2,0");
+        assert!(matches!(
+            TmaGemm::of(&strided),
+            Err(InvalidState::NoTma(TmaGemmError::NotDense { .. }))
+        ));
+        let three = contraction("conv2d", "1,16,8,8,16,3,3,1,0");
+        assert!(matches!(
+            TmaGemm::of(&three),
+            Err(InvalidState::NoTma(TmaGemmError::Reduction { .. }))
+        ));
+    }
 }

@@ -166,6 +166,55 @@ fn snapshot_matmul_tails() {
     insta::assert_snapshot!("matmul_tails", k.source);
 }
 
+/// `wgmma` kernels: a matmul (N-major B in 64-column boxes) with persistent blocks,
+/// an NHWC 1×1 convolution (K-major B) with bias and ReLU and a producer warp, and a
+/// bf16 batch matmul in 32-byte K rows (the 32B swizzle) with tails.
+#[test]
+fn snapshot_wgmma_kernels() {
+    let tiling = |consumers, m_atoms, block_n, k_bytes| schedule::state::WgmmaTiling {
+        consumers,
+        m_atoms,
+        block_n,
+        k_bytes,
+        stages: 3,
+        in_flight: 1,
+        persistent: 0,
+        producer_warp: 0,
+    };
+    let gpu = GpuSpec::h100();
+    let typed = |t: Task, dtype| t.with_types(dtype, dtype, Layout::Nhwc).unwrap();
+    let matmul = typed(
+        task("matmul", "1024,512,256", Epilogue::default()),
+        DType::Fp16,
+    );
+    let persistent = State::hopper(schedule::state::WgmmaTiling {
+        persistent: 16,
+        ..tiling(2, 1, 128, 128)
+    });
+    let k = generate(&matmul, &persistent, &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_matmul_persistent", k.source);
+    let bias_relu = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let conv = typed(
+        task("conv2d", "1,64,28,28,96,1,1,1,0", bias_relu),
+        DType::Fp16,
+    );
+    let specialized = State::hopper(schedule::state::WgmmaTiling {
+        producer_warp: 1,
+        ..tiling(1, 2, 96, 64)
+    });
+    let k = generate(&conv, &specialized, &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_conv2d_1x1_producer_warp", k.source);
+    let bmm = typed(
+        task("batch_matmul", "4,100,72,40", Epilogue::default()),
+        DType::Bf16,
+    );
+    let k = generate(&bmm, &State::hopper(tiling(1, 1, 48, 32)), &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_batch_matmul_bf16", k.source);
+}
+
 /// The 128x128x8 tile of `snapshot_matmul_transposed_padded_a`.
 fn cublas_like_tile() -> State {
     State {

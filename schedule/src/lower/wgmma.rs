@@ -54,14 +54,8 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling) -> Kernel {
         });
     }
     let view = &gemm.view;
-    let tiles = view.batch as i64
-        * view.m.div_ceil(u64::from(t.block_m())) as i64
-        * view.n.div_ceil(u64::from(t.block_n)) as i64;
     // Persistent blocks each take every `grid`-th tile; otherwise one block per tile.
-    let grid = match t.persistent {
-        0 => tiles,
-        blocks => i64::from(blocks).min(tiles),
-    };
+    let grid = t.grid(view).1 as i64;
     let mut lowering = WgmmaLowering {
         c: &c,
         gemm: &gemm,
@@ -122,7 +116,6 @@ impl WgmmaLowering<'_> {
         self.scope.add(stage.clone(), Expr::Const(self.stages()))
     }
 
-    /// Thread 0: the one that initializes the barriers and produces.
     /// The producer: thread 0, or with a producer warp that warp's first thread (after
     /// the consumer warpgroups, which stay aligned to warpgroups).
     fn producer(&self) -> Cond {
@@ -142,10 +135,7 @@ impl WgmmaLowering<'_> {
 
     /// Output tiles of the GEMM.
     fn tiles(&self) -> i64 {
-        let (t, view) = (self.t, &self.gemm.view);
-        view.batch as i64
-            * view.m.div_ceil(u64::from(t.block_m())) as i64
-            * view.n.div_ceil(u64::from(t.block_n)) as i64
+        self.t.grid(&self.gemm.view).0 as i64
     }
 
     /// The output tile that iteration `g` of this block works on: the block's index
