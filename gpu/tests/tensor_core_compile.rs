@@ -37,6 +37,39 @@ fn tasks(dtype: DType) -> Vec<Task> {
         .collect()
 }
 
+/// Generates and compiles every job with NVRTC (each for its launch's target on
+/// `sm_90`): all compile, and at most one in twenty needs local memory.
+fn compile_without_local_memory(dtype: DType, jobs: &[(Task, State)]) {
+    let gpu = GpuSpec::h100();
+    let results: Vec<(String, Result<gpu::CompiledKernel, gpu::CompileError>)> = jobs
+        .par_iter()
+        .map(|(t, s)| {
+            let k = generate(t, s, &gpu).expect("sampled states validate");
+            let arch = k.launch.target.arch("sm_90");
+            (
+                format!("{t} {}", s.to_json()),
+                gpu::compile(&k.source, &k.name, &arch),
+            )
+        })
+        .collect();
+    let mut stacks = Vec::new();
+    for (what, result) in &results {
+        let c = result
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{dtype}: {what} does not compile: {e}"));
+        if c.resources.stack_frame_bytes > 0 {
+            stacks.push(format!("{what}: {:?}", c.resources));
+        }
+    }
+    assert!(
+        stacks.len() <= results.len() / 20,
+        "{dtype}: {} of {} kernels need local memory:\n{}",
+        stacks.len(),
+        results.len(),
+        stacks.join("\n")
+    );
+}
+
 #[test]
 fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
     let gpu = GpuSpec::h100();
@@ -54,32 +87,7 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
                 states.into_iter().map(move |s| (t, s))
             })
             .collect();
-        let results: Vec<(String, Result<gpu::CompiledKernel, gpu::CompileError>)> = jobs
-            .par_iter()
-            .map(|(t, s)| {
-                let k = generate(t, s, &gpu).expect("sampled states validate");
-                (
-                    format!("{t} {}", s.to_json()),
-                    gpu::compile(&k.source, &k.name, "sm_90"),
-                )
-            })
-            .collect();
-        let mut stacks = Vec::new();
-        for (what, result) in &results {
-            let c = result
-                .as_ref()
-                .unwrap_or_else(|e| panic!("{dtype}: {what} does not compile: {e}"));
-            if c.resources.stack_frame_bytes > 0 {
-                stacks.push(format!("{what}: {:?}", c.resources));
-            }
-        }
-        assert!(
-            stacks.len() <= results.len() / 20,
-            "{dtype}: {} of {} kernels need local memory:\n{}",
-            stacks.len(),
-            results.len(),
-            stacks.join("\n")
-        );
+        compile_without_local_memory(dtype, &jobs);
     }
 }
 
@@ -124,32 +132,6 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
                 states.into_iter().map(move |s| (t, s))
             })
             .collect();
-        let results: Vec<(String, Result<gpu::CompiledKernel, gpu::CompileError>)> = jobs
-            .par_iter()
-            .map(|(t, s)| {
-                let k = generate(t, s, &gpu).expect("sampled states validate");
-                let arch = k.launch.target.arch("sm_90");
-                (
-                    format!("{t} {}", s.to_json()),
-                    gpu::compile(&k.source, &k.name, &arch),
-                )
-            })
-            .collect();
-        let mut stacks = Vec::new();
-        for (what, result) in &results {
-            let c = result
-                .as_ref()
-                .unwrap_or_else(|e| panic!("{dtype}: {what} does not compile: {e}"));
-            if c.resources.stack_frame_bytes > 0 {
-                stacks.push(format!("{what}: {:?}", c.resources));
-            }
-        }
-        assert!(
-            stacks.len() <= results.len() / 20,
-            "{dtype}: {} of {} kernels need local memory:\n{}",
-            stacks.len(),
-            results.len(),
-            stacks.join("\n")
-        );
+        compile_without_local_memory(dtype, &jobs);
     }
 }

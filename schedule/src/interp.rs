@@ -20,6 +20,16 @@
 //! phase. A wait that can never be satisfied, a wait of the wrong parity and a read
 //! before the wait are errors, as is an mbarrier initialized by more than one thread.
 //!
+//! A warpgroup MMA (`wgmma`) runs for whole warpgroups only. It reads its operands where
+//! their descriptors say the hardware finds them (`atom::wgmma::OperandLayout`, then the
+//! address swizzle), and only what TMA wrote in a phase every thread of the warpgroup
+//! waited for. Its results are pending until a `wait_group` retires its group, and
+//! reading them before that is an error, as is an MMA on accumulators written since the
+//! last `wgmma.fence`. A shared element an MMA read may be overwritten only by a thread
+//! that knows the MMA's group retired: its own warpgroup's `wait_group`, a block
+//! barrier, or an mbarrier phase it waited for, whose arrivals released that knowledge
+//! (a consumer's release of a buffer). Otherwise the write is a race.
+//!
 //! It runs the nest exactly as it is printed, transforms included (register prefetch,
 //! see `prefetch`): register arrays are per thread, and reading a slot that no load
 //! filled since the array's declaration is an error; register loads check global
