@@ -289,7 +289,6 @@ pub fn wgmma_source(dtype: DType) -> Option<(String, String)> {
     let atom = WgmmaAtom::for_dtype(dtype)?;
     let name = format!("tilesched_peak_wgmma_{}", dtype.name());
     let k = atom.k * WGMMA_STEPS;
-    let row_bytes = (k * 2) as u32;
     let layout = |rows| SharedTileLayout {
         rows,
         row_elements: k,
@@ -325,7 +324,7 @@ pub fn wgmma_source(dtype: DType) -> Option<(String, String)> {
     s.push_str("  const unsigned b0 = (unsigned)__cvta_generic_to_shared(b_sh);\n");
     let _ = writeln!(s, "  {FENCE_C}");
     s.push_str("  for (unsigned long long i = 0; i < iters; ++i) {\n");
-    for issue in atom.k_tile_c(WGMMA_N, "acc", ("a0", "b0"), row_bytes, swizzle) {
+    for issue in atom.k_tile_c(WGMMA_N, "acc", ("a0", "b0"), swizzle) {
         let _ = writeln!(s, "    {issue}");
     }
     let _ = writeln!(s, "    {COMMIT_C}\n    {}\n  }}", wait_c(1));

@@ -27,6 +27,7 @@ use crate::table::{FEATURE_COUNT, FeatureRow};
 use schedule::task::Contraction;
 use schedule::tiling::fetch_unrolled;
 use schedule::validate::{register_estimate, validate};
+use schedule::wgmma::TmaGemm;
 use schedule::{GpuSpec, State, Task};
 
 /// Bytes per float, per global-memory sector and per shared-memory wavefront.
@@ -52,6 +53,8 @@ pub struct FeatureExtractor {
     output: Output,
     /// The task as the tensor-core features see it (None: no GEMM view).
     pub(crate) mma: Option<MmaTask>,
+    /// The task's operands as TMA copies them (None: the `wgmma` sketch cannot).
+    pub(crate) tma: Option<TmaGemm>,
     /// The row's task-level features, shared by every state.
     pub(crate) task_row: FeatureRow,
 }
@@ -79,6 +82,7 @@ impl FeatureExtractor {
         };
         FeatureExtractor {
             mma: MmaTask::new(&c, touched_inputs, bias_elements),
+            tma: TmaGemm::of(&c).ok(),
             inputs: [Indexing::new(&c.inputs[0]), Indexing::new(&c.inputs[1])],
             output: Output::new(&c),
             contraction: c,
@@ -112,7 +116,8 @@ impl FeatureExtractor {
             },
             |row, tiling| {
                 row.ideal_global_bytes = self.mma.as_ref().map_or(0.0, |m| m.ideal_global_bytes());
-                crate::wgmma::fill(row, &self.contraction, &self.gpu, state, tiling)
+                let tma = self.tma.as_ref();
+                crate::wgmma::fill(row, &self.contraction, &self.gpu, (state, tiling), tma)
             },
         );
         row.to_array()

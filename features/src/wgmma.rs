@@ -15,12 +15,14 @@ use schedule::{GpuSpec, State};
 /// Bytes of a global-memory sector.
 const SECTOR_BYTES: f64 = 32.0;
 
+/// Fills `row` for `state` (whose tiling is `t`); `gemm` is the task's TMA view,
+/// computed once per task (None: no state of the sketch is valid for it).
 pub(crate) fn fill(
     row: &mut FeatureRow,
     c: &Contraction,
     gpu: &GpuSpec,
-    state: &State,
-    t: &WgmmaTiling,
+    (state, t): (&State, &WgmmaTiling),
+    gemm: Option<&TmaGemm>,
 ) {
     row.sketch = 2.0;
     row.valid = flag(validate(c, state, gpu).is_ok());
@@ -39,7 +41,7 @@ pub(crate) fn fill(
     row.shared_bytes_per_block = shared_bytes as f64;
     row.wgmma_stage_bytes = shared_bytes as f64 / f64::from(t.stages.max(1));
     let allocated = fill_registers(gpu, row, t.register_estimate(), u64::from(threads));
-    let Ok(gemm) = TmaGemm::of(c) else {
+    let Some(gemm) = gemm else {
         return;
     };
     let view = &gemm.view;

@@ -318,9 +318,9 @@ impl Module {
         // SAFETY: the module is live.
         let function = unsafe { result::module::get_function(self.module, cname) }
             .map_err(err(format!("cuModuleGetFunction({name})")))?;
-        // Static shared memory (a kernel's mbarriers) counts against the same limit, so
-        // the opt-in is asked for from well below 48 KiB.
-        if shared_bytes > 40 * 1024 {
+        // The opt-in is asked for whatever the size: the default 48 KiB limit counts
+        // static shared memory (a kernel's mbarriers) too, which the launch does not know.
+        if shared_bytes > 0 {
             // SAFETY: `function` is valid while the module lives.
             unsafe {
                 result::function::set_function_attribute(

@@ -27,7 +27,6 @@ fn probe(atom: &WgmmaAtom, n: i64) -> String {
     };
     let (a, b) = (layout(atom.m), layout(n));
     let swizzle = Swizzle::of(&a, 2).expect("a 128-byte row");
-    let row_bytes = (K * 2) as u32;
     let d = WgmmaAtom::accumulator(n);
     let mut s = String::new();
     let _ = writeln!(
@@ -62,7 +61,7 @@ fn probe(atom: &WgmmaAtom, n: i64) -> String {
     s.push_str("  const unsigned a0 = (unsigned)__cvta_generic_to_shared(a_sh);\n");
     s.push_str("  const unsigned b0 = (unsigned)__cvta_generic_to_shared(b_sh);\n");
     let _ = writeln!(s, "  {FENCE_C}");
-    for issue in atom.k_tile_c(n, "acc", ("a0", "b0"), row_bytes, swizzle) {
+    for issue in atom.k_tile_c(n, "acc", ("a0", "b0"), swizzle) {
         let _ = writeln!(s, "  {issue}");
     }
     let _ = writeln!(s, "  {COMMIT_C}\n  {}", wait_c(0));

@@ -40,6 +40,7 @@ use gpu::{DType, DeviceInfo, Problem};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Mutex;
 use thiserror::Error;
 
 /// Why a kernel could not be had or launched.
@@ -127,6 +128,9 @@ pub struct Kernel {
     entry: DeployEntry,
     params: Vec<Param>,
     loaded: LoadedKernel,
+    /// The tensor maps last encoded, and the pointers they were encoded for: a caller
+    /// that launches on the same buffers again reuses them.
+    maps: Mutex<(Vec<u64>, Vec<KernelArg>)>,
 }
 
 impl Kernel {
@@ -172,10 +176,21 @@ impl Kernel {
         });
         let mut args: Vec<KernelArg> = pointers.iter().map(|&p| KernelArg::Ptr(p)).collect();
         // The TMA tensor maps the entry records, encoded for the caller's buffers.
-        for map in &self.entry.launch.tensor_maps {
-            let address = pointers.get(map.buffer).copied().unwrap_or(0);
-            let bytes = tensor_map::encode(&map.tensor, address).map_err(CudaError::from)?;
-            args.push(KernelArg::Bytes128(bytes));
+        let maps = &self.entry.launch.tensor_maps;
+        if !maps.is_empty() {
+            let mut cached = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+            if cached.0 != pointers {
+                let encoded = maps
+                    .iter()
+                    .map(|map| {
+                        let address = pointers.get(map.buffer).copied().unwrap_or(0);
+                        tensor_map::encode(&map.tensor, address).map(KernelArg::Bytes128)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(CudaError::from)?;
+                *cached = (pointers.to_vec(), encoded);
+            }
+            args.extend_from_slice(&cached.1);
         }
         // SAFETY: the caller guarantees the pointers and the stream; their count is the
         // kernel's parameter count, and the maps describe the caller's buffers.
@@ -263,6 +278,7 @@ impl Runtime {
             entry,
             params,
             loaded,
+            maps: Mutex::new((Vec::new(), Vec::new())),
         })
     }
 }

@@ -391,8 +391,7 @@ pub fn validate_wgmma(
             producer_warp: t.producer_warp,
         });
     }
-    let v = &gemm.view;
-    let tiles = v.batch * v.m.div_ceil(u64::from(t.block_m())) * v.n.div_ceil(u64::from(t.block_n));
+    let tiles = t.grid(&gemm.view).0;
     // Persistent blocks fewer than the tiles, else the plain grid says the same.
     if t.persistent != 0 && u64::from(t.persistent) >= tiles {
         return Err(InvalidState::WgmmaPersistent {

@@ -78,17 +78,6 @@ pub struct MatrixDescriptor {
 }
 
 impl MatrixDescriptor {
-    /// The K-major descriptor of a tile of `rows_bytes`-byte rows under `swizzle`,
-    /// starting at shared byte address `start`: 8-row groups `8 · row_bytes` apart.
-    pub fn k_major(start: u32, row_bytes: u32, swizzle: Swizzle) -> MatrixDescriptor {
-        MatrixDescriptor {
-            start,
-            leading: 16,
-            stride: 8 * row_bytes,
-            swizzle,
-        }
-    }
-
     /// The 64-bit form: start address, leading and stride byte offsets in 16-byte units
     /// (14 bits each at bits 0, 16 and 32), the base offset 0 (tiles aligned to their
     /// swizzle atom) and the layout at bits 62–63.
@@ -214,14 +203,6 @@ pub fn swizzle_address(address: i64, swizzle: Swizzle) -> i64 {
     address ^ (((address >> 7) & bits) << 4)
 }
 
-/// The C expression that encodes a K-major descriptor whose start is the shared
-/// address `start` (a 32-bit C expression), the other fields fixed: what a kernel
-/// computes per k-step.
-pub fn descriptor_c(start: &str, row_bytes: u32, swizzle: Swizzle) -> String {
-    let fixed = MatrixDescriptor::k_major(0, row_bytes, swizzle).encode();
-    format!("(0x{fixed:016x}ull | (unsigned long long)((({start}) >> 4) & 0x3fff))")
-}
-
 /// A warpgroup MMA: A 64×k, B k×n, f32 accumulators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WgmmaAtom {
@@ -325,25 +306,25 @@ impl WgmmaAtom {
         )
     }
 
-    /// The C statements that multiply one K tile of K-major operands whose rows are
-    /// `row_bytes` long (one swizzle row, so the tile is `row_bytes / (2 k)` k-steps):
-    /// per step, the descriptors of A and B at shared byte addresses `a` and `b` (32-bit
-    /// C expressions) advanced by the step's bytes within the row; the hardware applies
+    /// The C statements that multiply one K tile of K-major operands whose rows are one
+    /// `swizzle` span long (so the tile is `span / (2 k)` k-steps): per step, the
+    /// descriptors of A and B at shared byte addresses `a` and `b` (32-bit C
+    /// expressions) advanced by the step's bytes within the row; the hardware applies
     /// the swizzle to the advanced addresses.
     pub fn k_tile_c(
         &self,
         n: i64,
         acc: &str,
         (a, b): (&str, &str),
-        row_bytes: u32,
         swizzle: Swizzle,
     ) -> Vec<String> {
-        let step_bytes = self.k * ELEMENT_BYTES;
-        (0..i64::from(row_bytes) / step_bytes)
+        let layout = OperandLayout::k_major(swizzle);
+        let step_bytes = layout.k_step_bytes();
+        (0..layout.span() / step_bytes)
             .map(|step| {
                 let offset = step * step_bytes;
-                let a = descriptor_c(&format!("{a} + {offset}"), row_bytes, swizzle);
-                let b = descriptor_c(&format!("{b} + {offset}"), row_bytes, swizzle);
+                let a = layout.descriptor_c(&format!("{a} + {offset}"));
+                let b = layout.descriptor_c(&format!("{b} + {offset}"));
                 self.issue_c(n, (acc, 0), (&a, &b), Major::K)
             })
             .collect()
@@ -372,17 +353,21 @@ mod tests {
 
     #[test]
     fn descriptor_fields_land_in_their_bits() {
-        let d = MatrixDescriptor::k_major(0x1400, 128, Swizzle::B128);
-        let bits = d.encode();
+        let layout = OperandLayout::k_major(Swizzle::B128);
+        let bits = layout.descriptor(0x1400).encode();
         assert_eq!(bits & 0x3fff, 0x1400 >> 4);
         assert_eq!((bits >> 16) & 0x3fff, 1);
         assert_eq!((bits >> 32) & 0x3fff, 1024 >> 4);
         assert_eq!(bits >> 62, 1);
         assert_eq!((bits >> 49) & 7, 0, "base offset");
         // The C form gives the same bits once the start is filled in.
-        let fixed = MatrixDescriptor::k_major(0, 128, Swizzle::B128).encode();
+        let fixed = layout.descriptor(0).encode();
         assert_eq!(fixed | (0x1400 >> 4), bits);
-        assert!(descriptor_c("a", 128, Swizzle::B128).starts_with(&format!("(0x{fixed:016x}ull")));
+        assert!(
+            layout
+                .descriptor_c("a")
+                .starts_with(&format!("(0x{fixed:016x}ull"))
+        );
     }
 
     /// What a descriptor reads is where a TMA box put it: a K-major operand is the

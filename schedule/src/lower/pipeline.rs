@@ -5,9 +5,12 @@
 //! tile, consume tile `t` from buffer `t % stages`. One stage is the plain loop: fill,
 //! wait, consume, and wait again before the next fill overwrites the buffer.
 //!
-//! How a stage is handed from the copies to the consumers is the [`Handoff`]:
-//! `cp.async` groups today (commit after a stage's copies; `wait_group` on all but the
-//! newest in flight, then a barrier), mbarriers with transaction counts next.
+//! How a stage is handed from the copies to the consumers is the [`Handoff`]: `cp.async`
+//! groups (commit after a stage's copies; `wait_group` on all but the newest in flight,
+//! then a barrier). The `wgmma` sketch's mbarrier ring (`lower::wgmma`) is not a
+//! `Handoff`: its consumers release a buffer one MMA group after reading it, its
+//! producer may be a warp of its own, and its iterations run on across output tiles,
+//! none of which this ring's one-role iteration expresses.
 
 use super::common::{guarded, var_or_zero, wrap_loops};
 use crate::ir::{Expr, Scope, Stmt};
