@@ -617,7 +617,8 @@ fn a_multi_gigabyte_task_prepares_outside_the_candidates_timeout() {
 
 /// Every kernel of each deploy cache in `$TILESCHED_RUNTIME_CACHES` (`:`-separated;
 /// without it, a cache made here from a short tune of a split-K-prone layer, a matmul
-/// and, on Hopper, an fp16 matmul whose best kernel is a `wgmma` one with tensor maps)
+/// and, on Hopper, an fp16 matmul whose best kernel is a `wgmma` one with tensor maps
+/// and a decode-sized one, usually split through a workspace)
 /// for this GPU, launched through the runtime on the session's stream, must
 /// equal the reference kernel's output bit for bit and cuDNN's (cuBLAS's) to its
 /// rounding. One line per kernel in `$TILESCHED_TEST_OUT/runtime-test.txt`.
@@ -645,10 +646,21 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
                 "--out-dtype",
                 "fp16",
             ];
+            // A decode-sized matmul: its best kernel is usually split through a workspace.
+            let decode: &[&str] = &[
+                "matmul",
+                "--shape",
+                "16,4096,4096",
+                "--dtype",
+                "fp16",
+                "--out-dtype",
+                "fp16",
+            ];
             for (name, shape) in [
                 ("runtime-conv", conv),
                 ("runtime-matmul", matmul),
                 ("runtime-wgmma", hopper),
+                ("runtime-decode", decode),
             ] {
                 tune(
                     name,
@@ -718,11 +730,24 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
             };
             let problem = Problem::for_task(&task, 7);
             let stream = session.context().raw_stream();
+            // A split kernel's scratch, zeroed once, as `params()` asks.
+            let workspace = kernel
+                .params()
+                .iter()
+                .find(|p| p.role == runtime::Role::Workspace)
+                .map(|p| {
+                    let ctx = session.context();
+                    let w = ctx.alloc_typed(p.elements, p.dtype).unwrap();
+                    ctx.zero(&w).unwrap();
+                    w
+                });
             let outputs = session
                 .outputs(&task, &problem, &reference, |set| {
-                    let pointers: Vec<u64> = set.iter().map(|b| b.device_ptr()).collect();
+                    let mut pointers: Vec<u64> = set.iter().map(|b| b.device_ptr()).collect();
+                    pointers.extend(workspace.as_ref().map(|w| w.device_ptr()));
                     // SAFETY: the set holds the task's buffers (inputs, bias, output) of
-                    // exactly the sizes `params()` names, on the session's stream.
+                    // exactly the sizes `params()` names, then the workspace it names, on
+                    // the session's stream.
                     unsafe { kernel.launch(&pointers, stream) }
                         .map_err(|e| benchmarks::run::BenchError::NoGpu(e.to_string()))
                 })
@@ -748,13 +773,14 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
             let e = kernel.entry();
             mapped += usize::from(!e.launch.tensor_maps.is_empty());
             lines.push(format!(
-                "{} {key}: {} (grid {}, block {}, zero_output {}, {} tensor maps, {:.2} µs tuned): exact {exact}, \
+                "{} {key}: {} (grid {}, block {}, zero_output {}, workspace {} B, {} tensor maps, {:.2} µs tuned): exact {exact}, \
                  max |ours - vendor| {vendor_vs_ours} (largest |output| {scale}), vendor {}",
                 if ok { "ok  " } else { "FAIL" },
                 e.kernel,
                 e.launch.grid,
                 e.launch.block,
                 e.launch.zero_output,
+                e.launch.workspace_bytes,
                 e.launch.tensor_maps.len(),
                 e.final_us,
                 outputs.vendor_routine

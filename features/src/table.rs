@@ -72,7 +72,7 @@ feature_table! {
 
     // Structure of the schedule.
     thread_blocks: "thread blocks in the grid: output tiles x split_k (count)",
-    split_k: "blocks sharing one output tile's reduction, adding into the output with atomics (split-K; 1 = none) (count)",
+    split_k: "blocks sharing one output tile's reduction (split-K; 1 = none): added into the output with atomics, or in the wgmma sketch summed from workspace partial sums by the last (count)",
     prefetch: "1 when the next stage's global loads are prefetched into registers during this stage's inner product, else 0",
     prefetch_floats: "floats per thread held in registers by the prefetch through the inner product (0 without prefetch)",
     threads_per_block: "threads per block: product of the thread factors (count)",
@@ -237,9 +237,9 @@ feature_table! {
     wgmma_k_row_bytes: "bytes of K per shared row and stage: the swizzle's span, 32, 64 or 128 (bytes)",
     wgmma_stages: "shared buffers in the mbarrier ring (count)",
     wgmma_in_flight: "groups of MMAs left in flight while the next tile's are issued (count)",
-    wgmma_persistent: "persistent blocks, each working through every n-th output tile (0: one block per tile) (count)",
+    wgmma_persistent: "persistent blocks, each working through every n-th unit of work (0: one block per unit) (count)",
     wgmma_producer_warp: "1 when a producer warp of its own issues the copies (warp specialization), else 0",
-    wgmma_tiles_per_block: "output tiles the busiest block computes (count)",
+    wgmma_tiles_per_block: "units of work (an output tile's chunk of K tiles) the busiest block computes (count)",
     wgmma_weight_n_major: "1 when the weight is N-major in shared memory (transposed descriptor), else 0",
     wgmma_ktiles: "K tiles of the whole reduction (count)",
     wgmma_per_block: "wgmma instructions per block: k-steps x m_atoms x consumers per K tile, over the K tiles (count)",

@@ -46,34 +46,45 @@ pub(crate) fn fill(
     };
     let view = &gemm.view;
     row.wgmma_weight_n_major = flag(!view.b_k_major);
-    let (tiles, grid) = t.grid(view);
-    let ktiles = view.k.div_ceil(t.block_k().max(1));
-    let (tiles_f, ktiles_f) = (tiles as f64, ktiles as f64);
-    let tiles_per_block = tiles.div_ceil(grid.max(1)) as f64;
+    // Units of work: an output tile's chunk of K tiles (the whole reduction unsplit).
+    let split_k = state.split_k.max(1);
+    let (units, grid) = t.grid(view, split_k);
+    let tiles = t.tiles(view);
+    let chunk = t.chunk_ktiles(view, split_k) as f64;
+    let (tiles_f, units_f) = (tiles as f64, units as f64);
+    let units_per_block = units.div_ceil(grid.max(1)) as f64;
     row.thread_blocks = grid as f64;
+    row.split_k = f64::from(split_k);
     row.wgmma_persistent = f64::from(t.persistent);
     row.wgmma_producer_warp = f64::from(t.producer_warp);
-    row.wgmma_tiles_per_block = tiles_per_block;
-    row.reduction_stages = ktiles_f;
-    row.wgmma_ktiles = ktiles_f;
+    row.wgmma_tiles_per_block = units_per_block;
+    row.reduction_stages = chunk;
+    row.wgmma_ktiles = t.ktiles(view) as f64;
     let k_steps = t.block_k() as f64 / 16.0;
-    row.wgmma_per_block = k_steps * f64::from(t.m_atoms * t.consumers) * ktiles_f * tiles_per_block;
+    row.wgmma_per_block = k_steps * f64::from(t.m_atoms * t.consumers) * chunk * units_per_block;
     let boxes = 1.0 + f64::from(t.boxes(1, view));
-    row.wgmma_tma_boxes_per_block = boxes * ktiles_f * tiles_per_block;
-    row.wgmma_tma_bytes = row.wgmma_stage_bytes * ktiles_f * tiles_f;
-    let executed = tiles_f * ktiles_f * row.block_tile_elements * t.block_k() as f64;
+    row.wgmma_tma_boxes_per_block = boxes * chunk * units_per_block;
+    row.wgmma_tma_bytes = row.wgmma_stage_bytes * chunk * units_f;
+    let executed = units_f * chunk * row.block_tile_elements * t.block_k() as f64;
     row.work_efficiency = ratio(row.task_flops / 2.0, executed);
 
     // Global traffic: every box's bytes (tails included) and the epilogue's stores, a
-    // warp's store of one value per lane covering 8 rows of 4 elements (a sector each).
+    // warp's store of one value per lane covering 8 rows of 4 elements (a sector each);
+    // split, each unit also stores its f32 partial sums and the fixup reads them back.
     let element_bytes = f64::from(c.dtype.bytes());
     let stage_sectors = |input: usize| t.tile_elements(input) as f64 * element_bytes / SECTOR_BYTES;
-    row.input_sectors_per_block = stage_sectors(0) * ktiles_f * tiles_per_block;
-    row.weight_sectors_per_block = stage_sectors(1) * ktiles_f * tiles_per_block;
-    row.input_sectors = stage_sectors(0) * ktiles_f * tiles_f;
-    row.weight_sectors = stage_sectors(1) * ktiles_f * tiles_f;
-    row.output_sectors_per_block = row.block_tile_elements / 4.0 * tiles_per_block;
-    row.output_sectors = row.block_tile_elements / 4.0 * tiles_f;
+    row.input_sectors_per_block = stage_sectors(0) * chunk * units_per_block;
+    row.weight_sectors_per_block = stage_sectors(1) * chunk * units_per_block;
+    row.input_sectors = stage_sectors(0) * chunk * units_f;
+    row.weight_sectors = stage_sectors(1) * chunk * units_f;
+    let partial_sectors = if split_k > 1 {
+        row.block_tile_elements * 4.0 / SECTOR_BYTES
+    } else {
+        0.0
+    };
+    row.output_sectors_per_block =
+        (row.block_tile_elements / 4.0 + 2.0 * partial_sectors) * units_per_block;
+    row.output_sectors = row.block_tile_elements / 4.0 * tiles_f + 2.0 * partial_sectors * units_f;
     row.bias_sectors = if c.bias.is_some() {
         tiles_f * row.wgmma_block_n * element_bytes / SECTOR_BYTES
     } else {
@@ -96,10 +107,10 @@ pub(crate) fn fill(
         f64::from(t.accumulators()),
     );
     row.wgmma_flops_per_sm = busiest_sm_blocks
-        * tiles_per_block
+        * units_per_block
         * 2.0
         * row.block_tile_elements
-        * ktiles_f
+        * chunk
         * t.block_k() as f64;
     row.oi_global = ratio(row.task_flops, row.global_bytes);
     row.global_sectors_per_sm = busiest_sm_blocks

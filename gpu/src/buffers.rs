@@ -22,6 +22,7 @@ use crate::check::{Mismatch, Problem, first_inexact, first_mismatch};
 use crate::cuda::{Buffer, Context, CudaError, Function};
 use crate::device::DeviceInfo;
 use schedule::{DType, LaunchConfig};
+use std::sync::Mutex;
 use thiserror::Error;
 
 /// Most buffer copies kept for rotation.
@@ -74,6 +75,9 @@ pub enum ReferenceError {
 pub struct BufferSets {
     /// Each set holds the inputs, then the output; set 0 is the one checked.
     sets: Vec<Vec<Buffer>>,
+    /// The scratch of kernels that take one (split-K), shared by every set: zeroed
+    /// when allocated, left zeroed by each launch, grown for a kernel that needs more.
+    workspace: Mutex<Option<Buffer>>,
 }
 
 impl BufferSets {
@@ -129,7 +133,10 @@ impl BufferSets {
         if copies > 1 {
             stage(format!("{copies} rotated copies made"));
         }
-        Ok(BufferSets { sets })
+        Ok(BufferSets {
+            sets,
+            workspace: Mutex::new(None),
+        })
     }
 
     /// The number of sets rotated through.
@@ -148,10 +155,12 @@ impl BufferSets {
         self.set(i).last().expect("a set ends with its output")
     }
 
-    /// Enqueues one run of `function` on set `i` (modulo `count`), with the tensor maps
-    /// its launch asks for encoded for that set's buffers, zeroing its output first, on the same stream, when `config.zero_output` asks for it (a split-K
-    /// kernel adds into its output): the zeroing is part of the operation, so it falls
-    /// inside every timed run, as it would in a network.
+    /// Enqueues one run of `function` on set `i` (modulo `count`), with the workspace
+    /// its launch asks for after the buffers and the tensor maps it asks for encoded
+    /// for that set's buffers, zeroing its output first, on the same stream, when
+    /// `config.zero_output` asks for it (a split-K kernel adds into its output): the
+    /// zeroing is part of the operation, so it falls inside every timed run, as it
+    /// would in a network. The workspace is not: it is zeroed once, when allocated.
     pub fn launch(
         &self,
         ctx: &Context,
@@ -162,7 +171,18 @@ impl BufferSets {
         if config.zero_output {
             ctx.zero(self.output(i))?;
         }
-        let params: Vec<&Buffer> = self.set(i).iter().collect();
+        let mut params: Vec<&Buffer> = self.set(i).iter().collect();
+        if config.workspace_bytes == 0 {
+            return ctx.launch_mapped(function, config, &params);
+        }
+        let mut workspace = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        let words = config.workspace_bytes.div_ceil(4) as usize;
+        if workspace.as_ref().is_none_or(|w| w.len < words) {
+            let fresh = ctx.alloc_typed(words, DType::F32)?;
+            ctx.zero(&fresh)?;
+            *workspace = Some(fresh);
+        }
+        params.extend(workspace.as_ref());
         ctx.launch_mapped(function, config, &params)
     }
 

@@ -233,6 +233,7 @@ fn ir_kernel() -> Kernel {
         tile_elements: [tile, tile],
         accumulators: 1,
         split_k: 1,
+        semaphores: 0,
         body,
         launch: LaunchConfig::linear(1, threads as u32, 2 * 1024),
         shared: SharedPool::FloatTiles,

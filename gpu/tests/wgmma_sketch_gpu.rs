@@ -1,7 +1,8 @@
 //! On a real Hopper GPU (ignored in CI): `wgmma` states of odd, batched, fused,
 //! bf16 and 1×1-convolution tasks, compiled for `sm_90a`, launched with their tensor
 //! maps through the one launch rule (`BufferSets::launch`), pass the exact check against
-//! the reference kernel. Each state's time by the measurement protocol is printed
+//! the reference kernel, and again after they were timed (split-K states take a
+//! workspace that every launch must leave zeroed). Each state's time by the measurement protocol is printed
 //! (TFLOP/s), with ptxas's registers and local memory. Needs NVRTC and an sm_90 GPU.
 
 mod common;
@@ -20,9 +21,9 @@ fn task(op: &str, shape: &str, epilogue: Epilogue, types: (DType, DType)) -> Tas
         .expect("types")
 }
 
-/// States to run on `task`: `sampled` wgmma states drawn for it, then `fixed` tilings
-/// that validate.
-fn states(task: &Task, sampled: usize, fixed: &[WgmmaTiling]) -> Vec<State> {
+/// States to run on `task`: `sampled` wgmma states drawn for it, then the `fixed`
+/// ones that validate.
+fn states(task: &Task, sampled: usize, fixed: &[State]) -> Vec<State> {
     let gpu = GpuSpec::h100();
     let mut out: Vec<State> = Sampler::new(task, &gpu, 3)
         .sample_distinct(8 * sampled)
@@ -34,8 +35,8 @@ fn states(task: &Task, sampled: usize, fixed: &[WgmmaTiling]) -> Vec<State> {
     out.extend(
         fixed
             .iter()
-            .map(|t| State::hopper(*t))
-            .filter(|s| schedule::validate(&c, s, &gpu).is_ok()),
+            .filter(|s| schedule::validate(&c, s, &gpu).is_ok())
+            .cloned(),
     );
     out
 }
@@ -86,6 +87,21 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         specialized(persistent(tiling(2, 1, 256, 4))),
         specialized(persistent(tiling(2, 2, 128, 4))),
     ];
+    // Split-K through the workspace: decode-sized and small GEMMs, chunks short and
+    // past K, persistent blocks over units.
+    let split = |t: WgmmaTiling, split_k| State {
+        split_k,
+        ..State::hopper(t)
+    };
+    let mut fixed: Vec<State> = big.iter().map(|t| State::hopper(*t)).collect();
+    fixed.extend([
+        split(tiling(1, 1, 64, 4), 4),
+        split(tiling(1, 1, 64, 6), 8),
+        split(specialized(tiling(1, 1, 128, 4)), 4),
+        split(tiling(1, 1, 32, 8), 2),
+        split(persistent(tiling(1, 1, 64, 4)), 8),
+        split(tiling(2, 1, 64, 4), 3),
+    ]);
     let cases = [
         (task("matmul", "200,136,264", Epilogue::default(), fp16), 6),
         (task("matmul", "256,512,128", bias_relu, fp16), 4),
@@ -120,6 +136,8 @@ fn sampled_wgmma_states_pass_the_exact_check() {
             task("matmul", "2048,14336,4096", Epilogue::default(), fp16),
             0,
         ),
+        (task("matmul", "16,4096,4096", Epilogue::default(), fp16), 2),
+        (task("matmul", "128,768,3072", bias_relu, fp16), 2),
     ];
     let timing = TimingConfig {
         min_time_ms: 30.0,
@@ -137,7 +155,7 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         let expected = sets
             .run_reference(&ctx, &function, &reference.launch)
             .unwrap_or_else(|e| panic!("{task}: {e}"));
-        for state in states(&task, sampled, &big) {
+        for state in states(&task, sampled, &fixed) {
             let k = generate(&task, &state, &GpuSpec::h100())
                 .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
             let arch = k.launch.target.arch(&device.arch());
@@ -157,6 +175,13 @@ fn sampled_wgmma_states_pass_the_exact_check() {
                 sets.launch(&ctx, &f, &k.launch, i)
             })
             .expect("timing");
+            // Hundreds of launches later, still exact: each left its workspace zeroed.
+            if let Some(m) = sets
+                .check(&ctx, &f, &k.launch, &expected)
+                .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()))
+            {
+                panic!("{task} {} after timing: {m}", state.to_json());
+            }
             let tflops = task.flops() as f64 / (t.median_us * 1e-6) / 1e12;
             println!(
                 "{task} {}: exact, {:.2} us ({tflops:.0} TFLOP/s), {} registers, {} bytes local",
@@ -168,5 +193,5 @@ fn sampled_wgmma_states_pass_the_exact_check() {
             checked += 1;
         }
     }
-    assert!(checked >= 25, "{checked} states checked");
+    assert!(checked >= 35, "{checked} states checked");
 }

@@ -6,7 +6,8 @@
 //! capability, as tuning recorded them: a kernel is only ever launched on the GPU model
 //! it was measured on), checks each cubin's sha256 before loading it, and launches a
 //! task's kernel on device buffers and a stream the caller owns, zeroing the output
-//! first where the kernel adds into it (split-K). It depends on `gpu` alone: no search,
+//! first where the kernel adds into it (split-K with atomics); a kernel that splits
+//! through scratch takes a workspace the caller zeroes once (`Role::Workspace`). It depends on `gpu` alone: no search,
 //! no compiler, no cost model.
 //!
 //! ```no_run
@@ -93,6 +94,10 @@ pub enum Role {
     Bias,
     /// The result; written entirely by the launch.
     Output,
+    /// Scratch of a split-K kernel (its semaphores and partial sums), last: the caller
+    /// zeroes it once before the first launch, and every launch leaves it zeroed.
+    /// Launches that may run at the same time (on different streams) need one each.
+    Workspace,
 }
 
 /// One device pointer a kernel takes, in parameter order.
@@ -118,6 +123,7 @@ impl fmt::Display for Param {
             Role::Weight => "weight",
             Role::Bias => "bias",
             Role::Output => "output",
+            Role::Workspace => "workspace",
         };
         write!(f, "{role}: {} {}", self.elements, self.dtype.name())
     }
@@ -171,8 +177,12 @@ impl Kernel {
             });
         }
         let zero = self.entry.launch.zero_output.then(|| {
-            let output = self.params.last().expect("a kernel has an output");
-            (*pointers.last().expect("as many as params"), output.bytes())
+            let at = self
+                .params
+                .iter()
+                .position(|p| p.role == Role::Output)
+                .expect("a kernel has an output");
+            (pointers[at], self.params[at].bytes())
         });
         let mut args: Vec<KernelArg> = pointers.iter().map(|&p| KernelArg::Ptr(p)).collect();
         // The TMA tensor maps the entry records, encoded for the caller's buffers.
@@ -326,7 +336,8 @@ pub fn lookup<'c>(
 }
 
 /// The parameters of an entry's kernel, from its recorded task: the two factors, the
-/// bias if the epilogue adds one, the output (the order every generated kernel takes).
+/// bias if the epilogue adds one, the output (the order every generated kernel takes),
+/// then the workspace if its launch takes one.
 pub fn params_of(entry: &DeployEntry) -> Result<Vec<Param>, String> {
     let Some(task) = &entry.shape else {
         return Err(
@@ -357,6 +368,14 @@ pub fn params_of(entry: &DeployEntry) -> Result<Vec<Param>, String> {
         elements: problem.output,
         dtype: problem.out_dtype,
     });
+    let workspace = entry.launch.workspace_bytes;
+    if workspace > 0 {
+        params.push(Param {
+            role: Role::Workspace,
+            elements: workspace.div_ceil(4) as usize,
+            dtype: DType::F32,
+        });
+    }
     Ok(params)
 }
 
@@ -405,6 +424,13 @@ mod tests {
             ]
         );
         assert_eq!(params[3].bytes(), 100352 * 4);
+
+        // A split-K kernel's scratch comes last.
+        let mut split = e.clone();
+        split.launch.workspace_bytes = 4096;
+        let last = params_of(&split).unwrap().pop().unwrap();
+        assert_eq!(last.to_string(), "workspace: 1024 f32");
+        assert_eq!(last.bytes(), 4096);
 
         let mut old = e.clone();
         old.shape = None;

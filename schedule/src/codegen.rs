@@ -75,6 +75,7 @@ fn signature(out: &mut String, kernel: &Kernel) {
             Param::Buffer { name, dtype, .. } => {
                 format!("const {}* __restrict__ {name}", dtype.c_type())
             }
+            Param::Workspace { name } => format!("unsigned* __restrict__ {name}"),
             Param::TensorMap { name, .. } => format!("const __grid_constant__ TmaMap {name}"),
         })
         .collect();
@@ -117,6 +118,13 @@ fn mma_opening(out: &mut String, kernel: &Kernel) {
         "  asm(\"{{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }}\" : \"=r\"(shared_base) : \"l\"(shared_pool));"
     );
     let _ = writeln!(out, "  const int lane = (int)threadIdx.x & 31;");
+    if kernel.semaphores > 0 {
+        let _ = writeln!(
+            out,
+            "  float* partial = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(workspace) + {});",
+            crate::ir::partials_offset(kernel.semaphores)
+        );
+    }
     let _ = writeln!(out, "  float acc[{}];", kernel.accumulators);
     let mut counts = [0, 0];
     fragment_counts(&kernel.body, &mut counts);
@@ -150,6 +158,13 @@ fn leading_comments(out: &mut String, kernel: &Kernel, header: &[String]) {
         let _ = writeln!(
             out,
             "// target: the architecture-specific instruction set (sm_90a on Hopper)"
+        );
+    }
+    if l.workspace_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "// workspace: {} bytes after the buffers, zeroed before the first launch (split-K's semaphores and partial sums; every launch leaves it zeroed)",
+            l.workspace_bytes
         );
     }
     if l.zero_output {
@@ -669,6 +684,46 @@ impl Printer<'_> {
                 let bar = barrier_address(&self.expr(barrier));
                 let _ = writeln!(out, "{pad}{}", tma::arrive_c(&bar));
             }
+            Stmt::PartialStore { acc, at, valid } => {
+                let store = format!("partial[{}] = acc[{}];", self.expr(at), self.expr(acc));
+                let _ = writeln!(out, "{pad}{}", self.when(valid, &store));
+            }
+            Stmt::PartialAdd { acc, at, valid } => {
+                let add = format!(
+                    "acc[{}] += __ldcg(&partial[{}]);",
+                    self.expr(acc),
+                    self.expr(at)
+                );
+                let _ = writeln!(out, "{pad}{}", self.when(valid, &add));
+            }
+            Stmt::LastArrival {
+                counter,
+                arrivals,
+                body,
+            } => {
+                // Each thread's partial stores are made visible device-wide, the warp
+                // converges, and its first lane arrives for all; the last arrival sees
+                // every published store once its own fence orders the reads after it.
+                let c = self.expr(counter);
+                let _ = writeln!(out, "{pad}{{");
+                let _ = writeln!(out, "{pad}  __threadfence();");
+                let _ = writeln!(out, "{pad}  __syncwarp();");
+                let _ = writeln!(out, "{pad}  unsigned arrived = 0u;");
+                let _ = writeln!(
+                    out,
+                    "{pad}  if (lane == 0) arrived = atomicAdd(&workspace[{c}], 1u);"
+                );
+                let _ = writeln!(
+                    out,
+                    "{pad}  arrived = __shfl_sync(0xffffffffu, arrived, 0);"
+                );
+                let _ = writeln!(out, "{pad}  if (arrived == {}u) {{", arrivals - 1);
+                let _ = writeln!(out, "{pad}    if (lane == 0) workspace[{c}] = 0u;");
+                let _ = writeln!(out, "{pad}    __threadfence();");
+                self.body(out, body, depth + 2);
+                let _ = writeln!(out, "{pad}  }}");
+                let _ = writeln!(out, "{pad}}}");
+            }
             Stmt::WgmmaFence => {
                 self.fence_accumulators(out, &pad);
                 let _ = writeln!(out, "{pad}{}", wgmma::FENCE_C);
@@ -778,12 +833,17 @@ impl Printer<'_> {
                         value(1)
                     ),
                 };
-                if valid.is_empty() {
-                    let _ = writeln!(out, "{pad}{store}");
-                } else {
-                    let _ = writeln!(out, "{pad}if ({}) {store}", self.conds(valid));
-                }
+                let _ = writeln!(out, "{pad}{}", self.when(valid, &store));
             }
+        }
+    }
+
+    /// `statement` under `valid` (unconditional when it is empty).
+    fn when(&self, valid: &[Cond], statement: &str) -> String {
+        if valid.is_empty() {
+            statement.to_string()
+        } else {
+            format!("if ({}) {statement}", self.conds(valid))
         }
     }
 }

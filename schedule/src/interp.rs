@@ -30,6 +30,13 @@
 //! barrier, or an mbarrier phase it waited for, whose arrivals released that knowledge
 //! (a consumer's release of a buffer). Otherwise the write is a race.
 //!
+//! Split-K through scratch (`Stmt::LastArrival`): the workspace outlives the blocks,
+//! which run in grid order, so a tile's last arrival is its last block's. A warp's
+//! arrival publishes the partial sums it stored before it; a fixup may add only those
+//! published by arrivals on the semaphore it is the last arrival of (a partial stored
+//! after its warp arrived, or never stored, is an error), and every semaphore must be
+//! back at zero when the launch ends, as the next launch expects it.
+//!
 //! It runs the nest exactly as it is printed, transforms included (register prefetch,
 //! see `prefetch`): register arrays are per thread, and reading a slot that no load
 //! filled since the array's declaration is an error; register loads check global
@@ -164,6 +171,20 @@ pub enum InterpError {
         warpgroup: usize,
     },
     #[error(
+        "block {block} thread {thread}: partial sum {index} read by a fixup that no arrival on its semaphore published it to (stored after its warp arrived, or never stored)"
+    )]
+    PartialUnpublished {
+        block: usize,
+        thread: usize,
+        index: i64,
+    },
+    #[error("block {block}: semaphore arrival by part of warp {warp}")]
+    PartialWarp { block: usize, warp: usize },
+    #[error(
+        "workspace semaphore {semaphore} left at {value} after the launch: its arrivals were miscounted, and the next launch would misread it"
+    )]
+    SemaphoreLeft { semaphore: usize, value: u32 },
+    #[error(
         "block {block} thread {thread}: MMA fragment {frag} of input {input} used before it was loaded"
     )]
     UnsetFragment {
@@ -202,6 +223,35 @@ struct Cell {
     wgmma_read: Option<(usize, u64)>,
 }
 
+/// One partial sum in the workspace: its value and the semaphore whose arrival
+/// published it.
+#[derive(Clone, Copy)]
+struct Partial {
+    value: f32,
+    published: Option<usize>,
+}
+
+/// The launch's scratch, which outlives the blocks: its semaphores, its partial sums,
+/// and per (block, warp) the partial sums it stored that no arrival published yet.
+#[derive(Default)]
+struct Workspace {
+    semaphores: Vec<u32>,
+    partials: Vec<Option<Partial>>,
+    unpublished: std::collections::HashMap<(usize, usize), Vec<usize>>,
+}
+
+impl Workspace {
+    fn new(kernel: &Kernel) -> Workspace {
+        let offset = crate::ir::partials_offset(kernel.semaphores) as u64;
+        let bytes = kernel.launch.workspace_bytes.saturating_sub(offset);
+        Workspace {
+            semaphores: vec![0; kernel.semaphores as usize],
+            partials: vec![None; (bytes / 4) as usize],
+            unpublished: Default::default(),
+        }
+    }
+}
+
 /// One declared register array (`Stmt::Registers`) of every thread of a block.
 #[derive(Clone)]
 struct RegisterArray {
@@ -234,6 +284,10 @@ struct Block<'k> {
     barriers: Vec<Mbarrier>,
     /// The warpgroup MMAs' asynchronous state.
     warpgroups: Warpgroups,
+    /// The launch's scratch, lent to each block in turn.
+    workspace: Workspace,
+    /// Per thread, the semaphore whose last arrival it is running the fixup of.
+    acquired: Vec<Option<usize>>,
 }
 
 /// Threads of a warpgroup.
@@ -300,6 +354,7 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
     };
     let barriers = kernel.barriers();
     let warpgroups = threads.div_ceil(WARPGROUP);
+    let mut workspace = Workspace::new(kernel);
     for b in 0..kernel.launch.blocks() as usize {
         let mut block = Block {
             kernel,
@@ -319,9 +374,20 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
             fragments: [vec![Vec::new(); threads], vec![Vec::new(); threads]],
             barriers: vec![Mbarrier::new(threads); barriers],
             warpgroups: Warpgroups::new(warpgroups, threads, kernel.accumulators as usize),
+            workspace: std::mem::take(&mut workspace),
+            acquired: vec![None; threads],
         };
         let active = vec![true; threads];
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
+        workspace = block.workspace;
+    }
+    if let Some((semaphore, &value)) = workspace
+        .semaphores
+        .iter()
+        .enumerate()
+        .find(|(_, v)| **v != 0)
+    {
+        return Err(InterpError::SemaphoreLeft { semaphore, value });
     }
     let expected = kernel.split_k.max(1);
     if let Some((index, &count)) = writes.iter().enumerate().find(|(_, c)| **c != expected) {
@@ -1011,6 +1077,52 @@ impl Block<'_> {
                         self.acc[t][i] = x.mul_add(y, self.acc[t][i]);
                     }
                 }
+                Stmt::PartialStore { acc, at, valid } => {
+                    let storing: Vec<usize> = threads
+                        .clone()
+                        .filter(|&t| active[t] && self.holds(valid, t))
+                        .collect();
+                    for t in storing {
+                        let i = self.settled(acc, t)?;
+                        let p = self.partial_index(at, t)?;
+                        let writer = (self.index, t / 32);
+                        self.workspace.partials[p] = Some(Partial {
+                            value: self.acc[t][i],
+                            published: None,
+                        });
+                        self.workspace
+                            .unpublished
+                            .entry(writer)
+                            .or_default()
+                            .push(p);
+                    }
+                }
+                Stmt::PartialAdd { acc, at, valid } => {
+                    let adding: Vec<usize> = threads
+                        .clone()
+                        .filter(|&t| active[t] && self.holds(valid, t))
+                        .collect();
+                    for t in adding {
+                        let i = self.settled(acc, t)?;
+                        let p = self.partial_index(at, t)?;
+                        let partial = self.workspace.partials[p]
+                            .filter(|x| x.published.is_some() && x.published == self.acquired[t])
+                            .ok_or(InterpError::PartialUnpublished {
+                                block: self.index,
+                                thread: t,
+                                index: p as i64,
+                            })?;
+                        self.acc[t][i] += partial.value;
+                        self.warpgroups.unfenced[t] = true;
+                    }
+                }
+                Stmt::LastArrival {
+                    counter,
+                    arrivals,
+                    body,
+                } => {
+                    self.last_arrival((counter, *arrivals), active, body, (inputs, out, writes))?;
+                }
                 Stmt::Store {
                     acc,
                     out: index,
@@ -1026,16 +1138,7 @@ impl Block<'_> {
                     {
                         for j in 0..i64::from(*width) {
                             let slot = self.scope_add(acc, j);
-                            let i = self.acc_slot(&slot, t)?;
-                            if let Some(group) = self.warpgroups.pending[t][i]
-                                && self.warpgroups.retired[t / WARPGROUP] <= group
-                            {
-                                return Err(InterpError::AccumulatorPending {
-                                    block: self.index,
-                                    thread: t,
-                                    index: i,
-                                });
-                            }
+                            let i = self.settled(&slot, t)?;
                             let mut v = self.acc[t][i];
                             if let (Some(b), Some(data)) = (bias, inputs.bias)
                                 && self.holds(bias_when, t)
@@ -1073,6 +1176,98 @@ impl Block<'_> {
                         }
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The slot of accumulator `acc` of thread `t`, which no pending MMA group may
+    /// still write.
+    fn settled(&self, acc: &Expr, t: usize) -> Result<usize, InterpError> {
+        let i = self.acc_slot(acc, t)?;
+        if let Some(group) = self.warpgroups.pending[t][i]
+            && self.warpgroups.retired[t / WARPGROUP] <= group
+        {
+            return Err(InterpError::AccumulatorPending {
+                block: self.index,
+                thread: t,
+                index: i,
+            });
+        }
+        Ok(i)
+    }
+
+    /// The workspace partial sum `at` names for thread `t`, in bounds.
+    fn partial_index(&self, at: &Expr, t: usize) -> Result<usize, InterpError> {
+        let index = self.eval(at, t);
+        let len = self.workspace.partials.len();
+        usize::try_from(index)
+            .ok()
+            .filter(|&i| i < len)
+            .ok_or(InterpError::OutOfBounds {
+                block: self.index,
+                thread: t,
+                tensor: "workspace",
+                index,
+                len,
+            })
+    }
+
+    /// `Stmt::LastArrival`: each active warp (whole) publishes its partial sums to
+    /// semaphore `counter` and arrives; the threads of the `arrivals`-th warp reset it
+    /// and run `body`.
+    fn last_arrival(
+        &mut self,
+        (counter, arrivals): (&Expr, u32),
+        active: &[bool],
+        body: &[Stmt],
+        (inputs, out, writes): (&Inputs, &mut [f32], &mut [u32]),
+    ) -> Result<(), InterpError> {
+        let mut last = vec![false; self.threads];
+        for (w, lanes) in active.chunks(32).enumerate() {
+            match (lanes.iter().any(|&a| a), lanes.iter().all(|&a| a)) {
+                (false, _) => continue,
+                (true, true) if lanes.len() == 32 => {}
+                _ => {
+                    return Err(InterpError::PartialWarp {
+                        block: self.index,
+                        warp: w,
+                    });
+                }
+            }
+            let t0 = w * 32;
+            let c = self.eval(counter, t0);
+            let len = self.workspace.semaphores.len();
+            let c =
+                usize::try_from(c)
+                    .ok()
+                    .filter(|&c| c < len)
+                    .ok_or(InterpError::OutOfBounds {
+                        block: self.index,
+                        thread: t0,
+                        tensor: "semaphores",
+                        index: c,
+                        len,
+                    })?;
+            let ws = &mut self.workspace;
+            for i in ws.unpublished.remove(&(self.index, w)).unwrap_or_default() {
+                if let Some(p) = &mut ws.partials[i] {
+                    p.published = Some(c);
+                }
+            }
+            ws.semaphores[c] += 1;
+            if ws.semaphores[c] == arrivals {
+                ws.semaphores[c] = 0;
+                last[t0..t0 + 32].fill(true);
+                self.acquired[t0..t0 + 32].fill(Some(c));
+            }
+        }
+        if last.contains(&true) {
+            self.exec(body, &last, inputs, out, writes)?;
+        }
+        for (t, l) in last.iter().enumerate() {
+            if *l {
+                self.acquired[t] = None;
             }
         }
         Ok(())
@@ -1170,6 +1365,7 @@ mod tests {
             tile_elements: [4, 4],
             accumulators: 2,
             split_k: 1,
+            semaphores: 0,
             body,
             launch: LaunchConfig::linear(1, 2, 32),
         };

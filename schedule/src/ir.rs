@@ -164,6 +164,29 @@ pub enum Stmt {
     WgmmaCommit,
     /// `wgmma.wait_group pending`: all but the `pending` newest groups have completed.
     WgmmaWait { pending: u32 },
+    /// Split-K through scratch (`lower::wgmma`): `if (valid) partial[at] = acc[acc]`, a
+    /// block's partial sum of one accumulator into the workspace's partial sums.
+    PartialStore {
+        acc: Expr,
+        at: Expr,
+        valid: Vec<Cond>,
+    },
+    /// `if (valid) acc[acc] += partial[at]`, read past the L1 cache (`ld.global.cg`):
+    /// the fixup adding a partial sum that another block stored and published.
+    PartialAdd {
+        acc: Expr,
+        at: Expr,
+        valid: Vec<Cond>,
+    },
+    /// Each warp (whole warps only) publishes its partial stores (`__threadfence`) and
+    /// arrives once on workspace semaphore `counter`; the warp whose arrival is the
+    /// `arrivals`-th resets the semaphore to zero and runs `body`, having seen every
+    /// store the arrivals published. The others skip it.
+    LastArrival {
+        counter: Expr,
+        arrivals: u32,
+        body: Vec<Stmt>,
+    },
     /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`; with `atomic`,
     /// `if (valid) atomicAdd(&out[out], acc[acc] (+ bias[bias]))` instead (split-K: the
     /// blocks of one output tile add their partial sums into the zeroed output). The
@@ -239,7 +262,10 @@ impl Stmt {
     /// The statements nested directly in this one (a loop's, a branch's, a block's).
     pub fn body(&self) -> &[Stmt] {
         match self {
-            Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => body,
+            Stmt::For { body, .. }
+            | Stmt::If { body, .. }
+            | Stmt::Block { body }
+            | Stmt::LastArrival { body, .. } => body,
             _ => &[],
         }
     }
@@ -446,6 +472,9 @@ pub enum Param {
         role: Role,
         dtype: crate::task::DType,
     },
+    /// The launch's scratch (`LaunchConfig::workspace_bytes`): `Kernel::semaphores`
+    /// 32-bit counters, then, 16-byte aligned, f32 partial sums.
+    Workspace { name: &'static str },
     /// A 128-byte `CUtensorMap` passed by value (`__grid_constant__`): the TMA view
     /// `tensor` of input `input`, whose boxes `Stmt::TmaLoad` copies.
     TensorMap {
@@ -487,9 +516,17 @@ pub struct Kernel {
     /// Blocks that add into each output element (the state's `split_k`); 1 when the
     /// epilogue stores rather than adds.
     pub split_k: u32,
+    /// Semaphores at the start of the workspace (0 without one).
+    pub semaphores: i64,
     pub body: Vec<Stmt>,
     pub launch: crate::launch::LaunchConfig,
     pub shared: SharedPool,
+}
+
+/// Byte offset of the partial sums in a workspace that starts with `semaphores` 32-bit
+/// counters: the next 16-byte boundary.
+pub fn partials_offset(semaphores: i64) -> i64 {
+    (semaphores * 4 + 15) / 16 * 16
 }
 
 impl Kernel {

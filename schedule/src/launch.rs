@@ -1,5 +1,6 @@
 //! How a kernel is launched: its grid (up to three dimensions), its block, its thread
-//! block cluster, its dynamic shared memory, and the instruction set it is compiled for.
+//! block cluster, its dynamic shared memory, the instruction set it is compiled for,
+//! and what it takes besides its buffers (scratch, tensor maps).
 //!
 //! The launch travels with a kernel through measurement workers, deploy caches and
 //! exported sidecars as JSON, so its serialized form is kept stable: a one-dimensional
@@ -143,8 +144,8 @@ pub struct TensorMapArg {
     pub tensor: TensorBox,
 }
 
-/// Grid, block, cluster and dynamic shared memory of a kernel launch, its target, and
-/// the tensor maps it takes after its buffers.
+/// Grid, block, cluster and dynamic shared memory of a kernel launch, its target, the
+/// scratch it takes after its buffers and the tensor maps after that.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchConfig {
     /// Blocks; the IR's block index is their linear index (x fastest).
@@ -165,6 +166,17 @@ pub struct LaunchConfig {
     /// copies). Left out of the JSON when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tensor_maps: Vec<TensorMapArg>,
+    /// Bytes of device scratch the kernel takes as its parameter after the buffers
+    /// (split-K's semaphores and partial sums, see `lower::wgmma`); 0 for none, and
+    /// then left out of the JSON. It must be zeroed before the first launch and not be
+    /// shared by launches that may run at the same time; every launch leaves it zeroed
+    /// where it found it zeroed, so it is zeroed once, not per launch.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub workspace_bytes: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 fn one() -> Dim3 {
@@ -183,6 +195,7 @@ impl LaunchConfig {
             zero_output: false,
             target: Target::Base,
             tensor_maps: Vec::new(),
+            workspace_bytes: 0,
         }
     }
 

@@ -17,9 +17,10 @@
 //! (24 for ResNet's 512→512 3x3 at 7x7, 0.4 for its 64→64 3x3 at 56x56, 0.02 for the
 //! stem), a split is drawn with probability `min(1, depth) × (1 - g / (4 sm))`, clamped
 //! to 0.05..=0.9. Its size then favours the split that brings the grid to about two
-//! blocks per SM (weight halving per factor of two away). ReLU tasks never split
-//! (validation forbids it). The split comes from a second ChaCha8 stream of the same
-//! seed, so the tiles drawn for a seed are those drawn before split-K existed.
+//! blocks per SM (weight halving per factor of two away). ReLU tasks split only in the
+//! `wgmma` sketch (elsewhere validation forbids it). The split comes from a second
+//! ChaCha8 stream of the same seed, so the tiles drawn for a seed are those drawn
+//! before split-K existed; a `wgmma` draw takes it from the sketch's own stream.
 //!
 //! Shared layouts come from a third stream (stream 2), two draws per input and state:
 //! the tensor's own order with probability 1/2, else one of the input's spatial
@@ -105,37 +106,10 @@ impl Sampler {
         }
     }
 
-    /// A reduction split for the drawn tiles of `state` (see the module docs).
+    /// A reduction split for the drawn tiles of `state` (see the module docs), from
+    /// the split stream.
     fn split_k(&mut self, state: &State) -> u32 {
-        let c = &self.contraction;
-        let choices = split_k_choices(state.stages(c));
-        // Drawn even when there is no choice, so that the stream advances once per draw.
-        let split = unit(self.split_rng.next_u64());
-        let size = unit(self.split_rng.next_u64());
-        if c.relu || choices.len() < 2 {
-            return 1;
-        }
-        let sm = f64::from(self.gpu.sm_count.max(1));
-        let grid = state.spatial_blocks(c) as f64;
-        let reduction: f64 = c.reduction.iter().map(|a| f64::from(a.extent)).product();
-        let depth = reduction * sm / c.output_elements().max(1) as f64;
-        let small_grid = (1.0 - grid / (4.0 * sm)).max(0.0);
-        if split >= (depth.min(1.0) * small_grid).clamp(0.05, 0.9) {
-            return 1;
-        }
-        let target = (2.0 * sm / grid).log2();
-        let weights: Vec<f64> = choices[1..]
-            .iter()
-            .map(|&k| 0.5f64.powf((f64::from(k).log2() - target).abs()))
-            .collect();
-        let mut left = size * weights.iter().sum::<f64>();
-        for (&k, w) in choices[1..].iter().zip(&weights) {
-            if left < *w {
-                return k;
-            }
-            left -= w;
-        }
-        choices[choices.len() - 1]
+        draw_split(&mut self.split_rng, &self.contraction, &self.gpu, state)
     }
 
     /// A shared layout for input `input` (see the module docs); always two draws.
@@ -328,8 +302,9 @@ impl Sampler {
     /// One `wgmma` draw, valid or not: one or two consumer warpgroups of one or two
     /// 64-row MMAs, N a multiple of 16 up to the GEMM's N (rounded up) and 256, K rows
     /// of 32, 64 or 128 bytes, 1 to 8 stages, 0 or 1 MMA groups in flight and with or
-    /// without a producer warp, uniform;
-    /// then, half the time, one persistent block per SM where there are more tiles.
+    /// without a producer warp, uniform; a reduction split as the other sketches draw
+    /// it (ReLU included); then, half the time, one persistent block per SM where
+    /// there are more units of work.
     fn draw_wgmma(&mut self) -> State {
         let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
         let rng = &mut self.wgmma_rng;
@@ -346,12 +321,17 @@ impl Sampler {
             persistent: 0,
             producer_warp: pick(&[0, 1]),
         };
-        // Persistent blocks, one per SM, half the time a grid has more tiles than SMs.
+        // Persistent blocks, one per SM, half the time a grid has more units than SMs;
+        // the split is drawn for the plain grid.
         let persistent = pick(&[0, 1]) == 1;
-        if persistent && tiling.grid(view).0 > u64::from(self.gpu.sm_count) {
+        let mut state = State::hopper(tiling);
+        let split_k = draw_split(rng, &self.contraction, &self.gpu, &state);
+        if persistent && tiling.grid(view, split_k).0 > u64::from(self.gpu.sm_count) {
             tiling.persistent = self.gpu.sm_count;
         }
-        State::hopper(tiling)
+        state.wgmma = Some(tiling);
+        state.split_k = split_k;
+        state
     }
 
     /// A random valid state, or None if none was found in many draws.
@@ -384,6 +364,39 @@ impl Sampler {
         }
         out
     }
+}
+
+/// A reduction split for the drawn tiles of `state` from `rng` (see the module docs):
+/// two draws.
+fn draw_split(rng: &mut ChaCha8Rng, c: &Contraction, gpu: &GpuSpec, state: &State) -> u32 {
+    let choices = split_k_choices(state.stages(c));
+    // Drawn even when there is no choice, so that the stream advances once per draw.
+    let split = unit(rng.next_u64());
+    let size = unit(rng.next_u64());
+    if !state.may_split(c) || choices.len() < 2 {
+        return 1;
+    }
+    let sm = f64::from(gpu.sm_count.max(1));
+    let grid = state.spatial_blocks(c) as f64;
+    let reduction: f64 = c.reduction.iter().map(|a| f64::from(a.extent)).product();
+    let depth = reduction * sm / c.output_elements().max(1) as f64;
+    let small_grid = (1.0 - grid / (4.0 * sm)).max(0.0);
+    if split >= (depth.min(1.0) * small_grid).clamp(0.05, 0.9) {
+        return 1;
+    }
+    let target = (2.0 * sm / grid).log2();
+    let weights: Vec<f64> = choices[1..]
+        .iter()
+        .map(|&k| 0.5f64.powf((f64::from(k).log2() - target).abs()))
+        .collect();
+    let mut left = size * weights.iter().sum::<f64>();
+    for (&k, w) in choices[1..].iter().zip(&weights) {
+        if left < *w {
+            return k;
+        }
+        left -= w;
+    }
+    choices[choices.len() - 1]
 }
 
 /// The reduction splits the search uses for a reduction of `stages` shared-memory

@@ -400,6 +400,13 @@ impl State {
         )
     }
 
+    /// Whether the reduction may be split at all: over at least two stages, and, as
+    /// ReLU does not distribute over partial sums, for a ReLU task only in the `wgmma`
+    /// sketch, whose last block of a tile runs the epilogue on the whole sum.
+    pub fn may_split(&self, c: &Contraction) -> bool {
+        (!c.relu || self.wgmma.is_some()) && self.stages(c) > 1
+    }
+
     /// Stages one block runs at most: `ceil(stages / split_k)`.
     pub fn stages_per_block(&self, c: &Contraction) -> u64 {
         self.stages(c).div_ceil(u64::from(self.split_k.max(1)))
@@ -427,13 +434,17 @@ impl State {
                         * v.n.div_ceil(u64::from(m.block_n))
                 })
             },
-            |w| GemmView::of(c).map_or(1, |v| w.grid(&v).1),
+            |w| GemmView::of(c).map_or(1, |v| w.grid(&v, 1).1),
         )
     }
 
-    /// Thread blocks in the grid: one per output tile and reduction chunk.
+    /// Thread blocks in the grid: one per output tile and reduction chunk (a
+    /// persistent `wgmma` grid's own count).
     pub fn blocks(&self, c: &Contraction) -> u64 {
-        self.spatial_blocks(c) * u64::from(self.split_k)
+        match (&self.wgmma, GemmView::of(c).ok()) {
+            (Some(w), Some(v)) => w.grid(&v, self.split_k).1,
+            _ => self.spatial_blocks(c) * u64::from(self.split_k),
+        }
     }
 
     /// The state as one line of JSON (its replayable form).

@@ -161,7 +161,11 @@ pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), Inv
             validate_mma(c, mma, state.split_k, gpu)
         },
         |tiling| {
-            if *state != State::hopper(*tiling) {
+            let hopper = State {
+                split_k: state.split_k,
+                ..State::hopper(*tiling)
+            };
+            if *state != hopper {
                 return Err(InvalidState::MixedSketch);
             }
             validate_wgmma(c, tiling, state.split_k, gpu)

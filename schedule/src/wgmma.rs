@@ -16,6 +16,11 @@
 //! which each consumer warpgroup arrives once its MMAs that read the buffer have
 //! completed (`wgmma.wait_group in_flight`), before the producer refills it.
 //!
+//! Split-K (`State::split_k`) cuts the K tiles into chunks, one per block of a tile (a
+//! unit of work), in any output type: each block stores its partial sums to a
+//! workspace, and the last of a tile's blocks to arrive on its semaphore adds them up
+//! and runs the epilogue (`lower::wgmma`).
+//!
 //! TMA needs each operand to be a strided matrix (at most a batch of them) with rows
 //! 16-byte aligned: a matmul, a batch matmul, or an NHWC 1×1 stride-1 unpadded
 //! convolution. Anything else is refused here (`InvalidState::NoTma`) and left to the
@@ -26,6 +31,7 @@ use crate::atom::wgmma::{Major, OperandLayout, Swizzle, WARPGROUP_THREADS, Wgmma
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
+use crate::state::MAX_SPLIT_K;
 pub use crate::state::{MAX_WGMMA_STAGES, WgmmaTiling};
 use crate::task::{Access, AxisRef, Contraction};
 use thiserror::Error;
@@ -330,15 +336,53 @@ impl WgmmaTiling {
         u64::from(self.stages) * (self.tile_elements(0) + self.tile_elements(1)) * 2
     }
 
-    /// Output tiles of `view` and the blocks of the grid.
-    pub fn grid(&self, view: &GemmView) -> (u64, u64) {
-        let tiles = view.batch
+    /// Output tiles of `view`.
+    pub fn tiles(&self, view: &GemmView) -> u64 {
+        view.batch
             * view.m.div_ceil(u64::from(self.block_m().max(1)))
-            * view.n.div_ceil(u64::from(self.block_n.max(1)));
+            * view.n.div_ceil(u64::from(self.block_n.max(1)))
+    }
+
+    /// K tiles of `view`'s reduction.
+    pub fn ktiles(&self, view: &GemmView) -> u64 {
+        view.k.div_ceil(self.block_k().max(1))
+    }
+
+    /// K tiles of each of `split_k` reduction chunks: the last may run past K, where
+    /// TMA reads zeros.
+    pub fn chunk_ktiles(&self, view: &GemmView, split_k: u32) -> u64 {
+        self.ktiles(view).div_ceil(u64::from(split_k.max(1)))
+    }
+
+    /// Units of work (an output tile's reduction chunk: `tiles × split_k`) and the
+    /// blocks of the grid: one per unit, or `persistent` blocks taking every
+    /// grid-th unit.
+    pub fn grid(&self, view: &GemmView, split_k: u32) -> (u64, u64) {
+        let units = self.tiles(view) * u64::from(split_k.max(1));
         match self.persistent {
-            0 => (tiles, tiles),
-            blocks => (tiles, u64::from(blocks).min(tiles)),
+            0 => (units, units),
+            blocks => (units, u64::from(blocks).min(units)),
         }
+    }
+
+    /// Consumer warps of a block: a split tile's semaphores count arrivals per warp.
+    pub fn consumer_warps(&self) -> u32 {
+        self.consumer_threads() / 32
+    }
+
+    /// The workspace of a `split_k` reduction (none without a split): one semaphore
+    /// per output tile and consumer warp, then every unit's partial sums (each
+    /// consumer thread's accumulators), in f32. Semaphores and bytes.
+    pub fn workspace(&self, view: &GemmView, split_k: u32) -> (u64, u64) {
+        if split_k <= 1 {
+            return (0, 0);
+        }
+        let semaphores = self.tiles(view) * u64::from(self.consumer_warps());
+        let partials = self.grid(view, split_k).0
+            * u64::from(self.accumulators())
+            * u64::from(self.consumer_threads());
+        let offset = crate::ir::partials_offset(semaphores as i64) as u64;
+        (semaphores, offset + 4 * partials)
     }
 
     pub fn register_estimate(&self) -> u64 {
@@ -391,27 +435,37 @@ pub fn validate_wgmma(
             producer_warp: t.producer_warp,
         });
     }
-    let tiles = t.grid(&gemm.view).0;
-    // Persistent blocks fewer than the tiles, else the plain grid says the same.
-    if t.persistent != 0 && u64::from(t.persistent) >= tiles {
-        return Err(InvalidState::WgmmaPersistent {
-            blocks: t.persistent,
-            tiles,
-        });
-    }
-    if split_k != 1 {
+    // Split-K: at most one chunk per K tile, none of them past K.
+    let ktiles = t.ktiles(&gemm.view);
+    let max_split = ktiles.min(u64::from(MAX_SPLIT_K));
+    let chunk = t.chunk_ktiles(&gemm.view, split_k);
+    if split_k == 0 || u64::from(split_k) > max_split || (u64::from(split_k) - 1) * chunk >= ktiles
+    {
         return Err(InvalidState::SplitK {
             split_k,
-            stages: 1,
-            max: 1,
+            stages: ktiles,
+            max: max_split,
         });
+    }
+    let (units, _) = t.grid(&gemm.view, split_k);
+    // Persistent blocks fewer than the units, else the plain grid says the same.
+    if t.persistent != 0 && u64::from(t.persistent) >= units {
+        return Err(InvalidState::WgmmaPersistent {
+            blocks: t.persistent,
+            tiles: units,
+        });
+    }
+    // Partial sums are indexed in 32-bit arithmetic.
+    let (_, workspace) = t.workspace(&gemm.view, split_k);
+    if workspace / 4 > i32::MAX as u64 {
+        return Err(InvalidState::Grid { blocks: units });
     }
     for input in 0..2 {
         gemm.tensor_box(c, t, input)?;
     }
     let bytes = t.shared_bytes() + BARRIER_BYTES * u64::from(t.stages);
     let registers = t.register_estimate();
-    gpu.check_block(tiles, bytes, registers)?;
+    gpu.check_block(units, bytes, registers)?;
     let threads = u64::from(t.threads());
     if registers * threads > u64::from(gpu.registers_per_block) {
         return Err(InvalidState::RegistersPerBlock {

@@ -167,8 +167,9 @@ fn snapshot_matmul_tails() {
 }
 
 /// `wgmma` kernels: a matmul (N-major B in 64-column boxes) with persistent blocks,
-/// an NHWC 1×1 convolution (K-major B) with bias and ReLU and a producer warp, and a
-/// bf16 batch matmul in 32-byte K rows (the 32B swizzle) with tails.
+/// an NHWC 1×1 convolution (K-major B) with bias and ReLU and a producer warp, a
+/// bf16 batch matmul in 32-byte K rows (the 32B swizzle) with tails, and a matmul
+/// split four ways with bias and ReLU.
 #[test]
 fn snapshot_wgmma_kernels() {
     let tiling = |consumers, m_atoms, block_n, k_bytes| schedule::state::WgmmaTiling {
@@ -213,6 +214,14 @@ fn snapshot_wgmma_kernels() {
     );
     let k = generate(&bmm, &State::hopper(tiling(1, 1, 48, 32)), &gpu).unwrap();
     insta::assert_snapshot!("wgmma_batch_matmul_bf16", k.source);
+    // A decode-sized matmul split four ways: partial sums and the last block's fixup.
+    let decode = typed(task("matmul", "16,256,1024", bias_relu), DType::Fp16);
+    let split = State {
+        split_k: 4,
+        ..State::hopper(tiling(1, 1, 64, 128))
+    };
+    let k = generate(&decode, &split, &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_matmul_split_k", k.source);
 }
 
 /// The 128x128x8 tile of `snapshot_matmul_transposed_padded_a`.

@@ -6,6 +6,11 @@
 //! from what the TMA boxes wrote. Mutation tests show that a missing `expect_tx`, a
 //! missing wait for a full buffer, a missing `wgmma.fence`, a missing final
 //! `wait_group` and a buffer released before its MMAs completed are each caught.
+//!
+//! Split-K states (chunks short and past K, persistent blocks, bias and ReLU) equal the
+//! definition too, and a fixup that is missing, that adds onto a block's own sum, that
+//! reads partial sums stored after their warp arrived, or that counts the arrivals
+//! wrong is caught.
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -59,10 +64,25 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, k_bytes: u32, stages: u32)
 
 /// Checks `tilings` (those valid for the task) and returns how many ran.
 fn check(task: &Task, tilings: &[WgmmaTiling]) -> usize {
+    let split: Vec<(WgmmaTiling, u32)> = tilings.iter().map(|t| (*t, 1)).collect();
+    check_split(task, &split)
+}
+
+/// `State::hopper(tiling)` with its reduction split `split_k` ways.
+fn split_state(t: WgmmaTiling, split_k: u32) -> State {
+    State {
+        split_k,
+        ..State::hopper(t)
+    }
+}
+
+/// Checks states of `tilings` with their splits (those valid for the task) and
+/// returns how many ran.
+fn check_split(task: &Task, tilings: &[(WgmmaTiling, u32)]) -> usize {
     let (c, gpu) = (task.contraction(), GpuSpec::h100());
     let mut ran = 0;
-    for t in tilings {
-        let state = State::hopper(*t);
+    for &(t, split_k) in tilings {
+        let state = split_state(t, split_k);
         if validate(&c, &state, &gpu).is_err() {
             continue;
         }
@@ -188,6 +208,152 @@ fn batch_matmul_and_a_k_major_b() {
 }
 
 #[test]
+fn split_k_sums_the_partials_in_the_last_block() {
+    // 13 K tiles of 16 (K = 200, a tail): splits of 2, 3 and 4 leave chunks of 7, 5
+    // and 4 K tiles, the last chunk short and reading past K; bias and ReLU run once,
+    // on the whole sum, in whichever block arrives last.
+    let fused = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    for dtype in [DType::Fp16, DType::Bf16] {
+        let t = task("matmul", "72,40,200", dtype, fused);
+        let mut tilings = Vec::new();
+        for split_k in [2, 3, 4] {
+            for (stages, producer_warp) in [(1, 0), (2, 1), (3, 0)] {
+                tilings.push((
+                    WgmmaTiling {
+                        producer_warp,
+                        ..tiling(1, 1, 48, 32, stages)
+                    },
+                    split_k,
+                ));
+            }
+        }
+        // Two consumers of two MMAs each, and persistent blocks taking several units
+        // (of different tiles, and several of one tile).
+        tilings.push((tiling(2, 2, 16, 32, 2), 2));
+        for persistent in [1, 3, 5] {
+            tilings.push((
+                WgmmaTiling {
+                    persistent,
+                    ..tiling(1, 1, 32, 32, 2)
+                },
+                4,
+            ));
+        }
+        assert_eq!(check_split(&t, &tilings), tilings.len(), "{t}");
+    }
+    // A batch matmul and a K-major B.
+    let bmm = task(
+        "batch_matmul",
+        "3,40,48,96",
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let tilings = [(tiling(1, 1, 48, 32, 2), 3)];
+    assert_eq!(check_split(&bmm, &tilings), 1);
+    let conv = task("conv2d", "1,64,6,6,40,1,1,1,0", DType::Fp16, fused);
+    let tilings = [(tiling(1, 1, 40, 32, 2), 2)];
+    assert_eq!(check_split(&conv, &tilings), 1);
+    // A split with an empty last chunk (13 K tiles, 8 chunks of 2) is refused.
+    let t = task("matmul", "72,40,200", DType::Fp16, fused);
+    let empty = split_state(tiling(1, 1, 48, 32, 2), 8);
+    assert!(validate(&t.contraction(), &empty, &GpuSpec::h100()).is_err());
+}
+
+#[test]
+fn broken_split_k_fixups_are_caught() {
+    let t = task("matmul", "64,48,160", DType::Fp16, Epilogue::default());
+    let state = split_state(tiling(1, 1, 48, 32, 2), 4);
+    run(&t, &lower(&t, &state)).unwrap();
+    let broken = |mutate: &dyn Fn(&mut Vec<Stmt>) -> bool| {
+        let mut k = lower(&t, &state);
+        assert!(mutate(&mut k.body), "the mutation applies");
+        run(&t, &k)
+    };
+    // No fixup: the epilogue stores zeros.
+    let e = broken(&|b| without(b, &|s| matches!(s, Stmt::PartialAdd { .. }))).unwrap_err();
+    assert!(e.starts_with("output "), "{e}");
+    // The fixup adds onto the last block's own sum instead of from zero.
+    let e = broken(&|b| remove_in_fixup(b, &|s| matches!(s, Stmt::ZeroAcc))).unwrap_err();
+    assert!(e.starts_with("output "), "{e}");
+    // Arrived before storing (the semaphore released early): the fixup reads partial
+    // sums no arrival published.
+    let e = broken(&|b| store_after_arrival(b)).unwrap_err();
+    assert!(e.contains("no arrival on its semaphore published"), "{e}");
+    // One arrival too few counted: the fixup runs before the last chunk is stored, and
+    // that chunk's arrival leaves the semaphore set for the next launch.
+    let e = broken(&|b| arrivals(b, |n| n - 1)).unwrap_err();
+    assert!(
+        e.contains("no arrival on its semaphore published") || e.contains("left at"),
+        "{e}"
+    );
+    // One too many: no block runs the epilogue.
+    let e = broken(&|b| arrivals(b, |n| n + 1)).unwrap_err();
+    assert!(
+        e.contains("written 0 times") || e.contains("left at"),
+        "{e}"
+    );
+}
+
+/// Removes the first statement `hit` selects inside a `LastArrival`'s body.
+fn remove_in_fixup(body: &mut [Stmt], hit: &impl Fn(&Stmt) -> bool) -> bool {
+    body.iter_mut().any(|s| match s {
+        Stmt::LastArrival { body, .. } => without(body, hit),
+        Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
+            remove_in_fixup(body, hit)
+        }
+        _ => false,
+    })
+}
+
+/// Moves the loop of partial stores after the `LastArrival` that follows it.
+fn store_after_arrival(body: &mut Vec<Stmt>) -> bool {
+    let stores = body.iter().position(|s| {
+        let mut found = false;
+        Stmt::walk(std::slice::from_ref(s), &mut |x| {
+            found |= matches!(x, Stmt::PartialStore { .. })
+        });
+        found && matches!(s, Stmt::For { .. })
+    });
+    let arrival = body
+        .iter()
+        .position(|s| matches!(s, Stmt::LastArrival { .. }));
+    if let (Some(i), Some(j)) = (stores, arrival)
+        && i < j
+    {
+        let loop_ = body.remove(i);
+        body.insert(j, loop_);
+        return true;
+    }
+    body.iter_mut().any(|s| match s {
+        Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
+            store_after_arrival(body)
+        }
+        _ => false,
+    })
+}
+
+/// Changes the arrivals every `LastArrival` counts with `change`.
+fn arrivals(body: &mut [Stmt], change: fn(u32) -> u32) -> bool {
+    let mut changed = false;
+    for s in body.iter_mut() {
+        match s {
+            Stmt::LastArrival { arrivals, .. } => {
+                *arrivals = change(*arrivals);
+                changed = true;
+            }
+            Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
+                changed |= arrivals(body, change);
+            }
+            _ => {}
+        }
+    }
+    changed
+}
+
+#[test]
 fn sampled_states_equal_the_definition() {
     let t = task("matmul", "100,80,120", DType::Fp16, Epilogue::default());
     let states: Vec<State> = Sampler::new(&t, &GpuSpec::h100(), 5)
@@ -230,7 +396,10 @@ fn without(body: &mut Vec<Stmt>, hit: &impl Fn(&Stmt) -> bool) -> bool {
         return true;
     }
     body.iter_mut().any(|s| match s {
-        Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => without(body, hit),
+        Stmt::For { body, .. }
+        | Stmt::If { body, .. }
+        | Stmt::Block { body }
+        | Stmt::LastArrival { body, .. } => without(body, hit),
         _ => false,
     })
 }
@@ -243,7 +412,10 @@ fn replaced(body: &mut [Stmt], hit: &impl Fn(&Stmt) -> bool, with: &Stmt) -> boo
             return true;
         }
         let nested = match s {
-            Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => body,
+            Stmt::For { body, .. }
+            | Stmt::If { body, .. }
+            | Stmt::Block { body }
+            | Stmt::LastArrival { body, .. } => body,
             _ => continue,
         };
         if replaced(nested, hit, with) {

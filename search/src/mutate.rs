@@ -139,16 +139,10 @@ pub fn fit_split_k(c: &Contraction, s: &mut State) {
     }
 }
 
-/// Whether `c` admits a reduction split at all: additive epilogue and at least two
-/// stages for `s`.
-pub fn can_split(c: &Contraction, s: &State) -> bool {
-    !c.relu && s.stages(c) > 1
-}
-
 /// The reduction splits one doubling or halving away from `s`'s that `c` allows:
 /// at least 1, at most `MAX_SPLIT_K` and the stage count.
 pub fn split_steps(c: &Contraction, s: &State) -> Vec<u32> {
-    if c.relu {
+    if !s.may_split(c) {
         return Vec::new();
     }
     let max = s.stages(c).min(u64::from(MAX_SPLIT_K));
@@ -274,7 +268,8 @@ pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
 /// Every valid state one move from `wgmma` state `s`: one coordinate of its tiling to
 /// a neighbouring value (consumers and 64-row MMAs 1 ↔ 2, N ± 16, K rows halved or
 /// doubled, stages ± 1, the MMA groups in flight 0 ↔ 1, persistent blocks off ↔ one per
-/// SM, the producer warp off ↔ on), nothing else changed, in that order. Empty for the other sketches.
+/// SM, the producer warp off ↔ on), then the reduction split doubled or halved
+/// (`split_steps`), nothing else changed, in that order. Empty for the other sketches.
 pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
     let Some(t) = s.wgmma else {
         return Vec::new();
@@ -326,9 +321,17 @@ pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
             ..t
         },
     ];
-    moves
-        .into_iter()
-        .map(State::hopper)
+    let split_k = s.split_k;
+    let tilings = moves.into_iter().map(|t| State {
+        split_k,
+        ..State::hopper(t)
+    });
+    let splits = split_steps(c, s).into_iter().map(|split_k| State {
+        split_k,
+        ..State::hopper(t)
+    });
+    tilings
+        .chain(splits)
         .filter(|n| n != s && validate(c, n, gpu).is_ok())
         .collect()
 }
@@ -384,7 +387,7 @@ fn mutate_cuda_core(
             .filter(|&u| u != s.unroll_max_step)
             .collect();
         s.unroll_max_step = others[pick(rng, others.len())];
-    } else if draw == 1 && can_split(c, &s) {
+    } else if draw == 1 && s.may_split(c) {
         let steps = split_steps(c, &s);
         if steps.is_empty() {
             return None;

@@ -3,7 +3,9 @@
 //! as CUDA source, PTX or a cubin for the architecture it was measured on, with its
 //! launch configuration in `PATH.json` (and, for source, in a comment too). A split-K
 //! kernel adds into its output: the launch configuration says so (`zero_output`), and
-//! the caller must zero the output before every launch. When the fastest record's
+//! the caller must zero the output before every launch; one that splits through
+//! scratch takes a workspace after its buffers (`workspace_bytes`), zeroed once; a
+//! `wgmma` kernel takes its TMA tensor maps after that (`tensor_maps`). When the fastest record's
 //! kernel cannot be regenerated, the next fastest correct one is exported (with a
 //! warning naming why), so one bad record never costs a task its kernel. The log is
 //! streamed: memory holds the task's fastest records (`records::KEEP`), not the log.
@@ -57,6 +59,12 @@ struct Sidecar<'a> {
     dynamic_shared_bytes: u32,
     /// Zero the output before every launch (split-K: the kernel adds into it).
     zero_output: bool,
+    /// Bytes of scratch the kernel takes after its buffers (split-K through partial
+    /// sums): zeroed once before the first launch, left zeroed by every launch.
+    workspace_bytes: u64,
+    /// The TMA tensor maps it takes after that (`cuTensorMapEncodeTiled` arguments
+    /// per buffer), in parameter order.
+    tensor_maps: &'a [schedule::TensorMapArg],
     median_us: Option<f64>,
     device: &'a str,
     state: &'a schedule::State,
@@ -100,6 +108,8 @@ pub fn run(args: Args) -> Result<()> {
         cluster: kernel.launch.cluster.as_array(),
         dynamic_shared_bytes: kernel.launch.dynamic_shared_bytes,
         zero_output: kernel.launch.zero_output,
+        workspace_bytes: kernel.launch.workspace_bytes,
+        tensor_maps: &kernel.launch.tensor_maps,
         median_us: record.median_us(),
         device: &record.device.name,
         state: &record.state,
@@ -112,11 +122,17 @@ pub fn run(args: Args) -> Result<()> {
         &json_path,
         serde_json::to_string_pretty(&sidecar)?.as_bytes(),
     )?;
-    let zero = if kernel.launch.zero_output {
-        "; zero the output before every launch"
+    let mut zero = if kernel.launch.zero_output {
+        "; zero the output before every launch".to_string()
     } else {
-        ""
+        String::new()
     };
+    if kernel.launch.workspace_bytes > 0 {
+        zero += &format!(
+            "; pass a workspace of {} B, zeroed once, after the buffers",
+            kernel.launch.workspace_bytes
+        );
+    }
     println!(
         "{}: wrote {} and {} (grid {}, block {}, {} B dynamic shared memory{zero}; {:.2} µs on {})",
         args.task,

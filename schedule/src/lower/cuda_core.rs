@@ -178,6 +178,7 @@ impl<'a> Lowering<'a> {
             tile_elements: [tiling.tiles[0].allocated(), tiling.tiles[1].allocated()],
             accumulators: i64::from(state.accumulators()),
             split_k: state.split_k,
+            semaphores: 0,
             scope: self.scope,
             body,
             launch,

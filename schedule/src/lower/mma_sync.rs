@@ -53,6 +53,7 @@ pub(super) fn lower(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
         tile_elements: elements,
         accumulators: i64::from(t.accumulators()),
         split_k,
+        semaphores: 0,
         launch: LaunchConfig {
             zero_output: split_k > 1,
             ..LaunchConfig::linear(

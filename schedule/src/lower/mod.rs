@@ -19,6 +19,6 @@ pub fn lower(task: &Task, state: &State) -> Kernel {
     state.sketch(
         || cuda_core::lower(task, state),
         |mma| mma_sync::lower(task, mma, state.split_k),
-        |tiling| wgmma::lower(task, tiling),
+        |tiling| wgmma::lower(task, tiling, state.split_k),
     )
 }

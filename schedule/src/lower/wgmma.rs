@@ -24,6 +24,17 @@
 //! 5. after a tile's last K tile, the last group is waited for and each thread stores
 //!    its accumulators through the fused epilogue, as the accumulator layout
 //!    (`WgmmaAtom::accumulator`) places them; the next tile starts from zeros.
+//!
+//! With split-K the block works on units, not tiles: unit `u` is K chunk `u % split_k`
+//! of output tile `u / split_k` (a tile's chunks neighbour in the grid, so they run
+//! together and their partial sums stay in L2), a chunk's K tiles past K read zeros.
+//! Step 5 then stores the thread's accumulators to the unit's partial sums in the
+//! workspace (`(unit · accumulators + i) · consumer threads + thread`, coalesced), and
+//! each consumer warp arrives on its tile's semaphore (one per tile and warp, as a
+//! warp's partial sums are the only ones its lanes read back). The last warp to arrive
+//! adds up the tile's partial sums in chunk order, so the sums do not depend on which
+//! block came last, and runs the epilogue; its arrival resets the semaphore, so the
+//! workspace is zeroed once, not per launch.
 
 use super::common::{
     axis_extents, bind, decompose, gemm_store, guarded, tensor_params, var_or_zero, wrap_loops,
@@ -36,8 +47,8 @@ use crate::launch::{LaunchConfig, Target, TensorMapArg};
 use crate::task::{Contraction, Task};
 use crate::wgmma::{ATOM_M, TmaGemm, WgmmaTiling};
 
-/// Lowers a validated `wgmma` state of `task`.
-pub(super) fn lower(task: &Task, t: &WgmmaTiling) -> Kernel {
+/// Lowers a validated `wgmma` state of `task` with its reduction split `split_k` ways.
+pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
     let c = task.contraction();
     let gemm = TmaGemm::of(&c).expect("wgmma states are validated");
     let maps = [0, 1].map(|i| {
@@ -45,6 +56,10 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling) -> Kernel {
             .expect("wgmma states are validated")
     });
     let mut params = tensor_params(&c);
+    let (semaphores, workspace_bytes) = t.workspace(&gemm.view, split_k);
+    if workspace_bytes > 0 {
+        params.push(Param::Workspace { name: "workspace" });
+    }
     let first_map = params.len();
     for (input, tensor) in maps.iter().enumerate() {
         params.push(Param::TensorMap {
@@ -54,20 +69,22 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling) -> Kernel {
         });
     }
     let view = &gemm.view;
-    // Persistent blocks each take every `grid`-th tile; otherwise one block per tile.
-    let grid = t.grid(view).1 as i64;
+    // Persistent blocks each take every `grid`-th unit; otherwise one block per unit.
+    let grid = t.grid(view, split_k).1 as i64;
     let mut lowering = WgmmaLowering {
         c: &c,
         gemm: &gemm,
         t,
         scope: Scope::new(grid, i64::from(t.threads())),
         first_map,
-        ktiles: view.k.div_ceil(t.block_k()) as i64,
+        chunk: t.chunk_ktiles(view, split_k) as i64,
+        split_k: i64::from(split_k.max(1)),
     };
     let body = lowering.body();
     let elements = [0, 1].map(|i| (t.tile_elements(i) * u64::from(t.stages)) as i64);
     let mut launch = LaunchConfig::linear(grid as u32, t.threads(), t.shared_bytes() as u32);
     launch.target = Target::ArchSpecific;
+    launch.workspace_bytes = workspace_bytes;
     launch.tensor_maps = maps
         .into_iter()
         .enumerate()
@@ -83,6 +100,7 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling) -> Kernel {
         tile_elements: elements,
         accumulators: i64::from(t.accumulators()),
         split_k: 1,
+        semaphores: semaphores as i64,
         launch,
         scope: lowering.scope,
         body,
@@ -97,8 +115,10 @@ struct WgmmaLowering<'a> {
     scope: Scope,
     /// The parameter index of A's tensor map (B's follows).
     first_map: usize,
-    /// K tiles of the reduction.
-    ktiles: i64,
+    /// K tiles of a unit (a tile's reduction chunk).
+    chunk: i64,
+    /// Units of an output tile.
+    split_k: i64,
 }
 
 impl WgmmaLowering<'_> {
@@ -133,23 +153,23 @@ impl WgmmaLowering<'_> {
         self.scope.bound(&Expr::ThreadIdx, 0, consumers)
     }
 
-    /// Output tiles of the GEMM.
-    fn tiles(&self) -> i64 {
-        self.t.grid(&self.gemm.view).0 as i64
+    /// Units of work: output tiles × K chunks.
+    fn units(&self) -> i64 {
+        self.t.grid(&self.gemm.view, self.split_k as u32).0 as i64
     }
 
-    /// The output tile that iteration `g` of this block works on: the block's index
-    /// plus a grid's worth per round of K tiles.
-    fn tile_of(&self, g: &Expr) -> Expr {
+    /// The unit that iteration `g` of this block works on: the block's index plus a
+    /// grid's worth per round of K tiles.
+    fn unit_of(&self, g: &Expr) -> Expr {
         let s = &self.scope;
-        let round = s.div(g.clone(), self.ktiles);
+        let round = s.div(g.clone(), self.chunk);
         s.add(Expr::BlockIdx, s.mul(round, self.scope.grid))
     }
 
-    /// The condition that iteration `g` has a tile (a persistent block's last round may
+    /// The condition that iteration `g` has a unit (a persistent block's last round may
     /// not), None when every one has.
-    fn has_tile(&self, g: &Expr) -> Option<Cond> {
-        self.scope.bound(&self.tile_of(g), 0, self.tiles())
+    fn has_unit(&self, g: &Expr) -> Option<Cond> {
+        self.scope.bound(&self.unit_of(g), 0, self.units())
     }
 
     /// The batch, first row and first column of output tile `tile`, bound in `out`.
@@ -201,15 +221,15 @@ impl WgmmaLowering<'_> {
         body.push(Stmt::Sync);
         body.push(Stmt::ZeroAcc);
 
-        // Iterations: the K tiles of every output tile the block works on, in order.
-        let rounds = (self.tiles() + self.scope.grid - 1) / self.scope.grid;
-        let iterations = rounds * self.ktiles;
+        // Iterations: the K tiles of every unit the block works on, in order.
+        let rounds = (self.units() + self.scope.grid - 1) / self.scope.grid;
+        let iterations = rounds * self.chunk;
         let mut prologue = Vec::new();
         for g in 0..iterations.min(self.stages()) {
             let g = Expr::Const(g);
             let mut issue = Vec::new();
             self.issue(&mut issue, (&g, &g));
-            let exists = self.has_tile(&g);
+            let exists = self.has_unit(&g);
             guarded(&mut prologue, exists, issue, true);
         }
         body.push(Stmt::If {
@@ -217,12 +237,12 @@ impl WgmmaLowering<'_> {
             body: prologue,
         });
 
-        // Rounds (one output tile each) of K tiles; iteration g = round · K tiles + kt.
+        // Rounds (one unit each) of K tiles; iteration g = round · chunk + kt.
         let round = (rounds > 1).then(|| self.scope.var("round", 0, rounds - 1));
-        let kt = (self.ktiles > 1).then(|| self.scope.var("kt", 0, self.ktiles - 1));
+        let kt = (self.chunk > 1).then(|| self.scope.var("kt", 0, self.chunk - 1));
         let (rv, ktv) = (var_or_zero(round), var_or_zero(kt));
         let mut iteration = Vec::new();
-        let g = self.scope.add(self.scope.mul(rv.clone(), self.ktiles), ktv);
+        let g = self.scope.add(self.scope.mul(rv.clone(), self.chunk), ktv);
         let g = bind(&mut self.scope, &mut iteration, "g", g);
         let stage = self.scope.rem(g.clone(), self.stages());
         let stage = bind(&mut self.scope, &mut iteration, "stage", stage);
@@ -248,16 +268,16 @@ impl WgmmaLowering<'_> {
         self.release(&mut release, &released);
         let exists = self.scope.bound(&released, 0, iterations);
         guarded(&mut iteration, exists, release, false);
-        // A tile's K tiles, then its results, then fresh accumulators for the next.
-        let mut tile_body = wrap_loops(&[kt], &[self.ktiles], |_| false, iteration);
+        // A unit's K tiles, then its results, then fresh accumulators for the next.
+        let mut tile_body = wrap_loops(&[kt], &[self.chunk], |_| false, iteration);
         let s = &self.scope;
-        let tile = s.add(Expr::BlockIdx, s.mul(rv, s.grid));
-        // A persistent block's rounds past the last tile do nothing.
-        let has_tile = s.bound(&tile, 0, self.tiles());
+        let unit = s.add(Expr::BlockIdx, s.mul(rv, s.grid));
+        // A persistent block's rounds past the last unit do nothing.
+        let has_unit = s.bound(&unit, 0, self.units());
         let mut results = vec![
             Stmt::WgmmaWait { pending: 0 },
             Stmt::Block {
-                body: self.store(tile, &wg),
+                body: self.results(unit, &wg),
             },
         ];
         if rounds > 1 {
@@ -266,21 +286,22 @@ impl WgmmaLowering<'_> {
         let consumers = self.consumers();
         guarded(&mut tile_body, consumers, results, false);
         let mut rounds_body = Vec::new();
-        guarded(&mut rounds_body, has_tile, tile_body, false);
+        guarded(&mut rounds_body, has_unit, tile_body, false);
         body.extend(wrap_loops(&[round], &[rounds], |_| false, rounds_body));
         body
     }
 
-    /// The producer's copies of iteration `g` (an output tile's K tile) into buffer
-    /// `stage`: the full barrier armed with the tile's bytes, then A's box and B's
-    /// boxes.
+    /// The producer's copies of iteration `g` (a unit's K tile) into buffer `stage`:
+    /// the full barrier armed with the tile's bytes, then A's box and B's boxes.
     fn issue(&mut self, out: &mut Vec<Stmt>, (g, stage): (&Expr, &Expr)) {
         let t = self.t;
-        let tile = self.tile_of(g);
+        let unit = self.unit_of(g);
+        let tile = self.scope.div(unit.clone(), self.split_k);
         let (batch, m0, n0) = self.origin(out, tile);
         let view = &self.gemm.view;
         let s = &self.scope;
-        let kt = s.rem(g.clone(), self.ktiles);
+        let chunk = s.mul(s.rem(unit, self.split_k), self.chunk);
+        let kt = s.add(chunk, s.rem(g.clone(), self.chunk));
         let k0 = s.mul(kt, t.block_k() as i64);
         let bytes = (t.tile_elements(0) + t.tile_elements(1)) as i64 * 2;
         let full = self.full(stage);
@@ -391,7 +412,7 @@ impl WgmmaLowering<'_> {
         let consumers = self.consumers();
         guarded(out, consumers, leaders, false);
         let next = self.scope.add(released.clone(), Expr::Const(self.stages()));
-        let Some(refill) = self.has_tile(&next) else {
+        let Some(refill) = self.has_unit(&next) else {
             return;
         };
         let mut producer = vec![Stmt::MbarrierWait {
@@ -405,39 +426,110 @@ impl WgmmaLowering<'_> {
         });
     }
 
-    /// The epilogue: each thread's accumulators of its warpgroup's MMAs.
-    fn store(&mut self, tile: Expr, wg: &Expr) -> Vec<Stmt> {
+    /// A unit's results: without a split, the epilogue; with one, the unit's partial
+    /// sums into the workspace, then, in the warp that arrives last on its tile's
+    /// semaphore, the tile's partial sums added up in chunk order and the epilogue.
+    fn results(&mut self, unit: Expr, wg: &Expr) -> Vec<Stmt> {
         let mut out = Vec::new();
-        let (batch, m0, n0) = self.origin(&mut out, tile);
-        let (m0, n0) = (&m0, &n0);
+        if self.split_k == 1 {
+            let place = self.place(&mut out, unit, wg);
+            out.extend(self.epilogue(&place));
+            return out;
+        }
+        let tile = self.scope.div(unit.clone(), self.split_k);
+        let tile = bind(&mut self.scope, &mut out, "tile", tile);
+        let place = self.place(&mut out, tile.clone(), wg);
+        let stores = self.values(&place, 1, |l, (row, col, acc)| {
+            let at = l.partial(unit.clone(), acc.clone());
+            let valid = l.valid(row, col);
+            vec![Stmt::PartialStore { acc, at, valid }]
+        });
+        out.extend(stores);
+        let chunk = self.scope.var("chunk", 0, self.split_k - 1);
+        let first = self.scope.mul(tile.clone(), self.split_k);
+        let unit_of_chunk = self.scope.add(first, Expr::Var(chunk));
+        let adds = self.values(&place, 1, |l, (row, col, acc)| {
+            let at = l.partial(unit_of_chunk.clone(), acc.clone());
+            let valid = l.valid(row, col);
+            vec![Stmt::PartialAdd { acc, at, valid }]
+        });
+        let mut fixup = vec![
+            Stmt::ZeroAcc,
+            Stmt::For {
+                var: chunk,
+                extent: self.split_k,
+                unroll: false,
+                body: adds,
+            },
+        ];
+        fixup.extend(self.epilogue(&place));
+        let s = &self.scope;
+        let warp = s.div(Expr::ThreadIdx, 32);
+        let counter = s.add(s.mul(tile, i64::from(self.t.consumer_warps())), warp);
+        out.push(Stmt::LastArrival {
+            counter,
+            arrivals: self.split_k as u32,
+            body: fixup,
+        });
+        out
+    }
+
+    /// The workspace index of this thread's accumulator `acc` of unit `unit`.
+    fn partial(&self, unit: Expr, acc: Expr) -> Expr {
+        let s = &self.scope;
+        let t = self.t;
+        let slot = s.add(s.mul(unit, i64::from(t.accumulators())), acc);
+        s.add(
+            s.mul(slot, i64::from(t.consumer_threads())),
+            Expr::ThreadIdx,
+        )
+    }
+
+    /// Element (`row`, `col`) of the GEMM's output exists.
+    fn valid(&self, row: Expr, col: Expr) -> Vec<Cond> {
+        let view = &self.gemm.view;
+        let mut valid: Vec<Cond> = self
+            .scope
+            .bound(&row, 0, view.m as i64)
+            .into_iter()
+            .collect();
+        valid.extend(self.scope.bound(&col, 0, view.n as i64));
+        valid
+    }
+
+    /// Where this thread's accumulators of output tile `tile` lie, bound in `out`.
+    fn place(&mut self, out: &mut Vec<Stmt>, tile: Expr, wg: &Expr) -> Place {
+        let (batch, m0, n0) = self.origin(out, tile);
         let (t, c) = (self.t, self.c);
         let view = &self.gemm.view;
         let layout = WgmmaAtom::accumulator(i64::from(t.block_n));
         let lane = self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS);
-        let part = |scope: &Scope, terms, index, x: &Expr| {
-            fragment::part(scope, terms, index, x.clone()).unwrap_or(Expr::Const(0))
-        };
         let row0 = self.scope.sum([
-            m0.clone(),
+            m0,
             self.scope.mul(wg.clone(), i64::from(t.consumer_m())),
             part(&self.scope, layout.row, Index::Lane, &lane),
         ]);
-        let row0 = bind(&mut self.scope, &mut out, "lane_row", row0);
-        let col0 = self.scope.add(
-            n0.clone(),
-            part(&self.scope, layout.column, Index::Lane, &lane),
-        );
-        let col0 = bind(&mut self.scope, &mut out, "lane_col", col0);
+        let row0 = bind(&mut self.scope, out, "lane_row", row0);
+        let col0 = self
+            .scope
+            .add(n0, part(&self.scope, layout.column, Index::Lane, &lane));
+        let col0 = bind(&mut self.scope, out, "lane_col", col0);
         let (batch_ext, batch_names) = axis_extents(c, &view.batch_axes);
-        let batch_coords = decompose(&mut self.scope, &mut out, batch, &batch_ext, &batch_names);
-        // Values 2j and 2j + 1 are neighbouring columns: one store for both where the
-        // output's columns are contiguous and even in number (so the pair is aligned).
-        let last_axis = c.spatial.len() - 1;
-        let width: i64 = if view.n_axes == [last_axis] && view.n.is_multiple_of(2) {
-            2
-        } else {
-            1
-        };
+        let batch = decompose(&mut self.scope, out, batch, &batch_ext, &batch_names);
+        Place { batch, row0, col0 }
+    }
+
+    /// Loops over this thread's accumulators, `width` neighbouring columns at a time,
+    /// around what `make` builds for each: given its output row, column and
+    /// accumulator index.
+    fn values(
+        &mut self,
+        place: &Place,
+        width: i64,
+        make: impl FnOnce(&mut Self, (Expr, Expr, Expr)) -> Vec<Stmt>,
+    ) -> Vec<Stmt> {
+        let t = self.t;
+        let layout = WgmmaAtom::accumulator(i64::from(t.block_n));
         let vi = (t.m_atoms > 1).then(|| self.scope.var("ti", 0, i64::from(t.m_atoms) - 1));
         let ve = self.scope.var("e", 0, layout.values / width - 1);
         let (i, e) = (
@@ -446,26 +538,56 @@ impl WgmmaLowering<'_> {
         );
         let s = &self.scope;
         let row = s.sum([
-            row0,
+            place.row0.clone(),
             s.mul(i.clone(), i64::from(ATOM_M)),
             part(s, layout.row, Index::Value, &e),
         ]);
-        let col = s.add(col0, part(s, layout.column, Index::Value, &e));
+        let col = s.add(place.col0.clone(), part(s, layout.column, Index::Value, &e));
         let acc = s.add(s.mul(i, layout.values), e);
-        let body = gemm_store(
-            &mut self.scope,
-            c,
-            view,
-            &batch_coords,
-            (row, col, acc, width as u32),
-            None,
-        );
-        out.extend(wrap_loops(
+        let body = make(self, (row, col, acc));
+        wrap_loops(
             &[vi, Some(ve)],
             &[i64::from(t.m_atoms), layout.values / width],
             |_| true,
             body,
-        ));
-        out
+        )
     }
+
+    /// The epilogue: each thread's accumulators of its warpgroup's MMAs through the
+    /// fused bias and ReLU into the output, two neighbouring columns per store where
+    /// the output's columns are contiguous and even in number (so the pair is
+    /// aligned).
+    fn epilogue(&mut self, place: &Place) -> Vec<Stmt> {
+        let c = self.c;
+        let view = &self.gemm.view;
+        let last_axis = c.spatial.len() - 1;
+        let width: i64 = if view.n_axes == [last_axis] && view.n.is_multiple_of(2) {
+            2
+        } else {
+            1
+        };
+        self.values(place, width, |l, (row, col, acc)| {
+            gemm_store(
+                &mut l.scope,
+                c,
+                &l.gemm.view,
+                &place.batch,
+                (row, col, acc, width as u32),
+                None,
+            )
+        })
+    }
+}
+
+/// Where a thread's accumulators lie in the output: the tile's batch coordinates and
+/// the thread's first row and column.
+struct Place {
+    batch: Vec<Expr>,
+    row0: Expr,
+    col0: Expr,
+}
+
+/// The part of `x` that `terms` of a fragment layout make of index kind `index`.
+fn part(scope: &Scope, terms: &[crate::atom::Term], index: Index, x: &Expr) -> Expr {
+    fragment::part(scope, terms, index, x.clone()).unwrap_or(Expr::Const(0))
 }
