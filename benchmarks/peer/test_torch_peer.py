@@ -159,6 +159,95 @@ class Shapes(unittest.TestCase):
         self.assertEqual(tp.flops(bmm), 2 * 2 * 3 * 5 * 7)
 
 
+def box(dtype, dims, strides, boxed, swizzle):
+    """A TensorBox JSON object as serde writes it."""
+    return {"dtype": dtype, "dims": dims, "strides": strides, "boxed": boxed,
+            "swizzle": swizzle}
+
+
+# A of a 4096³ fp16 matmul, K-major: 128 rows by 64 of K, one 128-byte swizzled row
+# (TensorBox::matrix(Fp16, 4096, 4096, 4096, 1, 0, 128, 64, Swizzle::B128)).
+A_FP16 = box("fp16", [4096, 4096], [8192], [64, 128], "b128")
+# A batched bf16 operand: 8 matrices of 512 rows of 256 (TensorBox::matrix(Bf16, 512,
+# 256, 256, 8, 512 * 256, 64, 64, Swizzle::B128)).
+A_BF16_BATCHED = box("bf16", [256, 512, 8], [512, 512 * 256 * 2], [64, 64, 1], "b128")
+
+
+class TensorMaps(unittest.TestCase):
+    ADDRESS = 0x7F00_0000_0200
+
+    def test_a_2d_fp16_k_major_box(self):
+        (dtype, rank, address, dims, strides, boxed, element_strides, interleave, swizzle,
+         l2_promotion, oob_fill) = tp.tensor_map_encode_args(A_FP16, self.ADDRESS)
+        self.assertEqual(dtype, 6)  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+        self.assertEqual(rank, 2)
+        self.assertEqual(address, self.ADDRESS)
+        self.assertEqual(dims, (4096, 4096))
+        self.assertEqual(strides, (8192,))
+        self.assertEqual(boxed, (64, 128))
+        self.assertEqual(element_strides, (1, 1))
+        self.assertEqual(interleave, 0)  # CU_TENSOR_MAP_INTERLEAVE_NONE
+        self.assertEqual(swizzle, 3)  # CU_TENSOR_MAP_SWIZZLE_128B
+        self.assertEqual(l2_promotion, 2)  # CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+        self.assertEqual(oob_fill, 0)  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
+
+    def test_a_3d_batched_bf16_box(self):
+        self.assertEqual(tp.tensor_map_encode_args(A_BF16_BATCHED, self.ADDRESS),
+                         (9, 3, self.ADDRESS, (256, 512, 8), (512, 262144), (64, 64, 1),
+                          (1, 1, 1), 0, 3, 2, 0))
+
+    def test_every_type_and_swizzle(self):
+        for dtype, code in (("f32", 7), ("tf32", 11), ("fp16", 6), ("bf16", 9)):
+            args = tp.tensor_map_encode_args(box(dtype, [64], [], [8], "none"), 256)
+            self.assertEqual((args[0], args[1], args[4], args[8]), (code, 1, (), 0))
+        for swizzle, code, width in (("none", 0, 256), ("b32", 1, 16), ("b64", 2, 32),
+                                     ("b128", 3, 64)):
+            args = tp.tensor_map_encode_args(box("fp16", [256, 4], [512], [width, 4],
+                                                 swizzle), 256)
+            self.assertEqual(args[8], code)
+
+    def test_boxes_that_break_the_rules_are_refused(self):
+        bad = {
+            "rank": box("fp16", [], [], [], "none"),
+            "six dimensions": box("fp16", [8] * 6, [16] * 5, [8] * 6, "none"),
+            "one stride too many": box("fp16", [64, 64], [128, 128], [64, 64], "none"),
+            "box length": box("fp16", [64, 64], [128], [64], "none"),
+            "stride not a multiple of 16": box("fp16", [555, 333], [1110], [64, 64], "b128"),
+            "stride 2^40": box("fp16", [64, 64], [1 << 40], [64, 64], "none"),
+            "zero extent": box("fp16", [0, 64], [128], [64, 64], "none"),
+            "extent above 2^32": box("fp16", [64, (1 << 32) + 1], [128], [64, 64], "none"),
+            "box above 256": box("fp16", [4096, 4096], [8192], [64, 512], "none"),
+            "zero box": box("fp16", [4096, 4096], [8192], [64, 0], "none"),
+            "inner box not 16 bytes": box("fp16", [4096, 4096], [8192], [4, 64], "none"),
+            "inner box wider than its swizzle": box("fp16", [4096, 4096], [8192],
+                                                    [128, 64], "b128"),
+            "dtype": box("fp8", [64], [], [16], "none"),
+            "swizzle": box("fp16", [64], [], [8], "128B"),
+            "negative": box("fp16", [-64], [], [8], "none"),
+            "boolean": box("fp16", [True], [], [8], "none"),
+            "not a list": box("fp16", 64, [], [8], "none"),
+            "not an object": [64],
+        }
+        for name, tensor in bad.items():
+            with self.subTest(name), self.assertRaises(ValueError):
+                tp.tensor_map_encode_args(tensor, self.ADDRESS)
+        for address in (0, self.ADDRESS + 8, -256, None):
+            with self.subTest(address=address), self.assertRaises(ValueError):
+                tp.tensor_map_encode_args(A_FP16, address)
+
+    def test_tensor_maps_name_buffers_of_the_kernel(self):
+        maps = tp.parse_tensor_maps([{"buffer": 1, "tensor": A_BF16_BATCHED},
+                                     {"buffer": 0, "tensor": A_FP16}], 3, "here")
+        self.assertEqual([m.buffer for m in maps], [1, 0])
+        self.assertEqual(maps[1].tensor["boxed"], (64, 128))
+        self.assertEqual(tp.parse_tensor_maps(None, 3, "here"), ())
+        for value in ({"buffer": 0, "tensor": A_FP16}, [{"buffer": 3, "tensor": A_FP16}],
+                      [{"buffer": -1, "tensor": A_FP16}], [{"buffer": "0", "tensor": A_FP16}],
+                      [{"buffer": 0}], [A_FP16]):
+            with self.subTest(value=value), self.assertRaises(ValueError):
+                tp.parse_tensor_maps(value, 3, "here")
+
+
 class ExactValues(unittest.TestCase):
     def check(self, plan, reduction, bias):
         terms = plan.weight_nonzeros if plan.weight_nonzeros is not None else reduction
@@ -406,6 +495,54 @@ class Inputs(unittest.TestCase):
         self.assertEqual([c.launch.grid for c in found], [(4, 3, 2)])
         self.assertIn("clusters of [2, 1, 1]", skipped[0]["reason"])
 
+    MATMUL = {"op": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "fp16",
+              "out_dtype": "fp16"}
+    MATMUL_KEY = "matmul_m4096_n4096_k4096_fp16_out_fp16"
+    MAPS = [{"buffer": 0, "tensor": A_FP16},
+            {"buffer": 1, "tensor": box("fp16", [4096, 4096], [8192], [64, 256], "b128")}]
+
+    def test_deploy_workspace_and_tensor_maps(self):
+        image = b"\x7fELF w"
+        wgmma = self.entry(self.MATMUL_KEY, self.MATMUL, "cubins/w.cubin", image)
+        wgmma["launch"].update(target="arch_specific", workspace_bytes=4096,
+                               tensor_maps=self.MAPS)
+        plain = self.entry(self.KEY, self.TASK, "cubins/a.cubin", b"\x7fELF a")
+        broken = []
+        for changes in ({"workspace_bytes": -1}, {"workspace_bytes": 1.5},
+                        {"workspace_bytes": None}, {"tensor_maps": {"buffer": 0}},
+                        {"tensor_maps": [{"buffer": 3, "tensor": A_FP16}]},
+                        {"tensor_maps": [{"buffer": 0, "tensor": box(
+                            "fp16", [4096, 4096], [8192, 16], [64, 128], "b128")}]},
+                        {"tensor_maps": [{"buffer": 0, "tensor": box(
+                            "fp16", [4096, 4096], [8200], [64, 128], "b128")}]},
+                        {"tensor_maps": [{"buffer": 0, "tensor": box(
+                            "fp16", [4096, 4096], [8192], [64, 512], "b128")}]}):
+            entry = self.entry(self.MATMUL_KEY, self.MATMUL, "cubins/w.cubin", image)
+            entry["launch"].update(changes)
+            broken.append(entry)
+        self.write("index.json", {"version": 1, "entries": [wgmma, plain] + broken})
+        found, skipped = tp.load_deploy(self.dir)
+        self.assertEqual([c.key for c in found], [self.MATMUL_KEY, self.KEY])
+        w, a = found[0].launch, found[1].launch
+        self.assertEqual(w.workspace_bytes, 4096)
+        self.assertEqual([m.buffer for m in w.tensor_maps], [0, 1])
+        self.assertEqual(w.tensor_maps[0].tensor,
+                         {"dtype": "fp16", "dims": (4096, 4096), "strides": (8192,),
+                          "boxed": (64, 128), "swizzle": "b128"})
+        self.assertEqual(w.tensor_maps[1].tensor["boxed"], (64, 256))
+        self.assertEqual((a.workspace_bytes, a.tensor_maps), (0, ()))
+        reasons = [s["reason"] for s in skipped]
+        self.assertEqual(len(reasons), len(broken))
+        for reason in reasons:
+            self.assertTrue(reason.startswith("malformed entry: "), reason)
+        self.assertIn("workspace_bytes must be a non-negative integer", reasons[0])
+        self.assertIn("tensor_maps", reasons[3])
+        self.assertIn("buffer 3 is not the index of one of the kernel's 3 buffers",
+                      reasons[4])
+        self.assertIn("1 to 5 dimensions", reasons[5])
+        self.assertIn("stride 8200 bytes", reasons[6])
+        self.assertIn("box extent 512", reasons[7])
+
     def test_unreadable_index(self):
         with self.assertRaises(tp.InputError):
             tp.load_deploy(self.dir)
@@ -441,6 +578,34 @@ class Inputs(unittest.TestCase):
             tp.load_export(self.sidecar(cluster=[2, 1, 1]))
         found, _ = tp.load_export(self.sidecar(cluster=[1, 1, 1]))
         self.assertEqual(found.key, self.KEY)
+
+    def test_export_workspace_and_tensor_maps(self):
+        self.write("w.cubin", b"\x7fELF w")
+        self.write("k.cubin", b"\x7fELF k")
+        wgmma = dict(name="w.cubin", task=self.MATMUL_KEY, shape=self.MATMUL, dtype="fp16",
+                     out_dtype="fp16", arch="sm_90a")
+        found, skipped = tp.load_export(self.sidecar(workspace_bytes=8192,
+                                                     tensor_maps=self.MAPS, **wgmma))
+        self.assertEqual(skipped, [])
+        self.assertEqual(found.launch.workspace_bytes, 8192)
+        self.assertEqual([m.buffer for m in found.launch.tensor_maps], [0, 1])
+        self.assertEqual(found.launch.tensor_maps[0].tensor["strides"], (8192,))
+        self.assertEqual(found.compute_capability, (9, 0))  # sm_90a runs on sm_90
+        # The exporter writes both fields always: 0 and [] when there are none.
+        found, _ = tp.load_export(self.sidecar(workspace_bytes=0, tensor_maps=[]))
+        self.assertEqual((found.launch.workspace_bytes, found.launch.tensor_maps), (0, ()))
+        found, _ = tp.load_export(self.sidecar())
+        self.assertEqual((found.launch.workspace_bytes, found.launch.tensor_maps), (0, ()))
+        for changes in ({"workspace_bytes": -8}, {"workspace_bytes": "8192"},
+                        {"tensor_maps": "none"},
+                        {"tensor_maps": [{"buffer": 2, "tensor": A_FP16}, {"buffer": 3}]},
+                        {"tensor_maps": [{"buffer": 0, "tensor": box(
+                            "fp16", [4096, 4096], [], [64, 128], "b128")}]},
+                        {"tensor_maps": [{"buffer": 0, "tensor": box(
+                            "fp16", [4096, 4096], [8192], [64, 128], "128B")}]}):
+            with self.subTest(changes=changes), self.assertRaises(tp.InputError) as e:
+                tp.load_export(self.sidecar(**dict(wgmma, **changes)))
+            self.assertIn("export sidecar", str(e.exception))
 
     def test_foreign_sidecars(self):
         self.write("k.cubin", b"\x7fELF k")

@@ -11,7 +11,11 @@ already have in PyTorch?" in one process, on one GPU, on the same buffers:
   `tilesched export --format cubin` sidecars (`--export FILE.json ...`); each cubin is
   loaded with the CUDA driver API (ctypes on libcuda) into PyTorch's own context and
   launched on PyTorch's current stream, so PyTorch tensors are its buffers and its
-  launches can be captured in a CUDA graph like any PyTorch work;
+  launches can be captured in a CUDA graph like any PyTorch work; a kernel takes one
+  device pointer per buffer (inputs, bias if any, output), then, where its launch says
+  so, a pointer to a workspace (`workspace_bytes`, zeroed once per loaded kernel) and
+  one 128-byte TMA tensor map by value per `tensor_maps` entry (the `wgmma` sketch's
+  sm_90a kernels), encoded for each buffer set's own buffers;
 - every output is checked exactly: inputs are small integers chosen so that every
   partial sum is an integer exact in every type involved, and our output must equal a
   float64 reference bit for bit (PyTorch's own error is recorded, not judged);
@@ -30,9 +34,9 @@ Exit status: 0 when every kernel was exact, 1 when one was wrong or failed (the 
 still written), 2 with one line on stderr for bad arguments, unreadable inputs, or no
 torch / no CUDA.
 
-The pure parts (task parsing, shapes, the value rule, rotation sizing, statistics,
-markdown) import without torch, so that they can be tested on any machine
-(test_torch_peer.py beside this file); torch is imported inside `main`.
+The pure parts (task parsing, shapes, the value rule, tensor map arguments, rotation
+sizing, statistics, markdown) import without torch, so that they can be tested on any
+machine (test_torch_peer.py beside this file); torch is imported inside `main`.
 """
 
 import argparse
@@ -283,6 +287,125 @@ def set_bytes(task):
 
 
 # --------------------------------------------------------------------------------------
+# TMA tensor maps (mirrors schedule/src/atom/tma.rs TensorBox and its rules,
+# schedule/src/launch.rs TensorMapArg, gpu/src/tensor_map.rs encode)
+# --------------------------------------------------------------------------------------
+
+TMA_MAX_RANK = 5
+TMA_MAX_BOX = 256  # elements of a box along one dimension
+TMA_ALIGNMENT = 16  # bytes: global addresses, strides, a box's inner extent
+# Swizzle as serde writes it (snake_case of schedule::atom::wgmma::Swizzle) -> the span
+# of one swizzled row in bytes (None: no swizzle, no limit).
+SWIZZLE_SPAN = {"none": None, "b32": 32, "b64": 64, "b128": 128}
+# The driver's enum values (cuda.h; cudarc's driver::sys), chosen as
+# gpu/src/tensor_map.rs chooses them. Data types: FLOAT32, TFLOAT32, FLOAT16, BFLOAT16.
+CU_TENSOR_MAP_DATA_TYPE = {"f32": 7, "tf32": 11, "fp16": 6, "bf16": 9}
+CU_TENSOR_MAP_SWIZZLE = {"none": 0, "b32": 1, "b64": 2, "b128": 3}  # NONE, 32B, 64B, 128B
+CU_TENSOR_MAP_INTERLEAVE_NONE = 0
+CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2
+CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0  # out-of-bounds elements read as zeros
+TENSOR_MAP_BYTES = 128  # a CUtensorMap: 16 opaque 64-bit words, passed by value
+TENSOR_MAP_ALIGN = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMapArg:
+    """A kernel parameter after the buffers (and workspace): the tensor map of buffer
+    `buffer` (its index among the kernel's buffer parameters, inputs first), encoded
+    from `tensor` (a checked TensorBox JSON object) and that buffer's address."""
+
+    buffer: int
+    tensor: dict
+
+
+def _uint_list(value, name, where):
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise ValueError(f"{where}: {name} {value!r} is not a list of non-negative integers")
+    return tuple(value)
+
+
+def parse_tensor_box(obj, where="tensor box"):
+    """A TensorBox JSON object, checked against TMA's rules as TensorBox::check checks
+    it: {"dtype", "dims" (innermost first, elements), "strides" (bytes, every dimension
+    but the innermost), "boxed" (elements), "swizzle"}. Returns a normalized copy
+    (tuples); a malformed box is a ValueError."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: a tensor box is a JSON object, got {obj!r}")
+    dtype, swizzle = obj.get("dtype"), obj.get("swizzle")
+    if dtype not in CU_TENSOR_MAP_DATA_TYPE:
+        raise ValueError(f"{where}: dtype {dtype!r} is not one of {DTYPES}")
+    if swizzle not in SWIZZLE_SPAN:
+        raise ValueError(f"{where}: swizzle {swizzle!r} is not one of {tuple(SWIZZLE_SPAN)}")
+    dims = _uint_list(obj.get("dims"), "dims", where)
+    strides = _uint_list(obj.get("strides"), "strides", where)
+    boxed = _uint_list(obj.get("boxed"), "boxed", where)
+    rank = len(dims)
+    if not 1 <= rank <= TMA_MAX_RANK or len(boxed) != rank or len(strides) + 1 != rank:
+        raise ValueError(f"{where}: a tensor map has 1 to {TMA_MAX_RANK} dimensions with one "
+                         f"box extent each and one stride fewer, got dims {list(dims)}, "
+                         f"strides {list(strides)}, boxed {list(boxed)}")
+    for dim, extent in enumerate(dims):
+        if not 1 <= extent <= 1 << 32:
+            raise ValueError(f"{where}: extent {extent} of dimension {dim} is 0 or above 2^32")
+    for dim, stride in enumerate(strides, start=1):
+        if stride % TMA_ALIGNMENT or stride >= 1 << 40:
+            raise ValueError(f"{where}: stride {stride} bytes of dimension {dim} is not a "
+                             "multiple of 16 (or is 2^40 or more)")
+    for dim, extent in enumerate(boxed):
+        if not 1 <= extent <= TMA_MAX_BOX:
+            raise ValueError(f"{where}: box extent {extent} of dimension {dim} is 0 or "
+                             f"above {TMA_MAX_BOX}")
+    inner = boxed[0] * ELEMENT_BYTES[dtype]
+    span = SWIZZLE_SPAN[swizzle]
+    if inner % TMA_ALIGNMENT or (span is not None and inner > span):
+        raise ValueError(f"{where}: the box's inner extent is {inner} bytes: not a multiple "
+                         f"of 16, or wider than its swizzle {swizzle}")
+    return {"dtype": dtype, "dims": dims, "strides": strides, "boxed": boxed,
+            "swizzle": swizzle}
+
+
+def parse_tensor_maps(value, buffers, where):
+    """The `tensor_maps` of a launch (absent or None: none) for a kernel of `buffers`
+    buffer parameters: a tuple of TensorMapArg; a malformed list is a ValueError."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: tensor_maps {value!r} is not a list")
+    maps = []
+    for i, entry in enumerate(value):
+        at = f"{where}: tensor map {i}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{at} is not a JSON object")
+        buffer = entry.get("buffer")
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or \
+                not 0 <= buffer < buffers:
+            raise ValueError(f"{at}: buffer {buffer!r} is not the index of one of the "
+                             f"kernel's {buffers} buffers")
+        maps.append(TensorMapArg(buffer, parse_tensor_box(entry.get("tensor"), at)))
+    return tuple(maps)
+
+
+def tensor_map_encode_args(tensor, address):
+    """The arguments of cuTensorMapEncodeTiled after its first (the map written) for
+    the TensorBox JSON `tensor` at device address `address`, as gpu/src/tensor_map.rs
+    passes them: (data type, rank, global address, dims, strides, box dims, element
+    strides (all 1), interleave none, swizzle, L2 promotion 128B, OOB fill none).
+    Sequences are tuples of ints; a malformed box or a misaligned address is a
+    ValueError."""
+    tensor = parse_tensor_box(tensor)
+    if isinstance(address, bool) or not isinstance(address, int) or address <= 0 \
+            or address % TMA_ALIGNMENT:
+        raise ValueError(f"tensor map address {address!r} is not a device address "
+                         f"aligned to {TMA_ALIGNMENT} bytes")
+    rank = len(tensor["dims"])
+    return (CU_TENSOR_MAP_DATA_TYPE[tensor["dtype"]], rank, address, tensor["dims"],
+            tensor["strides"], tensor["boxed"], (1,) * rank, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE[tensor["swizzle"]], CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+
+
+# --------------------------------------------------------------------------------------
 # Exact values
 # --------------------------------------------------------------------------------------
 
@@ -335,6 +458,11 @@ class Launch:
     block: tuple
     dynamic_shared_bytes: int
     zero_output: bool
+    # Bytes of scratch the kernel takes as its parameter after the buffers (0: none),
+    # zeroed once before the first launch; every launch leaves it zeroed.
+    workspace_bytes: int = 0
+    # TensorMapArg per 128-byte tensor map parameter after that, in parameter order.
+    tensor_maps: tuple = ()
 
 
 @dataclasses.dataclass
@@ -400,6 +528,16 @@ def _refuse_clusters(launch, where):
                          "script cannot launch")
 
 
+def _launch_extras(launch, task, where):
+    """(workspace_bytes, tensor_maps) of a launch object (a deploy entry's `launch`, or
+    an export sidecar, where they are flattened in): both left out when there are
+    none."""
+    workspace = 0 if "workspace_bytes" not in launch else \
+        _uint_field(launch, "workspace_bytes", where)
+    maps = parse_tensor_maps(launch.get("tensor_maps"), len(buffer_specs(task)), where)
+    return workspace, maps
+
+
 def _task_of(shape, key, where):
     """The Task of a recorded shape whose key must be `key` (as runtime::params_of)."""
     task = parse_task(shape, where)
@@ -440,7 +578,8 @@ def load_deploy(directory):
             launch = Launch(_dim3(launch.get("grid"), "grid", where),
                             (_uint_field(launch, "block", where), 1, 1),
                             _uint_field(launch, "dynamic_shared_bytes", where),
-                            bool(launch.get("zero_output", False)))
+                            bool(launch.get("zero_output", False)),
+                            *_launch_extras(launch, task, where))
             kernel, cubin = entry.get("kernel"), entry.get("cubin")
             if not isinstance(kernel, str) or not isinstance(cubin, str):
                 raise ValueError("the entry lacks its kernel name or cubin path")
@@ -503,7 +642,8 @@ def load_export(sidecar_path):
         _refuse_clusters(sidecar, sidecar_path)
         launch = Launch(dims[0], dims[1],
                         _uint_field(sidecar, "dynamic_shared_bytes", sidecar_path),
-                        bool(sidecar.get("zero_output", False)))
+                        bool(sidecar.get("zero_output", False)),
+                        *_launch_extras(sidecar, task, sidecar_path))
         if not isinstance(sidecar.get("kernel"), str):
             raise ValueError("no kernel name")
     except (TaskError, ValueError) as e:
@@ -514,6 +654,8 @@ def load_export(sidecar_path):
         image += b"\0"  # the driver reads PTX as a NUL-terminated string
     arch = sidecar.get("arch")
     cc = None
+    if isinstance(arch, str) and arch.endswith("a"):
+        arch = arch[:-1]  # sm_90a (target arch_specific) runs on sm_90 alone
     if isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit():
         cc = (int(arch[3:-1]), int(arch[-1]))
     return Candidate(key=key, task=task, kernel=sidecar["kernel"], launch=launch,
@@ -853,8 +995,25 @@ class CudaDriver:
                                 ctypes.c_void_p],
             "cuLaunchKernel": [ctypes.c_void_p] + [ctypes.c_uint] * 7
                               + [ctypes.c_void_p, c_void_pp, c_void_pp],
+            # The workspace (cuda.h maps these names to their _v2 symbols).
+            "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+            "cuMemFree_v2": [ctypes.c_uint64],
+            "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t],
+            "cuCtxSynchronize": [],
         }
-        for name, argtypes in signatures.items():
+        # CUDA 12 drivers and later; only kernels that take tensor maps need it.
+        optional = {
+            "cuTensorMapEncodeTiled": [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint,
+                                       ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
+                                       ctypes.POINTER(ctypes.c_uint64),
+                                       ctypes.POINTER(ctypes.c_uint32),
+                                       ctypes.POINTER(ctypes.c_uint32)]
+                                      + [ctypes.c_uint] * 4,
+        }
+        self.has_tensor_maps = hasattr(lib, "cuTensorMapEncodeTiled")
+        for name, argtypes in list(signatures.items()) + list(optional.items()):
+            if name in optional and not hasattr(lib, name):
+                continue
             fn = getattr(lib, name)
             fn.argtypes = argtypes
             fn.restype = ctypes.c_int
@@ -882,6 +1041,23 @@ class CudaDriver:
             self.check(self.lib.cuCtxSetCurrent(primary), "cuCtxSetCurrent")
         self.device = device.value
 
+    def encode_tensor_map(self, at, tensor, address):
+        """Encodes the tensor map of TensorBox `tensor` at device address `address` into
+        the 128 bytes at host address `at` (64-byte aligned)."""
+        if not self.has_tensor_maps:
+            raise CudaError("cuTensorMapEncodeTiled: this driver predates tensor maps "
+                            "(CUDA 12)")
+        (dtype, rank, address, dims, strides, boxed, element_strides, interleave, swizzle,
+         l2_promotion, oob_fill) = tensor_map_encode_args(tensor, address)
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        self.check(self.lib.cuTensorMapEncodeTiled(
+            at, dtype, rank, address, (u64 * rank)(*dims), (u64 * max(1, rank - 1))(*strides),
+            (u32 * rank)(*boxed), (u32 * rank)(*element_strides), interleave, swizzle,
+            l2_promotion, oob_fill),
+            f"cuTensorMapEncodeTiled({tensor['dtype']}, dims {list(tensor['dims'])}, "
+            f"strides {list(tensor['strides'])}, box {list(tensor['boxed'])}, "
+            f"swizzle {tensor['swizzle']})")
+
     def attribute(self, attribute):
         value = ctypes.c_int()
         self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(value), attribute, self.device),
@@ -891,13 +1067,19 @@ class CudaDriver:
 
 class LoadedKernel:
     """One cubin's kernel in the current context, launched with the tilesched calling
-    convention: one device pointer per buffer (input, weight, bias if any, output), no
-    other parameter; the output zeroed on the same stream first where the kernel adds
-    into it (runtime::Kernel::launch, gpu::buffers::BufferSets::launch)."""
+    convention (runtime::Kernel::launch, gpu::buffers::BufferSets::launch,
+    gpu::cuda::Context::launch_mapped): one device pointer per buffer (input, weight,
+    bias if any, output); then, where the launch has `workspace_bytes`, one pointer to
+    that much scratch, allocated and zeroed once here (every launch leaves it zeroed;
+    launches are sequential on one stream, so they share it); then, per entry of the
+    launch's `tensor_maps`, a 128-byte CUtensorMap by value, encoded in `bind` for that
+    buffer set's buffer. The output is zeroed on the same stream first where the kernel
+    adds into it (`zero_output`)."""
 
     def __init__(self, driver, candidate):
         self.driver = driver
         self.launch = candidate.launch
+        self.workspace = 0  # device address of the scratch, 0 when none
         self.image = ctypes.create_string_buffer(candidate.image, len(candidate.image))
         self.module = ctypes.c_void_p()
         driver.check(driver.lib.cuModuleLoadData(ctypes.byref(self.module), self.image),
@@ -912,22 +1094,52 @@ class LoadedKernel:
                 self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 self.launch.dynamic_shared_bytes),
                 "cuFuncSetAttribute(max dynamic shared memory)")
+            if self.launch.tensor_maps and not driver.has_tensor_maps:
+                raise CudaError("cuTensorMapEncodeTiled: this driver predates tensor maps "
+                                "(CUDA 12), which the kernel takes")
+            if self.launch.workspace_bytes:
+                lib, size = driver.lib, self.launch.workspace_bytes
+                workspace = ctypes.c_uint64()
+                driver.check(lib.cuMemAlloc_v2(ctypes.byref(workspace), size),
+                             f"cuMemAlloc({size} B workspace)")
+                self.workspace = workspace.value
+                driver.check(lib.cuMemsetD8_v2(self.workspace, 0, size),
+                             "cuMemsetD8(workspace)")
+                # Zeroed before any stream (blocking or not) launches the kernel.
+                driver.check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
         except CudaError:
             self.unload()
             raise
 
     def bind(self, pointers, output_bytes):
-        """The launch arguments of one buffer set, built once (the driver copies the
-        values at each launch, so they are reused)."""
-        values = (ctypes.c_uint64 * len(pointers))(*pointers)
-        base = ctypes.addressof(values)
+        """The launch arguments of one buffer set (`pointers`: its buffers' device
+        addresses in parameter order), built once (the driver copies the values at each
+        launch, so they are reused): the buffers' pointers, the workspace's, then the
+        tensor maps encoded for this set's buffers. Returns (the ctypes objects the
+        parameters point into, kept alive with it; the parameter array; the output's
+        address, the last buffer's; the output's bytes)."""
+        words = list(pointers) + ([self.workspace] if self.workspace else [])
+        values = (ctypes.c_uint64 * len(words))(*words)
         size = ctypes.sizeof(ctypes.c_uint64)
-        params = (ctypes.c_void_p * len(pointers))(*[base + i * size
-                                                      for i in range(len(pointers))])
-        return values, params, pointers[-1], output_bytes
+        addresses = [ctypes.addressof(values) + i * size for i in range(len(words))]
+        maps = None
+        if self.launch.tensor_maps:
+            count = len(self.launch.tensor_maps)
+            maps = ctypes.create_string_buffer(count * TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN)
+            first = ctypes.addressof(maps)
+            first += -first % TENSOR_MAP_ALIGN
+            for i, arg in enumerate(self.launch.tensor_maps):
+                if arg.buffer >= len(pointers):
+                    raise CudaError(f"tensor map {i} describes buffer {arg.buffer} of "
+                                    f"{len(pointers)}")
+                at = first + i * TENSOR_MAP_BYTES
+                self.driver.encode_tensor_map(at, arg.tensor, pointers[arg.buffer])
+                addresses.append(at)
+        params = (ctypes.c_void_p * len(addresses))(*addresses)
+        return (values, maps), params, pointers[-1], output_bytes
 
     def __call__(self, bound, stream):
-        values, params, output, output_bytes = bound
+        _, params, output, output_bytes = bound
         lib, check = self.driver.lib, self.driver.check
         if self.launch.zero_output:
             check(lib.cuMemsetD8Async(output, 0, output_bytes, stream), "cuMemsetD8Async")
@@ -937,9 +1149,15 @@ class LoadedKernel:
               "cuLaunchKernel")
 
     def unload(self):
-        if self.module:
-            self.driver.check(self.driver.lib.cuModuleUnload(self.module), "cuModuleUnload")
-            self.module = ctypes.c_void_p()
+        """Frees the workspace and unloads the module (once the stream is idle)."""
+        try:
+            if self.workspace:
+                workspace, self.workspace = self.workspace, 0
+                self.driver.check(self.driver.lib.cuMemFree_v2(workspace), "cuMemFree")
+        finally:
+            if self.module:
+                module, self.module = self.module, ctypes.c_void_p()
+                self.driver.check(self.driver.lib.cuModuleUnload(module), "cuModuleUnload")
 
 
 # --------------------------------------------------------------------------------------
@@ -1277,7 +1495,9 @@ def run_task(torch, driver, timer, candidate, args, count, l2_bytes):
         "flops": flops(task),
         "launch": {"grid": list(candidate.launch.grid), "block": list(candidate.launch.block),
                    "dynamic_shared_bytes": candidate.launch.dynamic_shared_bytes,
-                   "zero_output": candidate.launch.zero_output},
+                   "zero_output": candidate.launch.zero_output,
+                   "workspace_bytes": candidate.launch.workspace_bytes,
+                   "tensor_maps": len(candidate.launch.tensor_maps)},
         "tuned_us": candidate.tuned_us,
         "values": {"magnitude": plan.magnitude, "weight_nonzeros_per_output":
                    plan.weight_nonzeros, "worst_case_abs_sum": plan.worst_case,

@@ -76,7 +76,8 @@ pub struct BufferSets {
     /// Each set holds the inputs, then the output; set 0 is the one checked.
     sets: Vec<Vec<Buffer>>,
     /// The scratch of kernels that take one (split-K), shared by every set: zeroed
-    /// when allocated, left zeroed by each launch, grown for a kernel that needs more.
+    /// when allocated and before each check, grown for a kernel that needs more. A
+    /// launch leaves its own semaphores zeroed, not another layout's.
     workspace: Mutex<Option<Buffer>>,
 }
 
@@ -160,13 +161,26 @@ impl BufferSets {
     /// for that set's buffers, zeroing its output first, on the same stream, when
     /// `config.zero_output` asks for it (a split-K kernel adds into its output): the
     /// zeroing is part of the operation, so it falls inside every timed run, as it
-    /// would in a network. The workspace is not: it is zeroed once, when allocated.
+    /// would in a network. The workspace is not: it is zeroed when allocated and
+    /// before a check (`check`), and each launch leaves it as it found it.
     pub fn launch(
         &self,
         ctx: &Context,
         function: &Function,
         config: &LaunchConfig,
         i: usize,
+    ) -> Result<(), CudaError> {
+        self.launch_zeroing(ctx, function, config, i, false)
+    }
+
+    /// `launch`, zeroing the workspace first when `fresh`.
+    fn launch_zeroing(
+        &self,
+        ctx: &Context,
+        function: &Function,
+        config: &LaunchConfig,
+        i: usize,
+        fresh: bool,
     ) -> Result<(), CudaError> {
         if config.zero_output {
             ctx.zero(self.output(i))?;
@@ -177,10 +191,17 @@ impl BufferSets {
         }
         let mut workspace = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
         let words = config.workspace_bytes.div_ceil(4) as usize;
-        if workspace.as_ref().is_none_or(|w| w.len < words) {
-            let fresh = ctx.alloc_typed(words, DType::F32)?;
-            ctx.zero(&fresh)?;
-            *workspace = Some(fresh);
+        match workspace.as_ref() {
+            Some(w) if w.len >= words => {
+                if fresh {
+                    ctx.zero(w)?;
+                }
+            }
+            _ => {
+                let w = ctx.alloc_typed(words, DType::F32)?;
+                ctx.zero(&w)?;
+                *workspace = Some(w);
+            }
         }
         params.extend(workspace.as_ref());
         ctx.launch_mapped(function, config, &params)
@@ -214,7 +235,9 @@ impl BufferSets {
     }
 
     /// Runs a candidate on set 0 like the reference and compares its output with
-    /// `expected` exactly: the first mismatch, if any.
+    /// `expected` exactly: the first mismatch, if any. Its workspace starts zeroed:
+    /// another kernel may have left partial sums where this one keeps its semaphores,
+    /// and every kernel is checked before it is timed.
     pub fn check(
         &self,
         ctx: &Context,
@@ -222,7 +245,7 @@ impl BufferSets {
         config: &LaunchConfig,
         expected: &[f32],
     ) -> Result<Option<Mismatch>, CudaError> {
-        let got = self.output_of(ctx, |_| self.launch(ctx, function, config, 0))?;
+        let got = self.output_of(ctx, |_| self.launch_zeroing(ctx, function, config, 0, true))?;
         Ok(first_mismatch(expected, &got))
     }
 }

@@ -95,8 +95,10 @@ pub enum Role {
     /// The result; written entirely by the launch.
     Output,
     /// Scratch of a split-K kernel (its semaphores and partial sums), last: the caller
-    /// zeroes it once before the first launch, and every launch leaves it zeroed.
-    /// Launches that may run at the same time (on different streams) need one each.
+    /// zeroes it once before the kernel's first launch, and every launch leaves its
+    /// semaphores zeroed. One per kernel: another kernel's partial sums may lie where
+    /// this one keeps its semaphores. Launches that may run at the same time (on
+    /// different streams) need one each.
     Workspace,
 }
 

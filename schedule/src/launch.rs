@@ -168,9 +168,10 @@ pub struct LaunchConfig {
     pub tensor_maps: Vec<TensorMapArg>,
     /// Bytes of device scratch the kernel takes as its parameter after the buffers
     /// (split-K's semaphores and partial sums, see `lower::wgmma`); 0 for none, and
-    /// then left out of the JSON. It must be zeroed before the first launch and not be
-    /// shared by launches that may run at the same time; every launch leaves it zeroed
-    /// where it found it zeroed, so it is zeroed once, not per launch.
+    /// then left out of the JSON. It must be zeroed before the kernel's first launch
+    /// and belong to this kernel alone (another's partial sums may lie where this one
+    /// keeps its semaphores), not shared by launches that may run at the same time;
+    /// every launch leaves its semaphores zeroed, so it is zeroed once, not per launch.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub workspace_bytes: u64,
 }

@@ -60,7 +60,8 @@ struct Sidecar<'a> {
     /// Zero the output before every launch (split-K: the kernel adds into it).
     zero_output: bool,
     /// Bytes of scratch the kernel takes after its buffers (split-K through partial
-    /// sums): zeroed once before the first launch, left zeroed by every launch.
+    /// sums), this kernel's alone: zeroed once before its first launch, left zeroed by
+    /// every launch.
     workspace_bytes: u64,
     /// The TMA tensor maps it takes after that (`cuTensorMapEncodeTiled` arguments
     /// per buffer), in parameter order.

@@ -47,6 +47,9 @@ use crate::launch::{LaunchConfig, Target, TensorMapArg};
 use crate::task::{Contraction, Task};
 use crate::wgmma::{ATOM_M, TmaGemm, WgmmaTiling};
 
+/// Most partial sums a thread's fixup adds in one unrolled loop.
+const MAX_UNROLLED_ADDS: i64 = 512;
+
 /// Lowers a validated `wgmma` state of `task` with its reduction split `split_k` ways.
 pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
     let c = task.contraction();
@@ -458,7 +461,9 @@ impl WgmmaLowering<'_> {
             Stmt::For {
                 var: chunk,
                 extent: self.split_k,
-                unroll: false,
+                // Unrolled, every chunk's loads are in flight at once (the fixup is
+                // otherwise a chain of L2 round trips), up to a bound on code size.
+                unroll: self.split_k * i64::from(self.t.accumulators()) <= MAX_UNROLLED_ADDS,
                 body: adds,
             },
         ];
