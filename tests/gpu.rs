@@ -340,19 +340,34 @@ fn baselines_run_and_agree_with_our_kernels() {
 
 #[test]
 #[ignore = "needs a GPU (run by scripts/device-check)"]
-fn sass_random_legal_edits_of_the_resnet_kernels_are_bit_exact() {
+fn sass_random_legal_edits_of_the_tuned_kernels_are_bit_exact() {
     use gpu::protocol::{KernelImage, MeasureRequest, Outcome};
     use gpu::{Pool, TimingConfig, WorkerCommand};
     use sass_stage::decode::cubin::Cubin;
     use sass_stage::legality::analysis::Kernel;
     use sass_stage::legality::moves::Action;
     // The best kernels of the committed ResNet tuning runs: float32 CUDA-core kernels
-    // (batch 1) and fp16 NHWC tensor-core kernels (batch 8).
+    // (batch 1) and fp16 NHWC tensor-core kernels (batch 8); on Hopper also the fp16
+    // matmul set's, seven of them `wgmma` kernels (HGMMA, UTMALDG, SYNCS, their tensor
+    // maps and split-K workspace launched by the worker). With their task counts.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let logs = [
-        "benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz",
-        "benchmarks/results/h100-2026-11-23/resnet-fp16-b8/tune-log.jsonl.gz",
+    let mut logs = vec![
+        ("benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz", 13),
+        (
+            "benchmarks/results/h100-2026-11-23/resnet-fp16-b8/tune-log.jsonl.gz",
+            13,
+        ),
     ];
+    let hopper = {
+        let ctx = gpu::cuda::Context::new(0).expect("a GPU");
+        gpu::DeviceInfo::query(&ctx).expect("device").compute_capability == (9, 0)
+    };
+    if hopper {
+        logs.push((
+            "benchmarks/results/h100-2026-11-26/matmul-fp16-hopper-420s/log.jsonl.gz",
+            8,
+        ));
+    }
     let dir = std::env::temp_dir().join(format!("tilesched-sass-walks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let command = WorkerCommand {
@@ -366,17 +381,18 @@ fn sass_random_legal_edits_of_the_resnet_kernels_are_bit_exact() {
         min_repeats: 1,
         max_repeats: 1,
     };
-    let (mut checked, mut moved) = (0, 0);
+    let (mut checked, mut moved, mut wgmma) = (0, 0, 0);
     let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
     let mut walk_seed = 0;
-    for relative in logs {
+    for (relative, tasks) in logs {
         let gz = root.join(relative);
         let ranked = records::Summarizer::new(&[]).keeping(records::KEEP);
         let summaries = records::read_summary(&gz, ranked).unwrap().tasks;
-        assert_eq!(summaries.len(), 13, "{relative}");
+        assert_eq!(summaries.len(), tasks, "{relative}");
         for s in &summaries {
             let (best, compiled) = records::best_kernel(s, &gz).unwrap();
             let k = best.kernel;
+            wgmma += usize::from(!k.launch.tensor_maps.is_empty());
             let cubin = Cubin::parse(compiled.cubin).unwrap();
             let kt = cubin.kernel(&k.name).unwrap();
             let lines = sass_stage::decode::disasm::disassemble(cubin.bytes(), &k.name).unwrap();
@@ -405,7 +421,7 @@ fn sass_random_legal_edits_of_the_resnet_kernels_are_bit_exact() {
                 let results = pool
                     .measure_all(
                         &[request],
-                        std::time::Duration::from_secs(10),
+                        std::time::Duration::from_secs(30),
                         &|_, _, _| {},
                     )
                     .unwrap();
@@ -451,9 +467,10 @@ fn sass_random_legal_edits_of_the_resnet_kernels_are_bit_exact() {
         }
     }
     println!(
-        "{checked} edited kernels checked bit for bit, {moved} instructions moved in all; actions by kind: {kinds:?}"
+        "{checked} edited kernels checked bit for bit ({wgmma} of the walked kernels wgmma ones), {moved} instructions moved in all; actions by kind: {kinds:?}"
     );
     assert!(moved > 0);
+    assert!(!hopper || wgmma >= 7, "{wgmma} wgmma kernels walked");
     assert_eq!(kinds.len(), sass_stage::legality::moves::KINDS, "{kinds:?}");
 }
 

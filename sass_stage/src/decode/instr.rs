@@ -58,6 +58,8 @@ pub struct Instruction {
     pub writes: Option<Space>,
     /// Guarded by a predicate (`@P0`, `@!P1`); `@!PT` (never executes) counts too.
     pub guarded: bool,
+    /// The guard's predicate register (None for none, and for `@PT`/`@!PT`).
+    pub guard: Option<Reg>,
     /// Source operand slots in order (the operand-reuse flags' slots a, b, c, …): the
     /// general register a plain register operand names, `None` for anything else
     /// (immediates, constants, addresses, predicates, negated or absolute operands, RZ).
@@ -157,9 +159,8 @@ impl Instruction {
 
         let mut defs = Vec::new();
         let mut uses = Vec::new();
-        if let Some(g) = &guard {
-            uses.extend(registers(g, 1));
-        }
+        let guard_register = guard.as_ref().and_then(|g| registers(g, 1).first().copied());
+        uses.extend(guard_register);
         let mut defining = !NO_DEST.contains(&base.as_str());
         let mut slots = Vec::new();
         for (i, operand) in operands.iter().enumerate() {
@@ -208,6 +209,7 @@ impl Instruction {
             reads,
             writes,
             guarded: guard.is_some(),
+            guard: guard_register,
             slots,
             target,
             labels: line.labels.clone(),

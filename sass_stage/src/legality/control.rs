@@ -516,6 +516,32 @@ mod tests {
         assert_eq!(nop.verify(&order), Err(Violation::NotEditable(2)));
     }
 
+    /// A predicate read as a guard keeps ptxas's 13 cycles even where the kernel reads
+    /// predicates as operands sooner (found on a `wgmma` kernel's epilogue, where 12
+    /// gave wrong results on an H100).
+    #[test]
+    fn a_guard_predicate_keeps_its_distance() {
+        let k = kernel_of(&[
+            ("ISETP.GT.AND P6, PT, R7, 0x37ff, PT", 13, 0),
+            ("@P6 LOP3.LUT R16, R16, 0x1, RZ, 0xfc, !PT", 4, 0),
+            ("ISETP.GT.AND P5, PT, R7, 0x37f7, PT", 5, 0),
+            ("SEL R3, R4, R5, P5", 4, 0),
+            ("EXIT", 5, 0),
+        ]);
+        let edited = |i: usize, stall: u8| {
+            let mut order = Order::identity(k.len());
+            let o = k.instructions[i].control;
+            let mut c = o;
+            c.stall = stall;
+            order.set_control(i, c, o);
+            k.verify(&order)
+        };
+        // The operand read pools at the table's 5; the guard read does not.
+        assert!(matches!(edited(0, 12), Err(Violation::Distance { .. })));
+        assert_eq!(edited(2, 5), Ok(()));
+        assert_eq!(k.instructions[1].guard, Some(crate::decode::instr::PRED_BASE + 6));
+    }
+
     #[test]
     fn yield_clears_reuse_and_reuse_set_needs_the_same_register_and_no_wait() {
         let k = kernel_of(&[

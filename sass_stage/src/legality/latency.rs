@@ -5,7 +5,10 @@
 //! in this kernel is a proven sufficient distance. A built-in table of sm_90 leads
 //! (shared/REFERENCE.md: integer ALU → ALU 6, → memory address 8, FP → FP 4,
 //! IMAD → IMAD 6, predicate → FP 5, predicate → branch or memory 13) raises that
-//! bound where the kernel offers few samples. A pair never needs more than it had
+//! bound where the kernel offers few samples. A predicate read as an instruction's
+//! guard is a class of its own, led like a branch's (13): a `wgmma` kernel's
+//! epilogue had `ISETP` → `@P6 LOP3` at ptxas's 13 cycles, and 12 gave wrong results
+//! on an H100, while predicates read as operands were pooled at 5. A pair never needs more than it had
 //! originally (ptxas's own schedule is legal), and a producer neither observed nor in
 //! the table keeps its original distance to each consumer.
 
@@ -21,6 +24,8 @@ pub enum Consumer {
     Memory,
     /// A branch or other control flow.
     Control,
+    /// The predicate guarding an instruction (`@P0 …`).
+    Guard,
     Other,
 }
 
@@ -40,6 +45,8 @@ impl Key {
     pub fn of(producer: &Instruction, consumer: &Instruction, register: Reg) -> Key {
         let kind = if consumer.ends_block() {
             Consumer::Control
+        } else if consumer.guard == Some(register) {
+            Consumer::Guard
         } else if consumer.accesses_memory() || consumer.variable_latency() {
             Consumer::Memory
         } else {
@@ -83,9 +90,9 @@ pub fn table(key: &Key) -> Option<u32> {
         return None;
     }
     Some(match (key.predicate, key.consumer) {
-        (true, Consumer::Memory | Consumer::Control) => 13,
+        (true, Consumer::Memory | Consumer::Control | Consumer::Guard) => 13,
         (true, Consumer::Other) => 5,
-        (false, Consumer::Memory | Consumer::Control) => 8,
+        (false, Consumer::Memory | Consumer::Control | Consumer::Guard) => 8,
         (false, Consumer::Other) if FP.contains(&p) => 4,
         (false, Consumer::Other) => 6,
     })
@@ -125,5 +132,6 @@ mod tests {
             Some(13)
         );
         assert_eq!(table(&key("STS:sb", Consumer::Other, false)), None);
+        assert_eq!(table(&key("ISETP.GT.AND", Consumer::Guard, true)), Some(13));
     }
 }
