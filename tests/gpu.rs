@@ -352,7 +352,10 @@ fn sass_random_legal_edits_of_the_tuned_kernels_are_bit_exact() {
     // maps and split-K workspace launched by the worker). With their task counts.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut logs = vec![
-        ("benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz", 13),
+        (
+            "benchmarks/results/h100-2026-11-22/resnet/tune-log.jsonl.gz",
+            13,
+        ),
         (
             "benchmarks/results/h100-2026-11-23/resnet-fp16-b8/tune-log.jsonl.gz",
             13,
@@ -360,7 +363,10 @@ fn sass_random_legal_edits_of_the_tuned_kernels_are_bit_exact() {
     ];
     let hopper = {
         let ctx = gpu::cuda::Context::new(0).expect("a GPU");
-        gpu::DeviceInfo::query(&ctx).expect("device").compute_capability == (9, 0)
+        gpu::DeviceInfo::query(&ctx)
+            .expect("device")
+            .compute_capability
+            == (9, 0)
     };
     if hopper {
         logs.push((

@@ -159,7 +159,9 @@ impl Instruction {
 
         let mut defs = Vec::new();
         let mut uses = Vec::new();
-        let guard_register = guard.as_ref().and_then(|g| registers(g, 1).first().copied());
+        let guard_register = guard
+            .as_ref()
+            .and_then(|g| registers(g, 1).first().copied());
         uses.extend(guard_register);
         let mut defining = !NO_DEST.contains(&base.as_str());
         let mut slots = Vec::new();

@@ -539,7 +539,10 @@ mod tests {
         // The operand read pools at the table's 5; the guard read does not.
         assert!(matches!(edited(0, 12), Err(Violation::Distance { .. })));
         assert_eq!(edited(2, 5), Ok(()));
-        assert_eq!(k.instructions[1].guard, Some(crate::decode::instr::PRED_BASE + 6));
+        assert_eq!(
+            k.instructions[1].guard,
+            Some(crate::decode::instr::PRED_BASE + 6)
+        );
     }
 
     #[test]
