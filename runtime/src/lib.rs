@@ -7,8 +7,8 @@
 //! it was measured on), checks each cubin's sha256 before loading it, and launches a
 //! task's kernel on device buffers and a stream the caller owns, zeroing the output
 //! first where the kernel adds into it (split-K with atomics); a kernel that splits
-//! through scratch takes a workspace the caller zeroes once (`Role::Workspace`). It depends on `gpu` alone: no search,
-//! no compiler, no cost model.
+//! through scratch takes a workspace the caller zeroes once (`Role::Workspace`). It
+//! depends on `gpu` alone: no search, no compiler, no cost model.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), runtime::RuntimeError> {

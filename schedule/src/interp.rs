@@ -542,20 +542,10 @@ impl Block<'_> {
     /// The warpgroups that run a warpgroup instruction: those with an active thread,
     /// which must be active whole.
     fn warpgroups_of(&self, active: &[bool]) -> Result<Vec<usize>, InterpError> {
-        let mut out = Vec::new();
-        for (w, threads) in active.chunks(WARPGROUP).enumerate() {
-            match (threads.iter().any(|&a| a), threads.iter().all(|&a| a)) {
-                (false, _) => {}
-                (true, true) if threads.len() == WARPGROUP => out.push(w),
-                _ => {
-                    return Err(InterpError::PartialWarpgroup {
-                        block: self.index,
-                        warpgroup: w,
-                    });
-                }
-            }
-        }
-        Ok(out)
+        whole_groups(active, WARPGROUP).map_err(|warpgroup| InterpError::PartialWarpgroup {
+            block: self.index,
+            warpgroup,
+        })
     }
 
     /// Operand element (`mn`, `k`) of a warpgroup MMA read by warpgroup `w` through
@@ -1224,17 +1214,11 @@ impl Block<'_> {
         (inputs, out, writes): (&Inputs, &mut [f32], &mut [u32]),
     ) -> Result<(), InterpError> {
         let mut last = vec![false; self.threads];
-        for (w, lanes) in active.chunks(32).enumerate() {
-            match (lanes.iter().any(|&a| a), lanes.iter().all(|&a| a)) {
-                (false, _) => continue,
-                (true, true) if lanes.len() == 32 => {}
-                _ => {
-                    return Err(InterpError::PartialWarp {
-                        block: self.index,
-                        warp: w,
-                    });
-                }
-            }
+        let warps = whole_groups(active, 32).map_err(|warp| InterpError::PartialWarp {
+            block: self.index,
+            warp,
+        })?;
+        for w in warps {
             let t0 = w * 32;
             let c = self.eval(counter, t0);
             let len = self.workspace.semaphores.len();
@@ -1286,6 +1270,20 @@ impl Block<'_> {
             .filter(|&i| (i as i64) < len)
             .ok_or(InterpError::Accumulator { index, len })
     }
+}
+
+/// The groups of `size` consecutive threads (warps, warpgroups) with an active thread,
+/// or the first that is active only in part.
+fn whole_groups(active: &[bool], size: usize) -> Result<Vec<usize>, usize> {
+    let mut out = Vec::new();
+    for (g, threads) in active.chunks(size).enumerate() {
+        match (threads.iter().any(|&a| a), threads.iter().all(|&a| a)) {
+            (false, _) => {}
+            (true, true) if threads.len() == size => out.push(g),
+            _ => return Err(g),
+        }
+    }
+    Ok(out)
 }
 
 /// The contraction evaluated from its definition: for each output element, the sum over

@@ -114,6 +114,10 @@ pub enum InvalidState {
         in_flight: u32,
         producer_warp: u32,
     },
-    #[error("{blocks} persistent blocks for {tiles} output tiles: fewer blocks than tiles, or 0")]
+    #[error("{blocks} persistent blocks for {tiles} units of work: fewer blocks than units, or 0")]
     WgmmaPersistent { blocks: u32, tiles: u64 },
+    #[error(
+        "a split-K workspace of {bytes} bytes: its partial sums are indexed in 32 bits; split less"
+    )]
+    WgmmaWorkspace { bytes: u64 },
 }

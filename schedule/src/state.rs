@@ -441,10 +441,12 @@ impl State {
     /// Thread blocks in the grid: one per output tile and reduction chunk (a
     /// persistent `wgmma` grid's own count).
     pub fn blocks(&self, c: &Contraction) -> u64 {
-        match (&self.wgmma, GemmView::of(c).ok()) {
-            (Some(w), Some(v)) => w.grid(&v, self.split_k).1,
-            _ => self.spatial_blocks(c) * u64::from(self.split_k),
-        }
+        let split = || self.spatial_blocks(c) * u64::from(self.split_k);
+        self.sketch(
+            split,
+            |_| split(),
+            |w| GemmView::of(c).map_or(1, |v| w.grid(&v, self.split_k).1),
+        )
     }
 
     /// The state as one line of JSON (its replayable form).

@@ -456,9 +456,9 @@ pub fn validate_wgmma(
         });
     }
     // Partial sums are indexed in 32-bit arithmetic.
-    let (_, workspace) = t.workspace(&gemm.view, split_k);
-    if workspace / 4 > i32::MAX as u64 {
-        return Err(InvalidState::Grid { blocks: units });
+    let (_, bytes) = t.workspace(&gemm.view, split_k);
+    if bytes / 4 > i32::MAX as u64 {
+        return Err(InvalidState::WgmmaWorkspace { bytes });
     }
     for input in 0..2 {
         gemm.tensor_box(c, t, input)?;
