@@ -5,10 +5,10 @@
 //! of independent `mma.sync` chains of the task's type (m16n8k16 fp16 or bf16 with f32
 //! accumulation, m16n8k8 TF32).
 //!
-//! On Hopper, fp16 and bf16 tasks also get the peak of `wgmma` (the warpgroup MMA that
-//! cuDNN and cuBLAS use for large problems, written from `schedule::atom::wgmma`), which
-//! is well above `mma.sync`'s; the roofline takes it where it was measured, so that no
-//! vendor routine passes 100% of it. TF32 keeps the `mma.sync` figure.
+//! On Hopper, tensor-core tasks also get the peak of `wgmma` (the warpgroup MMA that
+//! cuDNN and cuBLAS use for large problems, written from `schedule::atom::wgmma`: k16
+//! fp16 and bf16, k8 TF32), which is well above `mma.sync`'s; the roofline takes it
+//! where it was measured, so that no vendor routine passes 100% of it.
 
 use gpu::DeviceInfo;
 use gpu::cuda::{Context, CudaError, Function};
@@ -282,31 +282,34 @@ const WGMMA_N: i64 = 256;
 const WGMMA_STEPS: i64 = 4;
 
 /// The `wgmma` peak kernel of `dtype` and its name (`None` where the atom has no
-/// instruction for the type): each warpgroup multiplies the same 64×64 A and 256×64 B
-/// shared tiles (128-byte swizzle, small non-zero values) into its own accumulators,
-/// `WGMMA_STEPS` k16 instructions per iteration, one commit group in flight.
+/// instruction for the type): each warpgroup multiplies the same 64-row A and 256-row B
+/// shared tiles of 128 bytes of K (128-byte swizzle, small non-zero values) into its own
+/// accumulators,
+/// `WGMMA_STEPS` instructions (128 bytes of K) per iteration, one commit group in flight.
 pub fn wgmma_source(dtype: DType) -> Option<(String, String)> {
     let atom = WgmmaAtom::for_dtype(dtype)?;
     let name = format!("tilesched_peak_wgmma_{}", dtype.name());
     let k = atom.k * WGMMA_STEPS;
+    let bytes = atom.element_bytes;
     let layout = |rows| SharedTileLayout {
         rows,
         row_elements: k,
-        chunk_elements: 8,
+        chunk_elements: 16 / bytes,
         swizzle: true,
     };
-    let swizzle = Swizzle::of(&layout(atom.m), 2)?;
+    let swizzle = Swizzle::of(&layout(atom.m), bytes)?;
+    let element = dtype.c_type();
     let d = WgmmaAtom::accumulator(WGMMA_N);
     let threads = WGMMA_WARPGROUPS as i64 * WARPGROUP_THREADS;
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(const unsigned short* in, float* out, unsigned long long iters) {{"
+        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(const {element}* in, float* out, unsigned long long iters) {{"
     );
     for (tile, rows) in [("a_sh", atom.m), ("b_sh", WGMMA_N)] {
         let _ = writeln!(
             s,
-            "  __shared__ __align__(1024) unsigned short {tile}[{}];\n  for (int i = threadIdx.x; i < {}; i += {threads}) {tile}[i] = in[i % 8];",
+            "  __shared__ __align__(1024) {element} {tile}[{}];\n  for (int i = threadIdx.x; i < {}; i += {threads}) {tile}[i] = in[i % 8];",
             rows * k,
             rows * k
         );
@@ -445,8 +448,8 @@ mod tests {
 
     #[test]
     fn wgmma_kernels_compile_for_sm_90a() {
-        assert!(wgmma_source(DType::F32).is_none() && wgmma_source(DType::Tf32).is_none());
-        for dtype in [DType::Fp16, DType::Bf16] {
+        assert!(wgmma_source(DType::F32).is_none());
+        for dtype in [DType::Tf32, DType::Fp16, DType::Bf16] {
             let (source, name) = wgmma_source(dtype).unwrap();
             assert!(!source.contains("#include"));
             let compiled = gpu::compile(&source, &name, &Target::ArchSpecific.arch("sm_90"))

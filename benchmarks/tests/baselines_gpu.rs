@@ -664,14 +664,14 @@ fn mma_sync_peaks_run() {
     );
 }
 
-/// On Hopper the `wgmma` peak of fp16 and bf16 runs, is above `mma.sync`'s (the reason
-/// the roofline takes it), and is what the roofline uses.
+/// On Hopper the `wgmma` peak of fp16, bf16 and TF32 runs, is above `mma.sync`'s (the
+/// reason the roofline takes it), and is what the roofline uses.
 #[test]
 #[ignore = "needs a Hopper GPU"]
 fn wgmma_peaks_run_above_mma_sync() {
     let (ctx, device) = context();
     let cfg = peak_timing();
-    for dtype in [DType::Fp16, DType::Bf16] {
+    for dtype in [DType::Tf32, DType::Fp16, DType::Bf16] {
         let mma = peaks::measure_tensor(&ctx, &device, &cfg, dtype)
             .unwrap()
             .unwrap();
@@ -692,7 +692,7 @@ fn wgmma_peaks_run_above_mma_sync() {
         assert_eq!(peaks.compute_tflops(dtype), wgmma.tflops);
     }
     assert!(
-        peaks::measure_wgmma(&ctx, &device, &cfg, DType::Tf32)
+        peaks::measure_wgmma(&ctx, &device, &cfg, DType::F32)
             .unwrap()
             .is_none()
     );

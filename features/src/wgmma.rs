@@ -6,6 +6,7 @@
 
 use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::table::FeatureRow;
+use schedule::atom::wgmma::K_STEP_BYTES;
 use schedule::state::WgmmaTiling;
 use schedule::task::Contraction;
 use schedule::validate;
@@ -60,19 +61,19 @@ pub(crate) fn fill(
     row.wgmma_tiles_per_block = units_per_block;
     row.reduction_stages = chunk;
     row.wgmma_ktiles = t.ktiles(view) as f64;
-    let k_steps = t.block_k() as f64 / 16.0;
+    let k_steps = f64::from(t.k_bytes) / K_STEP_BYTES as f64;
     row.wgmma_per_block = k_steps * f64::from(t.m_atoms * t.consumers) * chunk * units_per_block;
     let boxes = 1.0 + f64::from(t.boxes(1, view));
     row.wgmma_tma_boxes_per_block = boxes * chunk * units_per_block;
     row.wgmma_tma_bytes = row.wgmma_stage_bytes * chunk * units_f;
-    let executed = units_f * chunk * row.block_tile_elements * t.block_k() as f64;
+    let executed = units_f * chunk * row.block_tile_elements * t.block_k(view) as f64;
     row.work_efficiency = ratio(row.task_flops / 2.0, executed);
 
     // Global traffic: every box's bytes (tails included) and the epilogue's stores, a
     // warp's store of one value per lane covering 8 rows of 4 elements (a sector each);
     // split, each unit also stores its f32 partial sums and the fixup reads them back.
     let element_bytes = f64::from(c.dtype.bytes());
-    let stage_sectors = |input: usize| t.tile_elements(input) as f64 * element_bytes / SECTOR_BYTES;
+    let stage_sectors = |input: usize| t.tile_bytes(input) as f64 / SECTOR_BYTES;
     row.input_sectors_per_block = stage_sectors(0) * chunk * units_per_block;
     row.weight_sectors_per_block = stage_sectors(1) * chunk * units_per_block;
     row.input_sectors = stage_sectors(0) * chunk * units_f;
@@ -111,7 +112,7 @@ pub(crate) fn fill(
         * 2.0
         * row.block_tile_elements
         * chunk
-        * t.block_k() as f64;
+        * t.block_k(view) as f64;
     row.oi_global = ratio(row.task_flops, row.global_bytes);
     row.global_sectors_per_sm = busiest_sm_blocks
         * (row.input_sectors_per_block

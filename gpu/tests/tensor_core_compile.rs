@@ -92,17 +92,24 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
 }
 
 /// Sampled `wgmma` states of the matmul shapes, a batch matmul and `resnet`'s
-/// 1×1 stride-1 layers (NHWC, fp16 and bf16) compile with NVRTC for `sm_90a`
-/// (descriptors, TMA, mbarriers, inline PTX), almost always with no local memory.
+/// 1×1 stride-1 layers (NHWC; fp16 and bf16, and the layers in TF32, whose instruction
+/// needs their K-major weights) compile with NVRTC for `sm_90a` (descriptors, TMA,
+/// mbarriers, inline PTX), almost always with no local memory.
 #[test]
 fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
     let gpu = GpuSpec::h100();
-    for dtype in [DType::Fp16, DType::Bf16] {
+    for dtype in [DType::Fp16, DType::Bf16, DType::Tf32] {
+        let out = if dtype == DType::Tf32 {
+            DType::F32
+        } else {
+            dtype
+        };
+        let applies = |t: &Task| schedule::wgmma::wgmma_applies(&t.contraction(), &gpu);
         let mut tasks: Vec<Task> = network("resnet", 1)
             .unwrap()
             .into_iter()
-            .map(|w| w.task.with_types(dtype, dtype, Layout::Nhwc).unwrap())
-            .filter(|t| schedule::wgmma::TmaGemm::of(&t.contraction()).is_ok())
+            .map(|w| w.task.with_types(dtype, out, Layout::Nhwc).unwrap())
+            .filter(|t| schedule::wgmma::TmaGemm::of(&t.contraction()).is_ok() && applies(t))
             .collect();
         for (op, shape) in [
             ("matmul", "4096,4096,4096"),
@@ -116,9 +123,13 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
                 Epilogue::default(),
             )
             .unwrap();
-            tasks.push(task.with_types(dtype, dtype, Layout::Nhwc).unwrap());
+            let task = task.with_types(dtype, out, Layout::Nhwc).unwrap();
+            if applies(&task) {
+                tasks.push(task);
+            }
         }
-        assert!(tasks.len() >= 7, "{dtype}: {} tasks", tasks.len());
+        let least = if dtype == DType::Tf32 { 2 } else { 7 };
+        assert!(tasks.len() >= least, "{dtype}: {} tasks", tasks.len());
         let jobs: Vec<(Task, State)> = tasks
             .into_iter()
             .flat_map(|t| {

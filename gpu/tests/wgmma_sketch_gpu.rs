@@ -1,5 +1,5 @@
 //! On a real Hopper GPU (ignored in CI): `wgmma` states of odd, batched, fused,
-//! bf16 and 1×1-convolution tasks, compiled for `sm_90a`, launched with their tensor
+//! bf16, TF32 and 1×1-convolution tasks, compiled for `sm_90a`, launched with their tensor
 //! maps through the one launch rule (`BufferSets::launch`), pass the exact check against
 //! the reference kernel, and again after they were timed (split-K states take a
 //! workspace that every launch must leave zeroed). Each state's time by the measurement protocol is printed
@@ -61,6 +61,7 @@ fn sampled_wgmma_states_pass_the_exact_check() {
     let spin_module = ctx.load(SPIN_PTX.as_bytes()).expect("spin");
     let spin = spin_module.function("tilesched_spin", 0).expect("spin");
     let fp16 = (DType::Fp16, DType::Fp16);
+    let tf32 = (DType::Tf32, DType::F32);
     let bias_relu = Epilogue {
         bias: true,
         relu: true,
@@ -138,6 +139,17 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         ),
         (task("matmul", "16,4096,4096", Epilogue::default(), fp16), 2),
         (task("matmul", "128,768,3072", bias_relu, fp16), 2),
+        // TF32 (k8 on f32 data): 1×1 convolutions, whose weights are K-major.
+        (task("conv2d", "2,72,14,14,96,1,1,1,0", bias_relu, tf32), 4),
+        (
+            task(
+                "conv2d",
+                "8,256,28,28,512,1,1,1,0",
+                Epilogue::default(),
+                tf32,
+            ),
+            2,
+        ),
     ];
     let timing = TimingConfig {
         min_time_ms: 30.0,

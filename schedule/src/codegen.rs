@@ -737,9 +737,10 @@ impl Printer<'_> {
             }
             Stmt::Wgmma { acc, n, a, b } => {
                 let atom = WgmmaAtom::for_dtype(self.kernel.dtype)
-                    .expect("wgmma kernels have half inputs");
+                    .expect("wgmma kernels have tensor-core inputs");
+                let bytes = i64::from(self.kernel.dtype.bytes());
                 let descriptor = |operand: &WgmmaOperand| {
-                    let off = self.kernel.tile_offsets[operand.input] * 2;
+                    let off = self.kernel.tile_offsets[operand.input] * bytes;
                     let at = format!(
                         "shared_base + (unsigned)({off} + {})",
                         self.expr(&operand.start)

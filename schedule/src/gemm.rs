@@ -50,6 +50,8 @@ pub struct GemmView {
     pub b_k_major: bool,
     /// Extent of each input's contiguous dimension (copies never straddle it).
     pub contiguous: [u32; 2],
+    /// Bytes of an input element.
+    pub element_bytes: u32,
 }
 
 impl GemmView {
@@ -112,6 +114,7 @@ impl GemmView {
             n_axes,
             batch_axes,
             b_k_major,
+            element_bytes: c.dtype.bytes(),
             // Copies run along the innermost reduction axis (or B's N): no further
             // than its extent, even where the tensor's dimension is longer (groups).
             contiguous: [

@@ -562,7 +562,7 @@ impl Block<'_> {
     ) -> Result<f32, InterpError> {
         let leader = w * WARPGROUP;
         let bytes = self.eval(&operand.start, leader) + operand.layout.offset(mn, k);
-        let index = swizzle_address(bytes, operand.layout.swizzle) / 2;
+        let index = swizzle_address(bytes, operand.layout.swizzle) / operand.layout.element_bytes;
         let (block, tile) = (self.index, operand.input);
         let cell = usize::try_from(index)
             .ok()

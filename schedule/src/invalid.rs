@@ -93,7 +93,9 @@ pub enum InvalidState {
         "split_k {split_k} with a {out} output: split-K adds partial sums with f32 atomics; use an f32 output or split_k 1"
     )]
     SplitKOutput { split_k: u32, out: DType },
-    #[error("no warpgroup MMA for {dtype} on {gpu} (fp16 and bf16 on Hopper, sm_90a, only)")]
+    #[error(
+        "no warpgroup MMA for {dtype} on {gpu} (fp16 and bf16 on Hopper, sm_90a, and TF32 with a K-major B)"
+    )]
     WgmmaType { dtype: DType, gpu: String },
     #[error("no TMA copy for this task: {0}")]
     NoTma(TmaGemmError),

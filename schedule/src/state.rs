@@ -396,7 +396,7 @@ impl State {
                     .product()
             },
             |m| GemmView::of(c).map_or(1, |v| v.k.div_ceil(m.block_k(c.dtype))),
-            |w| GemmView::of(c).map_or(1, |v| v.k.div_ceil(w.block_k())),
+            |w| GemmView::of(c).map_or(1, |v| v.k.div_ceil(w.block_k(&v))),
         )
     }
 

@@ -261,9 +261,9 @@ impl WgmmaTiling {
         self.m_atoms * self.block_n / 2
     }
 
-    /// Reduction elements per shared tile (2-byte elements).
-    pub fn block_k(&self) -> u64 {
-        u64::from(self.k_bytes / 2)
+    /// Reduction elements per shared tile of `view`'s type.
+    pub fn block_k(&self, view: &GemmView) -> u64 {
+        u64::from(self.k_bytes / view.element_bytes.max(1))
     }
 
     /// The swizzle of K-major rows of `k_bytes`.
@@ -275,8 +275,8 @@ impl WgmmaTiling {
         }
     }
 
-    /// Columns of N per box of an N-major B: the widest swizzle span (64, 32 or 16
-    /// elements) that divides `block_n`.
+    /// Columns of N per box of an N-major B (16-bit types only): the widest swizzle span
+    /// (64, 32 or 16 elements) that divides `block_n`.
     pub fn n_box(&self) -> u32 {
         [64, 32, 16]
             .into_iter()
@@ -286,7 +286,7 @@ impl WgmmaTiling {
 
     /// Rows and columns of input `input`'s TMA box, and its swizzle.
     pub fn box_shape(&self, input: usize, view: &GemmView) -> (u32, u32, Swizzle) {
-        let k = self.block_k() as u32;
+        let k = self.block_k(view) as u32;
         match input {
             0 => (self.block_m(), k, self.k_swizzle()),
             _ if view.b_k_major => (self.block_n, k, self.k_swizzle()),
@@ -311,29 +311,35 @@ impl WgmmaTiling {
         }
     }
 
-    /// How input `input`'s stage lies for the descriptors.
-    pub fn operand_layout(&self, input: usize, view: &GemmView) -> OperandLayout {
+    /// How input `input`'s stage lies for `atom`'s descriptors.
+    pub fn operand_layout(&self, atom: &WgmmaAtom, input: usize, view: &GemmView) -> OperandLayout {
         let (rows, columns, swizzle) = self.box_shape(input, view);
         if input == 1 && !view.b_k_major {
-            OperandLayout::mn_major(swizzle, rows * columns * 2)
+            let box_bytes = rows * columns * view.element_bytes;
+            OperandLayout::mn_major(atom, swizzle, box_bytes)
         } else {
-            OperandLayout::k_major(swizzle)
+            OperandLayout::k_major(atom, swizzle)
         }
     }
 
-    /// Elements of input `input`'s tile per stage.
-    pub fn tile_elements(&self, input: usize) -> u64 {
+    /// Bytes of input `input`'s tile per stage: its rows of `k_bytes`.
+    pub fn tile_bytes(&self, input: usize) -> u64 {
         let rows = if input == 0 {
             self.block_m()
         } else {
             self.block_n
         };
-        u64::from(rows) * self.block_k()
+        u64::from(rows) * u64::from(self.k_bytes)
+    }
+
+    /// Elements of input `input`'s tile per stage, of `view`'s type.
+    pub fn tile_elements(&self, input: usize, view: &GemmView) -> u64 {
+        self.tile_bytes(input) / u64::from(view.element_bytes.max(1))
     }
 
     /// Bytes of dynamic shared memory: every stage holds both inputs' tiles.
     pub fn shared_bytes(&self) -> u64 {
-        u64::from(self.stages) * (self.tile_elements(0) + self.tile_elements(1)) * 2
+        u64::from(self.stages) * (self.tile_bytes(0) + self.tile_bytes(1))
     }
 
     /// Output tiles of `view`.
@@ -345,7 +351,7 @@ impl WgmmaTiling {
 
     /// K tiles of `view`'s reduction.
     pub fn ktiles(&self, view: &GemmView) -> u64 {
-        view.k.div_ceil(self.block_k().max(1))
+        view.k.div_ceil(self.block_k(view).max(1))
     }
 
     /// K tiles of each of `split_k` reduction chunks: the last may run past K, where
@@ -390,9 +396,14 @@ impl WgmmaTiling {
     }
 }
 
-/// Whether the sketch can run `c` on `gpu`: half data on a Hopper GPU (`sm_90a`).
+/// Whether the sketch can run `c` on `gpu`: tensor-core data on a Hopper GPU
+/// (`sm_90a`), with B K-major where the type's instruction has no transpose (TF32).
 pub fn wgmma_applies(c: &Contraction, gpu: &GpuSpec) -> bool {
-    WgmmaAtom::for_dtype(c.dtype).is_some() && gpu.compute_capability == (9, 0)
+    let Some(atom) = WgmmaAtom::for_dtype(c.dtype) else {
+        return false;
+    };
+    let b_k_major = GemmView::of(c).is_ok_and(|v| v.b_k_major);
+    gpu.compute_capability == (9, 0) && (atom.transposes || b_k_major)
 }
 
 /// The major-ness of B in the instruction.

@@ -1,5 +1,6 @@
 //! The `wgmma` sketch on the CPU interpreter: states of matmul, batch matmul and NHWC
-//! 1×1 convolution (a K-major B) in fp16 and bf16 equal the definition on small shapes
+//! 1×1 convolution (a K-major B) in fp16 and bf16, and of the convolution in TF32,
+//! equal the definition on small shapes
 //! with tails in M, N and K (an odd N too), every swizzle (32-, 64- and 128-byte K rows, and the N-major
 //! boxes of 16, 32 and 64 columns), every pipeline depth and both MMA depths in flight.
 //! The interpreter reads the operands where the descriptors say the hardware finds them,
@@ -205,6 +206,60 @@ fn batch_matmul_and_a_k_major_b() {
         Epilogue::default(),
     );
     assert_eq!(check(&odd, &tilings), tilings.len());
+}
+
+/// TF32 (k8 instructions on 4-byte elements, both operands K-major): an NHWC 1×1
+/// convolution, the GEMM whose B (the KRSC weights) is K-major, with tails in M, N and
+/// K, every K row length (8, 16 and 32 elements), every depth, a producer warp, two
+/// consumers and split-K; a matmul's N-major B has no TF32 instruction and is refused.
+#[test]
+fn tf32_reads_four_byte_k_major_operands() {
+    let tf32 = |shape: &str, epilogue| {
+        Task::new(parse_shape("conv2d", shape).unwrap(), epilogue)
+            .unwrap()
+            .with_types(DType::Tf32, DType::F32, Layout::Nhwc)
+            .unwrap()
+    };
+    // M = 2·6·6 = 72, N = 40, K = 44: a partial last K tile for every row length.
+    let conv = tf32("2,44,6,6,40,1,1,1,0", Epilogue::default());
+    let mut tilings = Vec::new();
+    for k_bytes in [32, 64, 128] {
+        for stages in 1..=3 {
+            tilings.push((tiling(1, 1, 40, k_bytes, stages), 1));
+        }
+    }
+    tilings.push((
+        WgmmaTiling {
+            producer_warp: 1,
+            ..tiling(2, 1, 24, 64, 2)
+        },
+        1,
+    ));
+    tilings.push((tiling(1, 2, 40, 32, 2), 2));
+    assert_eq!(check_split(&conv, &tilings), tilings.len());
+    let fused = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let fused_conv = tf32("1,48,6,6,24,1,1,1,0", fused);
+    let tilings = [(tiling(1, 1, 24, 64, 2), 1), (tiling(1, 1, 24, 32, 3), 3)];
+    assert_eq!(check_split(&fused_conv, &tilings), tilings.len());
+    let matmul = Task::new(
+        parse_shape("matmul", "64,64,64").unwrap(),
+        Epilogue::default(),
+    )
+    .unwrap()
+    .with_types(DType::Tf32, DType::F32, Layout::Nhwc)
+    .unwrap();
+    let state = State::hopper(tiling(1, 1, 64, 128, 2));
+    assert!(validate(&matmul.contraction(), &state, &GpuSpec::h100()).is_err());
+    let sampled = Sampler::new(&conv, &GpuSpec::h100(), 3).sample_distinct(40);
+    assert!(sampled.iter().any(|s| s.wgmma.is_some()));
+    for s in sampled.iter().filter(|s| s.wgmma.is_some()).take(4) {
+        if let Err(e) = run(&conv, &lower(&conv, s)) {
+            panic!("{}: {e}", s.to_json());
+        }
+    }
 }
 
 #[test]

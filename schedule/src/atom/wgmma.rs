@@ -4,10 +4,11 @@
 //! threads. Facts from the PTX ISA ("Asynchronous Warpgroup Level Matrix Multiply",
 //! "Matrix Descriptor Format") as CUTLASS's `GmmaDescriptor` also encodes them.
 //!
-//! One instruction multiplies a 64×k16 (fp16/bf16) tile of A by a k16×N tile of B,
-//! N a multiple of 8 up to 256, into 64×N f32 accumulators spread over the four warps
-//! of a warpgroup: warp `w` holds rows `16w..16w+16` in the `mma.sync` C-fragment
-//! pattern, repeated every 8 columns.
+//! One instruction multiplies a 64×k tile of A by a k×N tile of B, N a multiple of 8 up
+//! to 256, into 64×N f32 accumulators spread over the four warps of a warpgroup: warp
+//! `w` holds rows `16w..16w+16` in the `mma.sync` C-fragment pattern, repeated every 8
+//! columns. k is 32 bytes of the type: 16 fp16 or bf16 elements, 8 TF32 ones (f32 data
+//! whose low mantissa bits the instruction ignores). TF32 operands must be K-major.
 //!
 //! The swizzles are those of [`SharedTileLayout`]: a K-major tile whose rows are 32, 64
 //! or 128 bytes, the 16-byte chunk index XOR-ed with the row within each 8-row group
@@ -92,7 +93,7 @@ impl MatrixDescriptor {
 
 /// Which dimension of an operand is contiguous in its shared tile: K (the instruction's
 /// default) or its M or N ("transposed", `imm-trans-a`/`imm-trans-b` = 1; fp16 and bf16
-/// only).
+/// only: [`WgmmaAtom::transposes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Major {
     K,
@@ -105,7 +106,8 @@ pub enum Major {
 /// One swizzle atom is 8 rows of `span` bytes (32, 64 or 128).
 ///
 /// - K-major: row `mn` of the operand is `span` bytes of K; 8-row groups are `stride`
-///   bytes apart (`leading` is unused). One k16 step reads 32 bytes of each row.
+///   bytes apart (`leading` is unused). One instruction's k step reads 32 bytes of each
+///   row.
 /// - MN-major: a K row holds `span` bytes of M or N; atoms along M/N are `leading`
 ///   bytes apart, 8-row groups of K `stride` bytes apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -114,30 +116,34 @@ pub struct OperandLayout {
     pub swizzle: Swizzle,
     pub leading: u32,
     pub stride: u32,
+    /// Bytes of one element: 2 (fp16, bf16) or 4 (TF32).
+    pub element_bytes: i64,
 }
 
 impl OperandLayout {
-    /// A K-major operand whose rows are `row_bytes` (the swizzle's span) long, stored
+    /// A K-major operand of `atom`'s type whose rows are the swizzle's span long, stored
     /// row after row.
-    pub fn k_major(swizzle: Swizzle) -> OperandLayout {
+    pub fn k_major(atom: &WgmmaAtom, swizzle: Swizzle) -> OperandLayout {
         let span = swizzle.row_bytes().unwrap_or(16) as u32;
         OperandLayout {
             major: Major::K,
             swizzle,
             leading: 16,
             stride: 8 * span,
+            element_bytes: atom.element_bytes,
         }
     }
 
-    /// An MN-major operand whose K rows are one swizzle span wide, its M/N atoms
-    /// `atom_bytes` apart.
-    pub fn mn_major(swizzle: Swizzle, atom_bytes: u32) -> OperandLayout {
+    /// An MN-major operand of `atom`'s type whose K rows are one swizzle span wide, its
+    /// M/N atoms `atom_bytes` apart.
+    pub fn mn_major(atom: &WgmmaAtom, swizzle: Swizzle, atom_bytes: u32) -> OperandLayout {
         let span = swizzle.row_bytes().unwrap_or(16) as u32;
         OperandLayout {
             major: Major::MN,
             swizzle,
             leading: atom_bytes,
             stride: 8 * span,
+            element_bytes: atom.element_bytes,
         }
     }
 
@@ -147,15 +153,16 @@ impl OperandLayout {
     }
 
     /// Byte offset from the descriptor's start, before the swizzle, of operand element
-    /// (`mn`, `k`) (`k` within one instruction's 16): what the hardware reads.
+    /// (`mn`, `k`) (`k` within one instruction's k): what the hardware reads.
     pub fn offset(&self, mn: i64, k: i64) -> i64 {
         let span = self.span();
+        let bytes = self.element_bytes;
         let (leading, stride) = (i64::from(self.leading), i64::from(self.stride));
         match self.major {
-            Major::K => (mn % 8) * span + (mn / 8) * stride + k * ELEMENT_BYTES,
+            Major::K => (mn % 8) * span + (mn / 8) * stride + k * bytes,
             Major::MN => {
-                let per_row = span / ELEMENT_BYTES;
-                (mn % per_row) * ELEMENT_BYTES
+                let per_row = span / bytes;
+                (mn % per_row) * bytes
                     + (mn / per_row) * leading
                     + (k % 8) * span
                     + (k / 8) * stride
@@ -163,10 +170,11 @@ impl OperandLayout {
         }
     }
 
-    /// Bytes the start moves from one k16 step to the next.
+    /// Bytes the start moves from one instruction's k step to the next: 32 bytes of
+    /// each K-major row, or two 8-row groups of K rows (k16, MN-major).
     pub fn k_step_bytes(&self) -> i64 {
         match self.major {
-            Major::K => 16 * ELEMENT_BYTES,
+            Major::K => K_STEP_BYTES,
             Major::MN => 2 * i64::from(self.stride),
         }
     }
@@ -208,23 +216,43 @@ pub fn swizzle_address(address: i64, swizzle: Swizzle) -> i64 {
 pub struct WgmmaAtom {
     pub m: i64,
     pub k: i64,
-    /// The PTX shape and types, `m64n{n}k16.f32.f16.f16` without `n`'s value: built by
-    /// [`WgmmaAtom::ptx`].
+    /// The operands' PTX type (`f16`, `bf16`, `tf32`): the instruction is
+    /// `m64n{n}k{k}.f32.{a_type}.{a_type}` ([`WgmmaAtom::ptx`]).
     pub a_type: &'static str,
+    /// Bytes of one operand element in shared memory.
+    pub element_bytes: i64,
+    /// Whether an operand may be MN-major (the instruction's `imm-trans` arguments,
+    /// which only 16-bit types have).
+    pub transposes: bool,
 }
 
 /// Threads of a warpgroup.
 pub const WARPGROUP_THREADS: i64 = 128;
 
+/// Bytes of K one instruction reads from each row of a K-major operand, whatever the
+/// type.
+pub const K_STEP_BYTES: i64 = 32;
+
 pub const FP16_M64K16: WgmmaAtom = WgmmaAtom {
     m: 64,
     k: 16,
     a_type: "f16",
+    element_bytes: 2,
+    transposes: true,
 };
 pub const BF16_M64K16: WgmmaAtom = WgmmaAtom {
     m: 64,
     k: 16,
     a_type: "bf16",
+    element_bytes: 2,
+    transposes: true,
+};
+pub const TF32_M64K8: WgmmaAtom = WgmmaAtom {
+    m: 64,
+    k: 8,
+    a_type: "tf32",
+    element_bytes: 4,
+    transposes: false,
 };
 
 /// The accumulator's row: warp `t / 32` holds 16 rows, lane `(t % 32) / 4` within
@@ -243,12 +271,13 @@ const D_COLUMN: &[Term] = &[
 ];
 
 impl WgmmaAtom {
-    /// The atom of a half-precision element type (TF32 takes k8 and is not here yet).
+    /// The atom of a tensor-core element type (plain f32 has none).
     pub fn for_dtype(dtype: DType) -> Option<&'static WgmmaAtom> {
         match dtype {
             DType::Fp16 => Some(&FP16_M64K16),
             DType::Bf16 => Some(&BF16_M64K16),
-            DType::F32 | DType::Tf32 => None,
+            DType::Tf32 => Some(&TF32_M64K8),
+            DType::F32 => None,
         }
     }
 
@@ -267,9 +296,8 @@ impl WgmmaAtom {
         }
     }
 
-    /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{a}.{a}`: both operands from shared
-    /// memory through descriptors, K-major (no transpose), accumulating into the
-    /// registers when `scale-d` is 1.
+    /// `wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{a}.{a}`: both operands from shared
+    /// memory through descriptors, accumulating into the registers when `scale-d` is 1.
     pub fn ptx(&self, n: i64) -> String {
         format!(
             "wgmma.mma_async.sync.aligned.m{}n{n}k{}.f32.{t}.{t}",
@@ -294,9 +322,15 @@ impl WgmmaAtom {
         let outputs: Vec<String> = (0..values)
             .map(|v| format!("\"+f\"({acc}[{}])", first + v))
             .collect();
-        let trans_b = u8::from(b_major == Major::MN);
+        // The scales of A and B (1: not negated), then, for 16-bit types only, whether
+        // A and B are MN-major.
+        let immediates = if self.transposes {
+            format!("1, 1, 0, {}", u8::from(b_major == Major::MN))
+        } else {
+            "1, 1".to_string()
+        };
         format!(
-            "asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; {} {{{}}}, %{values}, %{}, p, 1, 1, 0, {trans_b}; }}\" \
+            "asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{}, 0; {} {{{}}}, %{values}, %{}, p, {immediates}; }}\" \
              : {} : \"l\"({a}), \"l\"({b}), \"r\"(1) : \"memory\");",
             values + 2,
             self.ptx(n),
@@ -307,7 +341,7 @@ impl WgmmaAtom {
     }
 
     /// The C statements that multiply one K tile of K-major operands whose rows are one
-    /// `swizzle` span long (so the tile is `span / (2 k)` k-steps): per step, the
+    /// `swizzle` span long (so the tile is `span / 32` k-steps): per step, the
     /// descriptors of A and B at shared byte addresses `a` and `b` (32-bit C
     /// expressions) advanced by the step's bytes within the row; the hardware applies
     /// the swizzle to the advanced addresses.
@@ -318,7 +352,7 @@ impl WgmmaAtom {
         (a, b): (&str, &str),
         swizzle: Swizzle,
     ) -> Vec<String> {
-        let layout = OperandLayout::k_major(swizzle);
+        let layout = OperandLayout::k_major(self, swizzle);
         let step_bytes = layout.k_step_bytes();
         (0..layout.span() / step_bytes)
             .map(|step| {
@@ -330,9 +364,6 @@ impl WgmmaAtom {
             .collect()
     }
 }
-
-/// Bytes of an operand element (fp16 or bf16).
-const ELEMENT_BYTES: i64 = 2;
 
 /// `wgmma.fence`: before the first instruction that touches accumulators (or operand
 /// registers) other code wrote.
@@ -353,7 +384,7 @@ mod tests {
 
     #[test]
     fn descriptor_fields_land_in_their_bits() {
-        let layout = OperandLayout::k_major(Swizzle::B128);
+        let layout = OperandLayout::k_major(&FP16_M64K16, Swizzle::B128);
         let bits = layout.descriptor(0x1400).encode();
         assert_eq!(bits & 0x3fff, 0x1400 >> 4);
         assert_eq!((bits >> 16) & 0x3fff, 1);
@@ -376,28 +407,32 @@ mod tests {
     #[test]
     fn descriptors_read_what_tma_boxes_wrote() {
         for (swizzle, span) in [(Swizzle::B32, 32), (Swizzle::B64, 64), (Swizzle::B128, 128)] {
-            let per_row = span / 2;
-            let tile = |rows| SharedTileLayout {
+            let tile = |rows, bytes: i64| SharedTileLayout {
                 rows,
-                row_elements: per_row,
-                chunk_elements: 8,
+                row_elements: span / bytes,
+                chunk_elements: 16 / bytes,
                 swizzle: true,
             };
-            let k_major = OperandLayout::k_major(swizzle);
-            let rows = tile(128);
-            for step in 0..per_row / 16 {
-                for mn in 0..128 {
-                    for k in 0..16 {
-                        let at = step * k_major.k_step_bytes() + k_major.offset(mn, k);
-                        let element = swizzle_address(at, swizzle) / 2;
-                        assert_eq!(element, rows.offset(mn, step * 16 + k), "{span} {mn} {k}");
+            for atom in [&FP16_M64K16, &TF32_M64K8] {
+                let bytes = atom.element_bytes;
+                let k_major = OperandLayout::k_major(atom, swizzle);
+                let rows = tile(128, bytes);
+                for step in 0..span / K_STEP_BYTES {
+                    for mn in 0..128 {
+                        for k in 0..atom.k {
+                            let at = step * k_major.k_step_bytes() + k_major.offset(mn, k);
+                            let element = swizzle_address(at, swizzle) / bytes;
+                            let expected = rows.offset(mn, step * atom.k + k);
+                            assert_eq!(element, expected, "{} {span} {mn} {k}", atom.a_type);
+                        }
                     }
                 }
             }
+            let per_row = span / 2;
             let k_rows = 64;
-            let boxed = tile(k_rows);
+            let boxed = tile(k_rows, 2);
             let box_bytes = (k_rows * span) as u32;
-            let mn_major = OperandLayout::mn_major(swizzle, box_bytes);
+            let mn_major = OperandLayout::mn_major(&FP16_M64K16, swizzle, box_bytes);
             for step in 0..k_rows / 16 {
                 for n in 0..4 * per_row {
                     for k in 0..16 {

@@ -84,7 +84,7 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
         split_k: i64::from(split_k.max(1)),
     };
     let body = lowering.body();
-    let elements = [0, 1].map(|i| (t.tile_elements(i) * u64::from(t.stages)) as i64);
+    let elements = [0, 1].map(|i| (t.tile_elements(i, &gemm.view) * u64::from(t.stages)) as i64);
     let mut launch = LaunchConfig::linear(grid as u32, t.threads(), t.shared_bytes() as u32);
     launch.target = Target::ArchSpecific;
     launch.workspace_bytes = workspace_bytes;
@@ -305,14 +305,14 @@ impl WgmmaLowering<'_> {
         let s = &self.scope;
         let chunk = s.mul(s.rem(unit, self.split_k), self.chunk);
         let kt = s.add(chunk, s.rem(g.clone(), self.chunk));
-        let k0 = s.mul(kt, t.block_k() as i64);
-        let bytes = (t.tile_elements(0) + t.tile_elements(1)) as i64 * 2;
+        let k0 = s.mul(kt, t.block_k(view) as i64);
+        let bytes = (t.tile_bytes(0) + t.tile_bytes(1)) as i64;
         let full = self.full(stage);
         out.push(Stmt::ArriveExpectTx {
             barrier: full.clone(),
             bytes,
         });
-        let stage_base = |input: usize| s.mul(stage.clone(), t.tile_elements(input) as i64);
+        let stage_base = |input: usize| s.mul(stage.clone(), t.tile_elements(input, view) as i64);
         let batched = |mut coords: Vec<Expr>, input: usize| {
             let m = if input == 0 {
                 &self.gemm.a
@@ -340,7 +340,7 @@ impl WgmmaLowering<'_> {
             return;
         }
         let n_box = i64::from(t.n_box());
-        let box_elements = n_box * t.block_k() as i64;
+        let box_elements = n_box * t.block_k(view) as i64;
         for b in 0..i64::from(t.boxes(1, view)) {
             out.push(Stmt::TmaLoad {
                 map: self.first_map + 1,
@@ -359,8 +359,9 @@ impl WgmmaLowering<'_> {
         let t = self.t;
         let view = &self.gemm.view;
         let n = i64::from(t.block_n);
-        let layouts = [0, 1].map(|i| t.operand_layout(i, view));
-        let tile_bytes = [0, 1].map(|i| t.tile_elements(i) as i64 * 2);
+        let atom = WgmmaAtom::for_dtype(self.c.dtype).expect("wgmma states are validated");
+        let layouts = [0, 1].map(|i| t.operand_layout(atom, i, view));
+        let tile_bytes = [0, 1].map(|i| t.tile_bytes(i) as i64);
         let s = &self.scope;
         let a_stage = s.mul(stage.clone(), tile_bytes[0]);
         let a_rows = s.mul(wg.clone(), i64::from(t.consumer_m()) * i64::from(t.k_bytes));
@@ -368,8 +369,7 @@ impl WgmmaLowering<'_> {
         let b_base = s.mul(stage.clone(), tile_bytes[1]);
         let a_base = bind(&mut self.scope, out, "a_desc", a_base);
         let b_base = bind(&mut self.scope, out, "b_desc", b_base);
-        let k = WgmmaAtom::for_dtype(self.c.dtype).map_or(16, |a| a.k);
-        for step in 0..t.block_k() as i64 / k {
+        for step in 0..t.block_k(view) as i64 / atom.k {
             for i in 0..i64::from(t.m_atoms) {
                 let a_offset =
                     step * layouts[0].k_step_bytes() + i * i64::from(ATOM_M) * i64::from(t.k_bytes);
