@@ -58,6 +58,7 @@ pub(crate) fn fill(
     row.split_k = f64::from(split_k);
     row.wgmma_persistent = f64::from(t.persistent);
     row.wgmma_producer_warp = f64::from(t.producer_warp);
+    row.wgmma_raster = f64::from(t.raster);
     row.wgmma_tiles_per_block = units_per_block;
     row.reduction_stages = chunk;
     row.wgmma_ktiles = t.ktiles(view) as f64;

@@ -51,6 +51,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, stages: u32) -> WgmmaTilin
         in_flight: 1,
         persistent: 0,
         producer_warp: 0,
+        raster: 0,
     }
 }
 
@@ -74,6 +75,7 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         producer_warp: 1,
         ..t
     };
+    let banded = |t: WgmmaTiling, raster| WgmmaTiling { raster, ..t };
     let big = [
         tiling(2, 1, 256, 4),
         tiling(2, 1, 128, 5),
@@ -87,6 +89,10 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         specialized(tiling(2, 2, 128, 4)),
         specialized(persistent(tiling(2, 1, 256, 4))),
         specialized(persistent(tiling(2, 2, 128, 4))),
+        // Grouped rasterization, plain and persistent.
+        banded(tiling(2, 2, 128, 4), 4),
+        banded(persistent(tiling(2, 2, 128, 4)), 8),
+        banded(persistent(tiling(2, 1, 256, 4)), 16),
     ];
     // Split-K through the workspace: decode-sized and small GEMMs, chunks short and
     // past K, persistent blocks over units.

@@ -8,7 +8,7 @@ use crate::state::{
     SHARED_PADS, UNROLL_STEPS,
 };
 use crate::task::DType;
-use crate::wgmma::TmaGemmError;
+use crate::wgmma::{RASTER_GROUPS, TmaGemmError};
 use thiserror::Error;
 
 /// Why a state is rejected.
@@ -118,6 +118,14 @@ pub enum InvalidState {
     },
     #[error("{blocks} persistent blocks for {tiles} units of work: fewer blocks than units, or 0")]
     WgmmaPersistent { blocks: u32, tiles: u64 },
+    #[error(
+        "a raster band of {raster} M tiles over {mtiles} M tiles and {ntiles} N tiles: 0, or one of {RASTER_GROUPS:?} that divides the M tiles, with more than one N tile"
+    )]
+    WgmmaRaster {
+        raster: u32,
+        mtiles: u64,
+        ntiles: u64,
+    },
     #[error(
         "a split-K workspace of {bytes} bytes: its partial sums are indexed in 32 bits; split less"
     )]

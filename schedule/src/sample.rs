@@ -42,7 +42,7 @@ use crate::state::{
 use crate::task::{Contraction, Task};
 use crate::tiling::{Tiling, innermost_choices};
 use crate::validate::{prefetch_feasible, validate};
-use crate::wgmma::{MAX_WGMMA_STAGES, TmaGemm, WgmmaTiling, wgmma_applies};
+use crate::wgmma::{MAX_WGMMA_STAGES, RASTER_GROUPS, TmaGemm, WgmmaTiling, wgmma_applies};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
@@ -304,7 +304,8 @@ impl Sampler {
     /// of 32, 64 or 128 bytes, 1 to 8 stages, 0 or 1 MMA groups in flight and with or
     /// without a producer warp, uniform; a reduction split as the other sketches draw
     /// it (ReLU included); then, half the time, one persistent block per SM where
-    /// there are more units of work.
+    /// there are more units of work; then, half the time, a raster band (uniform among
+    /// those that divide the M tiles).
     fn draw_wgmma(&mut self) -> State {
         let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
         let rng = &mut self.wgmma_rng;
@@ -320,6 +321,7 @@ impl Sampler {
             in_flight: pick(&[0, 1]),
             persistent: 0,
             producer_warp: pick(&[0, 1]),
+            raster: 0,
         };
         // Persistent blocks, one per SM, half the time a grid has more units than SMs;
         // the split is drawn for the plain grid.
@@ -328,6 +330,15 @@ impl Sampler {
         let split_k = draw_split(rng, &self.contraction, &self.gpu, &state);
         if persistent && tiling.grid(view, split_k).0 > u64::from(self.gpu.sm_count) {
             tiling.persistent = self.gpu.sm_count;
+        }
+        // Half the time, a raster band among those that divide the M tiles.
+        let (mtiles, ntiles) = tiling.tile_grid(view);
+        let bands: Vec<u32> = RASTER_GROUPS
+            .into_iter()
+            .filter(|&g| mtiles.is_multiple_of(u64::from(g)) && ntiles > 1)
+            .collect();
+        if rng.next_u64().is_multiple_of(2) && !bands.is_empty() {
+            tiling.raster = bands[(rng.next_u64() % bands.len() as u64) as usize];
         }
         state.wgmma = Some(tiling);
         state.split_k = split_k;

@@ -174,6 +174,13 @@ pub struct WgmmaTiling {
     /// Left out of the JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub producer_warp: u32,
+    /// The order of the output tiles (grouped rasterization): 0 walks them row by row
+    /// (N fastest); `g` walks bands of `g` M tiles column by column (M fastest within
+    /// the band), so that the tiles in flight at once share fewer rows of A and columns
+    /// of B and their operands stay in L2. `g` divides the M tiles. Left out of the JSON
+    /// when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub raster: u32,
 }
 
 /// Row paddings (floats added to each row of a shared tile's contiguous dimension) the

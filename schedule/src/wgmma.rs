@@ -48,6 +48,9 @@ pub const ATOM_M: u32 = 64;
 /// against the shared-memory limit with the ring.
 const BARRIER_BYTES: u64 = 16;
 
+/// M tiles per raster band (`WgmmaTiling::raster`) the search may choose, besides 0.
+pub const RASTER_GROUPS: [u32; 4] = [2, 4, 8, 16];
+
 /// Why an operand is not a matrix that TMA can copy.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum TmaGemmError {
@@ -344,9 +347,16 @@ impl WgmmaTiling {
 
     /// Output tiles of `view`.
     pub fn tiles(&self, view: &GemmView) -> u64 {
-        view.batch
-            * view.m.div_ceil(u64::from(self.block_m().max(1)))
-            * view.n.div_ceil(u64::from(self.block_n.max(1)))
+        let (m, n) = self.tile_grid(view);
+        view.batch * m * n
+    }
+
+    /// Output tiles of one of `view`'s matrices along M and along N.
+    pub fn tile_grid(&self, view: &GemmView) -> (u64, u64) {
+        (
+            view.m.div_ceil(u64::from(self.block_m().max(1))),
+            view.n.div_ceil(u64::from(self.block_n.max(1))),
+        )
     }
 
     /// K tiles of `view`'s reduction.
@@ -458,6 +468,18 @@ pub fn validate_wgmma(
             max: max_split,
         });
     }
+    let (mtiles, ntiles) = t.tile_grid(&gemm.view);
+    if t.raster != 0
+        && (!RASTER_GROUPS.contains(&t.raster)
+            || !mtiles.is_multiple_of(u64::from(t.raster))
+            || ntiles == 1)
+    {
+        return Err(InvalidState::WgmmaRaster {
+            raster: t.raster,
+            mtiles,
+            ntiles,
+        });
+    }
     let (units, _) = t.grid(&gemm.view, split_k);
     // Persistent blocks fewer than the units, else the plain grid says the same.
     if t.persistent != 0 && u64::from(t.persistent) >= units {
@@ -535,6 +557,7 @@ mod tests {
             in_flight: 1,
             persistent: 0,
             producer_warp: 0,
+            raster: 0,
         };
         let a = g.tensor_box(&c, &t, 0).unwrap();
         assert_eq!(

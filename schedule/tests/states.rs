@@ -181,6 +181,7 @@ fn snapshot_wgmma_kernels() {
         in_flight: 1,
         persistent: 0,
         producer_warp: 0,
+        raster: 0,
     };
     let gpu = GpuSpec::h100();
     let typed = |t: Task, dtype| t.with_types(dtype, dtype, Layout::Nhwc).unwrap();

@@ -60,6 +60,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, k_bytes: u32, stages: u32)
         in_flight: u32::from(stages > 1),
         persistent: 0,
         producer_warp: 0,
+        raster: 0,
     }
 }
 
@@ -154,6 +155,92 @@ fn persistent_blocks_work_through_every_tile_once() {
         ..tiling(1, 1, 48, 64, 2)
     });
     assert!(validate(&t.contraction(), &state, &GpuSpec::h100()).is_err());
+}
+
+/// Grouped rasterization: tiles walk down bands of 2 or 4 M tiles, in plain and
+/// persistent grids, split or not, batched; a band that does not divide the M tiles is
+/// refused, and a broken tile order (every tile of a band given the band's first row)
+/// is caught.
+#[test]
+fn raster_bands_cover_every_tile_once() {
+    // 200 rows of 64-row tiles: 4 M tiles (the last a tail); 136 columns of 48: 3 N tiles.
+    let t = task("matmul", "200,136,264", DType::Fp16, Epilogue::default());
+    let mut tilings = Vec::new();
+    for raster in [2, 4] {
+        for persistent in [0, 5] {
+            tilings.push((
+                WgmmaTiling {
+                    raster,
+                    persistent,
+                    ..tiling(1, 1, 48, 64, 2)
+                },
+                1,
+            ));
+        }
+        tilings.push((
+            WgmmaTiling {
+                raster,
+                producer_warp: 1,
+                ..tiling(1, 1, 48, 64, 3)
+            },
+            3,
+        ));
+    }
+    assert_eq!(check_split(&t, &tilings), tilings.len());
+    let bmm = task(
+        "batch_matmul",
+        "3,128,80,64",
+        DType::Bf16,
+        Epilogue::default(),
+    );
+    let banded = WgmmaTiling {
+        raster: 2,
+        ..tiling(1, 1, 32, 64, 2)
+    };
+    assert_eq!(check(&bmm, &[banded]), 1);
+    let gpu = GpuSpec::h100();
+    for raster in [3, 8] {
+        let state = State::hopper(WgmmaTiling {
+            raster,
+            ..tiling(1, 1, 48, 64, 2)
+        });
+        assert!(
+            validate(&t.contraction(), &state, &gpu).is_err(),
+            "{raster}"
+        );
+    }
+    // The broken order: the row within the band dropped.
+    let state = State::hopper(WgmmaTiling {
+        raster: 2,
+        ..tiling(1, 1, 48, 64, 2)
+    });
+    let mut kernel = lower(&t, &state);
+    let band_rows: Vec<usize> = (0..kernel.scope.vars.len())
+        .filter(|&v| kernel.scope.vars[v].name.starts_with("b_m_in"))
+        .collect();
+    assert!(!band_rows.is_empty());
+    let zeroed = zero_lets(&mut kernel.body, &band_rows);
+    assert!(zeroed > 0);
+    assert!(run(&t, &kernel).is_err());
+}
+
+/// Sets every `Let` of one of `vars` to 0 (nested bodies included); returns how many.
+fn zero_lets(body: &mut [Stmt], vars: &[usize]) -> usize {
+    let mut zeroed = 0;
+    for stmt in body {
+        match stmt {
+            Stmt::Let { var, value } if vars.contains(&var.0) => {
+                *value = schedule::ir::Expr::Const(0);
+                zeroed += 1;
+            }
+            Stmt::For { body, .. }
+            | Stmt::If { body, .. }
+            | Stmt::Block { body }
+            | Stmt::LastArrival { body, .. } => zeroed += zero_lets(body, vars),
+            _ => {}
+        }
+    }
+    zeroed
 }
 
 #[test]

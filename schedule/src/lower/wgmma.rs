@@ -3,9 +3,11 @@
 //! epilogue from the accumulator registers.
 //!
 //! A block works through iterations `g`: the K tiles of its output tiles, in order. A
-//! block owns one tile (the block index, `batch × M tiles × N tiles`, N fastest), or,
-//! with `persistent` blocks, every `persistent`-th tile from its index on, so that the
-//! copies of its next tile are in flight while it stores the last one. Barriers
+//! block owns one tile (the block index, `batch × M tiles × N tiles`, N fastest, or with
+//! a `raster` band `batch × bands × N tiles × band`, so that neighbouring blocks share
+//! columns of B and a band's rows of A), or, with `persistent` blocks, every
+//! `persistent`-th tile from its index on, so that the copies of its next tile are in
+//! flight while it stores the last one. Barriers
 //! `0..stages` are the buffers' "full" barriers (one arrival: the producer's
 //! `expect_tx` of the tile's bytes, which the copies complete), `stages..2·stages`
 //! their "empty" ones (one arrival per consumer warpgroup). The producer initializes
@@ -175,23 +177,37 @@ impl WgmmaLowering<'_> {
         self.scope.bound(&self.unit_of(g), 0, self.units())
     }
 
-    /// The batch, first row and first column of output tile `tile`, bound in `out`.
+    /// The batch, first row and first column of output tile `tile`, bound in `out`: in
+    /// the raster order, row by row, or down bands of `raster` M tiles.
     fn origin(&mut self, out: &mut Vec<Stmt>, tile: Expr) -> (Expr, Expr, Expr) {
         let (t, view) = (self.t, &self.gemm.view);
-        let mtiles = view.m.div_ceil(u64::from(t.block_m())) as i64;
-        let ntiles = view.n.div_ceil(u64::from(t.block_n)) as i64;
-        let names: Vec<String> = ["b_batch", "b_m", "b_n"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let block = decompose(
-            &mut self.scope,
-            out,
-            tile,
-            &[view.batch as i64, mtiles, ntiles],
-            &names,
-        );
-        let [batch, bm, bn] = [0, 1, 2].map(|i| block[i].clone());
+        let (mtiles, ntiles) = t.tile_grid(view);
+        let (mtiles, ntiles) = (mtiles as i64, ntiles as i64);
+        let names =
+            |names: &[&str]| -> Vec<String> { names.iter().map(|s| s.to_string()).collect() };
+        let (batch, bm, bn) = if t.raster > 1 {
+            let band = i64::from(t.raster);
+            let block = decompose(
+                &mut self.scope,
+                out,
+                tile,
+                &[view.batch as i64, mtiles / band, ntiles, band],
+                &names(&["b_batch", "b_band", "b_n", "b_m_in"]),
+            );
+            let bm = self
+                .scope
+                .add(self.scope.mul(block[1].clone(), band), block[3].clone());
+            (block[0].clone(), bm, block[2].clone())
+        } else {
+            let block = decompose(
+                &mut self.scope,
+                out,
+                tile,
+                &[view.batch as i64, mtiles, ntiles],
+                &names(&["b_batch", "b_m", "b_n"]),
+            );
+            (block[0].clone(), block[1].clone(), block[2].clone())
+        };
         let m0 = self.scope.mul(bm, i64::from(t.block_m()));
         let n0 = self.scope.mul(bn, i64::from(t.block_n));
         let m0 = bind(&mut self.scope, out, "m0", m0);
