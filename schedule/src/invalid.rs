@@ -118,6 +118,8 @@ pub enum InvalidState {
     },
     #[error("{blocks} persistent blocks for {tiles} units of work: fewer blocks than units, or 0")]
     WgmmaPersistent { blocks: u32, tiles: u64 },
+    #[error("{block_m} block rows over {m} GEMM rows: a whole 64-row MMA would lie outside them")]
+    WgmmaIdleRows { block_m: u32, m: u64 },
     #[error(
         "a raster band of {raster} M tiles over {mtiles} M tiles and {ntiles} N tiles: 0, or one of {RASTER_GROUPS:?} that divides the M tiles, with more than one N tile"
     )]

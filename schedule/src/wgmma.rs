@@ -449,6 +449,15 @@ pub fn validate_wgmma(
             k_bytes: t.k_bytes,
         });
     }
+    // A tile taller than the GEMM by a whole 64-row MMA only adds zero fill and idle
+    // MMAs (or a whole idle warpgroup).
+    let view = &gemm.view;
+    if u64::from(t.block_m()) >= view.m + u64::from(ATOM_M) {
+        return Err(InvalidState::WgmmaIdleRows {
+            block_m: t.block_m(),
+            m: view.m,
+        });
+    }
     if !(1..=MAX_WGMMA_STAGES).contains(&t.stages) || t.in_flight > 1 || t.in_flight >= t.stages {
         return Err(InvalidState::WgmmaPipeline {
             stages: t.stages,

@@ -247,7 +247,7 @@ fn zero_lets(body: &mut [Stmt], vars: &[usize]) -> usize {
 fn two_consumers_two_atoms_and_the_fused_epilogue() {
     let t = task(
         "matmul",
-        "136,64,96",
+        "200,64,96",
         DType::Fp16,
         Epilogue {
             bias: true,
@@ -264,6 +264,10 @@ fn two_consumers_two_atoms_and_the_fused_epilogue() {
         },
     ];
     assert_eq!(check(&t, &tilings), tilings.len());
+    // Two warpgroups of 64 rows over a 16-row GEMM: the second would only idle.
+    let decode = task("matmul", "16,64,64", DType::Fp16, Epilogue::default());
+    let idle = State::hopper(tiling(2, 1, 64, 64, 2));
+    assert!(validate(&decode.contraction(), &idle, &GpuSpec::h100()).is_err());
 }
 
 #[test]
@@ -359,7 +363,7 @@ fn split_k_sums_the_partials_in_the_last_block() {
         relu: true,
     };
     for dtype in [DType::Fp16, DType::Bf16] {
-        let t = task("matmul", "72,40,200", dtype, fused);
+        let t = task("matmul", "200,40,200", dtype, fused);
         let mut tilings = Vec::new();
         for split_k in [2, 3, 4] {
             for (stages, producer_warp) in [(1, 0), (2, 1), (3, 0)] {
