@@ -59,6 +59,7 @@ pub(crate) fn fill(
     row.wgmma_persistent = f64::from(t.persistent);
     row.wgmma_producer_warp = f64::from(t.producer_warp);
     row.wgmma_raster = f64::from(t.raster);
+    row.wgmma_cluster = f64::from(t.cluster);
     row.wgmma_tiles_per_block = units_per_block;
     row.reduction_stages = chunk;
     row.wgmma_ktiles = t.ktiles(view) as f64;
@@ -74,7 +75,15 @@ pub(crate) fn fill(
     // warp's store of one value per lane covering 8 rows of 4 elements (a sector each);
     // split, each unit also stores its f32 partial sums and the fixup reads them back.
     let element_bytes = f64::from(c.dtype.bytes());
-    let stage_sectors = |input: usize| t.tile_bytes(input) as f64 / SECTOR_BYTES;
+    // A tile the cluster shares is read from L2 once per cluster.
+    let stage_sectors = |input: usize| {
+        let share = if t.shared_input() == Some(input) {
+            f64::from(t.cluster_blocks())
+        } else {
+            1.0
+        };
+        t.tile_bytes(input) as f64 / SECTOR_BYTES / share
+    };
     row.input_sectors_per_block = stage_sectors(0) * chunk * units_per_block;
     row.weight_sectors_per_block = stage_sectors(1) * chunk * units_per_block;
     row.input_sectors = stage_sectors(0) * chunk * units_f;

@@ -94,7 +94,7 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
 /// Sampled `wgmma` states of the matmul shapes, a batch matmul and `resnet`'s
 /// 1×1 stride-1 layers (NHWC; fp16 and bf16, and the layers in TF32, whose instruction
 /// needs their K-major weights) compile with NVRTC for `sm_90a` (descriptors, TMA,
-/// mbarriers, inline PTX), almost always with no local memory.
+/// mbarriers, clusters, inline PTX), almost always with no local memory.
 #[test]
 fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
     let gpu = GpuSpec::h100();
@@ -143,6 +143,12 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
                 states.into_iter().map(move |s| (t, s))
             })
             .collect();
+        // Clusters (multicast copies, remote arrivals, cluster barriers) among them.
+        let clustered = jobs
+            .iter()
+            .filter(|(_, s)| s.wgmma.is_some_and(|t| t.cluster > 1))
+            .count();
+        assert!(clustered > 0, "{dtype}: no clustered state sampled");
         compile_without_local_memory(dtype, &jobs);
     }
 }

@@ -1,5 +1,5 @@
 //! On a real Hopper GPU (ignored in CI): `wgmma` states of odd, batched, fused,
-//! bf16, TF32 and 1×1-convolution tasks, compiled for `sm_90a`, launched with their tensor
+//! bf16, TF32 and 1×1-convolution tasks (clusters and raster bands among them), compiled for `sm_90a`, launched with their tensor
 //! maps through the one launch rule (`BufferSets::launch`), pass the exact check against
 //! the reference kernel, and again after they were timed (split-K states take a
 //! workspace that every launch must leave zeroed). Each state's time by the measurement protocol is printed
@@ -52,6 +52,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, stages: u32) -> WgmmaTilin
         persistent: 0,
         producer_warp: 0,
         raster: 0,
+        cluster: 0,
     }
 }
 
@@ -76,6 +77,11 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         ..t
     };
     let banded = |t: WgmmaTiling, raster| WgmmaTiling { raster, ..t };
+    let paired = |t: WgmmaTiling, raster| WgmmaTiling {
+        cluster: 2,
+        raster,
+        ..t
+    };
     let big = [
         tiling(2, 1, 256, 4),
         tiling(2, 1, 128, 5),
@@ -93,6 +99,11 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         banded(tiling(2, 2, 128, 4), 4),
         banded(persistent(tiling(2, 2, 128, 4)), 8),
         banded(persistent(tiling(2, 1, 256, 4)), 16),
+        // Clusters of two: pairs along N sharing A, down a band sharing B.
+        paired(tiling(2, 2, 128, 4), 0),
+        paired(persistent(tiling(2, 2, 128, 4)), 0),
+        paired(banded(persistent(tiling(2, 1, 256, 4)), 16), 16),
+        paired(specialized(banded(tiling(2, 1, 256, 4), 8)), 8),
     ];
     // Split-K through the workspace: decode-sized and small GEMMs, chunks short and
     // past K, persistent blocks over units.

@@ -669,12 +669,29 @@ impl Printer<'_> {
                 coords,
                 at,
                 barrier,
+                multicast,
             } => {
                 let (name, input, _) = self.kernel.tensor_map(*map);
                 let coords: Vec<String> = coords.iter().map(|c| self.expr(c)).collect();
                 let dst = self.tile_address(input, &self.expr(at));
                 let bar = barrier_address(&self.expr(barrier));
-                let _ = writeln!(out, "{pad}{}", tma::load_c(name, &coords, &dst, &bar));
+                let load = if *multicast {
+                    let mask = (1u64 << self.kernel.launch.cluster.count()) - 1;
+                    tma::load_multicast_c(name, &coords, &dst, &bar, mask as u16)
+                } else {
+                    tma::load_c(name, &coords, &dst, &bar)
+                };
+                let _ = writeln!(out, "{pad}{load}");
+            }
+            Stmt::ClusterArrive { barrier } => {
+                let bar = barrier_address(&self.expr(barrier));
+                for rank in 0..self.kernel.launch.cluster.count() {
+                    let arrive = tma::cluster_arrive_c(&bar, &format!("{rank}u"));
+                    let _ = writeln!(out, "{pad}{arrive}");
+                }
+            }
+            Stmt::ClusterSync => {
+                let _ = writeln!(out, "{pad}{}", tma::CLUSTER_SYNC_C);
             }
             Stmt::MbarrierWait { barrier, parity } => {
                 let bar = barrier_address(&self.expr(barrier));

@@ -30,6 +30,14 @@
 //! barrier, or an mbarrier phase it waited for, whose arrivals released that knowledge
 //! (a consumer's release of a buffer). Otherwise the write is a race.
 //!
+//! Thread-block clusters run together: the blocks of a cluster are one set of threads
+//! in lockstep, each block's shared tiles and mbarriers its own. A multicast copy lands
+//! in every block's tile and completes on every block's barrier, and a cluster arrival
+//! arrives on every block's; a barrier of another block may be used only once a
+//! cluster barrier published it, and a block barrier tells only what its own
+//! warpgroups completed, so a producer that refills another block's buffer must have
+//! learnt through the arrivals on its empty barrier that that block's MMAs retired.
+//!
 //! Split-K through scratch (`Stmt::LastArrival`): the workspace outlives the blocks,
 //! which run in grid order, so a tile's last arrival is its last block's. A warp's
 //! arrival publishes the partial sums it stored before it; a fixup may add only those
@@ -125,6 +133,10 @@ pub enum InterpError {
     },
     #[error("block {block}: mbarrier {barrier} used before it was initialized")]
     MbarrierUninitialized { block: usize, barrier: usize },
+    #[error(
+        "block {block}: mbarrier {barrier} of another block of its cluster used before a cluster barrier published it"
+    )]
+    MbarrierRemote { block: usize, barrier: usize },
     #[error("block {block} thread {thread}: mbarrier {barrier}: {problem}")]
     MbarrierWait {
         block: usize,
@@ -263,7 +275,12 @@ struct RegisterArray {
 
 struct Block<'k> {
     kernel: &'k Kernel,
+    /// The cluster's index: the blocks of a cluster (`cluster` of them, consecutive)
+    /// run together, as one set of threads, `stride` apart per block (each block's
+    /// threads rounded up to whole warpgroups; the padding never runs).
     index: usize,
+    cluster: usize,
+    stride: usize,
     threads: usize,
     env: Vec<Vec<i64>>,
     acc: Vec<Vec<f32>>,
@@ -280,8 +297,10 @@ struct Block<'k> {
     /// Per input and thread, the MMA fragments loaded (operand matrices, row-major:
     /// A is 16 × k, B is k × 8).
     fragments: [Vec<Vec<Option<Vec<f32>>>>; 2],
-    /// The block's mbarriers.
+    /// The blocks' mbarriers (block after block), and whether each was published to
+    /// the cluster.
     barriers: Vec<Mbarrier>,
+    published: Vec<bool>,
     /// The warpgroup MMAs' asynchronous state.
     warpgroups: Warpgroups,
     /// The launch's scratch, lent to each block in turn.
@@ -342,7 +361,32 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
     };
     let mut out = vec![initial; out_len];
     let mut writes = vec![0u32; out_len];
-    let threads = kernel.launch.block as usize;
+    let block_threads = kernel.launch.block as usize;
+    // Blocks that never reach into each other's shared memory run one at a time, as
+    // without clusters.
+    let mut reaches = false;
+    Stmt::walk(&kernel.body, &mut |s| {
+        reaches |= matches!(
+            s,
+            Stmt::ClusterSync
+                | Stmt::ClusterArrive { .. }
+                | Stmt::TmaLoad {
+                    multicast: true,
+                    ..
+                }
+        );
+    });
+    let cluster = if reaches {
+        kernel.launch.cluster.count().max(1) as usize
+    } else {
+        1
+    };
+    let stride = if cluster > 1 {
+        block_threads.div_ceil(WARPGROUP) * WARPGROUP
+    } else {
+        block_threads
+    };
+    let threads = stride * cluster;
     let blank = Cell {
         value: f32::NAN,
         written: None,
@@ -352,19 +396,21 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         landed_in: None,
         wgmma_read: None,
     };
-    let barriers = kernel.barriers();
+    let barriers = kernel.barriers() * cluster;
     let warpgroups = threads.div_ceil(WARPGROUP);
     let mut workspace = Workspace::new(kernel);
-    for b in 0..kernel.launch.blocks() as usize {
+    for b in 0..kernel.launch.blocks() as usize / cluster {
         let mut block = Block {
             kernel,
             index: b,
+            cluster,
+            stride,
             threads,
             env: vec![vec![0; kernel.scope.vars.len()]; threads],
             acc: vec![vec![f32::NAN; kernel.accumulators as usize]; threads],
             tiles: [
-                vec![blank; kernel.tile_elements[0] as usize],
-                vec![blank; kernel.tile_elements[1] as usize],
+                vec![blank; kernel.tile_elements[0] as usize * cluster],
+                vec![blank; kernel.tile_elements[1] as usize * cluster],
             ],
             interval: 0,
             registers: Vec::new(),
@@ -373,11 +419,12 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
             groups: vec![Default::default(); threads],
             fragments: [vec![Vec::new(); threads], vec![Vec::new(); threads]],
             barriers: vec![Mbarrier::new(threads); barriers],
+            published: vec![false; barriers],
             warpgroups: Warpgroups::new(warpgroups, threads, kernel.accumulators as usize),
             workspace: std::mem::take(&mut workspace),
             acquired: vec![None; threads],
         };
-        let active = vec![true; threads];
+        let active: Vec<bool> = (0..threads).map(|t| t % stride < block_threads).collect();
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
         workspace = block.workspace;
     }
@@ -405,8 +452,8 @@ impl Block<'_> {
         match e {
             Expr::Const(c) => *c,
             Expr::Var(v) => self.env[t][v.0],
-            Expr::BlockIdx => self.index as i64,
-            Expr::ThreadIdx => t as i64,
+            Expr::BlockIdx => (self.index * self.cluster + self.rank(t)) as i64,
+            Expr::ThreadIdx => (t % self.stride) as i64,
             Expr::Add(a, b) => self.eval(a, t) + self.eval(b, t),
             Expr::Mul(a, c) => self.eval(a, t) * c,
             Expr::Div(a, c) => self.eval(a, t).div_euclid(*c),
@@ -422,11 +469,26 @@ impl Block<'_> {
         })
     }
 
+    /// The rank in its cluster of the block that thread `t` belongs to.
+    fn rank(&self, t: usize) -> usize {
+        t / self.stride
+    }
+
+    /// Where element `index` of input `tile`'s shared tile of the cluster's block
+    /// `rank` is kept, if the tile has it.
+    fn cell_index(&self, tile: usize, rank: usize, index: i64) -> Option<usize> {
+        let len = self.tiles[tile].len() / self.cluster;
+        usize::try_from(index)
+            .ok()
+            .filter(|&i| i < len)
+            .map(|i| rank * len + i)
+    }
+
     fn read_shared(&mut self, tile: usize, index: i64, t: usize) -> Result<f32, InterpError> {
         let block = self.index;
         let interval = self.interval;
-        let cell = usize::try_from(index)
-            .ok()
+        let at = self.cell_index(tile, self.rank(t), index);
+        let cell = at
             .and_then(|i| self.tiles[tile].get_mut(i))
             .ok_or(InterpError::Uninitialized { block, tile, index })?;
         if cell.pending {
@@ -457,17 +519,19 @@ impl Block<'_> {
         Ok(cell.value)
     }
 
+    /// Thread `t`'s write of element `index` of input `tile`'s shared tile in the
+    /// cluster's block `rank` (its own, or another's through a multicast copy); where
+    /// it is kept.
     fn write_shared(
         &mut self,
-        tile: usize,
-        index: i64,
+        (tile, rank, index): (usize, usize, i64),
         t: usize,
         value: f32,
-    ) -> Result<(), InterpError> {
+    ) -> Result<usize, InterpError> {
         let block = self.index;
         let interval = self.interval;
-        let cell = usize::try_from(index)
-            .ok()
+        let at = self.cell_index(tile, rank, index);
+        let cell = at
             .and_then(|i| self.tiles[tile].get_mut(i))
             .ok_or(InterpError::Race { block, tile, index })?;
         if matches!(cell.read, Some((i, r)) if i == interval && r != t) {
@@ -493,7 +557,7 @@ impl Block<'_> {
             landed_in: None,
             wgmma_read: None,
         };
-        Ok(())
+        Ok(at.unwrap_or_default())
     }
 
     /// Every active thread's copy of `width` elements from global memory (zero where a
@@ -519,24 +583,60 @@ impl Block<'_> {
                 if asynchronous {
                     self.write_async(write.input, at, t, value)?;
                 } else {
-                    self.write_shared(write.input, at, t, value)?;
+                    self.write_shared((write.input, self.rank(t), at), t, value)?;
                 }
             }
         }
         Ok(())
     }
 
-    /// The mbarrier that `barrier` names for thread `t`.
+    /// The mbarrier that `barrier` names for thread `t`, of its own block.
     fn barrier(&self, barrier: &Expr, t: usize) -> Result<usize, InterpError> {
+        self.barrier_of(barrier, t, self.rank(t))
+    }
+
+    /// The mbarrier that `barrier` names for thread `t`, of the cluster's block `rank`:
+    /// one its own block has, and, of another block, one published to the cluster.
+    fn barrier_of(&self, barrier: &Expr, t: usize, rank: usize) -> Result<usize, InterpError> {
         let b = self.eval(barrier, t);
-        usize::try_from(b)
-            .ok()
-            .filter(|&b| b < self.barriers.len())
-            .ok_or(InterpError::MbarrierIndex {
+        let count = self.barriers.len() / self.cluster;
+        let local =
+            usize::try_from(b)
+                .ok()
+                .filter(|&b| b < count)
+                .ok_or(InterpError::MbarrierIndex {
+                    block: self.index,
+                    barrier: b,
+                    count,
+                })?;
+        let at = rank * count + local;
+        if rank != self.rank(t) && !self.published[at] {
+            return Err(InterpError::MbarrierRemote {
                 block: self.index,
-                barrier: b,
-                count: self.barriers.len(),
-            })
+                barrier: local,
+            });
+        }
+        Ok(at)
+    }
+
+    /// The blocks of the cluster a copy by thread `t` lands in: all of them when it is
+    /// multicast, else its own.
+    fn destinations(&self, t: usize, multicast: bool) -> Vec<usize> {
+        if multicast {
+            (0..self.cluster).collect()
+        } else {
+            vec![self.rank(t)]
+        }
+    }
+
+    /// The warpgroups of thread `t`'s block.
+    fn own_warpgroups(&self, t: usize) -> std::ops::Range<usize> {
+        if self.cluster == 1 {
+            return 0..self.warpgroups.committed.len();
+        }
+        let per_block = self.stride / WARPGROUP;
+        let first = self.rank(t) * per_block;
+        first..first + per_block
     }
 
     /// The warpgroups that run a warpgroup instruction: those with an active thread,
@@ -564,8 +664,8 @@ impl Block<'_> {
         let bytes = self.eval(&operand.start, leader) + operand.layout.offset(mn, k);
         let index = swizzle_address(bytes, operand.layout.swizzle) / operand.layout.element_bytes;
         let (block, tile) = (self.index, operand.input);
-        let cell = usize::try_from(index)
-            .ok()
+        let at = self.cell_index(tile, self.rank(leader), index);
+        let cell = at
             .and_then(|i| self.tiles[tile].get(i))
             .copied()
             .ok_or(InterpError::Uninitialized { block, tile, index })?;
@@ -575,7 +675,7 @@ impl Block<'_> {
         if (leader..leader + WARPGROUP).any(|t| !self.barriers[barrier].observed(t, phase)) {
             return Err(InterpError::TmaPending { block, tile, index });
         }
-        self.tiles[tile][index as usize].wgmma_read = Some((w, group));
+        self.tiles[tile][at.unwrap_or_default()].wgmma_read = Some((w, group));
         Ok(cell.value)
     }
 
@@ -642,7 +742,7 @@ impl Block<'_> {
         &mut self,
         map: usize,
         coords: &[Expr],
-        at: &Expr,
+        (at, rank): (&Expr, usize),
         barrier: usize,
         t: usize,
         inputs: &Inputs,
@@ -676,8 +776,8 @@ impl Block<'_> {
                 0.0
             };
             let index = base + layout.offset(row, column);
-            self.write_shared(input, index, t, value)?;
-            self.tiles[input][index as usize].landed_in = Some((barrier, phase));
+            let cell = self.write_shared((input, rank, index), t, value)?;
+            self.tiles[input][cell].landed_in = Some((barrier, phase));
         }
         self.barriers[barrier].land(tensor.box_bytes() as i64);
         Ok(())
@@ -692,11 +792,11 @@ impl Block<'_> {
         t: usize,
         value: f32,
     ) -> Result<(), InterpError> {
-        self.write_shared(tile, index, t, value)?;
-        let cell = &mut self.tiles[tile][index as usize];
+        let at = self.write_shared((tile, self.rank(t), index), t, value)?;
+        let cell = &mut self.tiles[tile][at];
         cell.pending = true;
         cell.asynchronous = true;
-        self.open_group[t].push((tile, index as usize));
+        self.open_group[t].push((tile, at));
         Ok(())
     }
 
@@ -813,14 +913,37 @@ impl Block<'_> {
                         self.exec(body, &inner, inputs, out, writes)?;
                     }
                 }
-                Stmt::Sync => {
-                    if active.iter().any(|a| !a) {
-                        return Err(InterpError::DivergentBarrier { block: self.index });
+                Stmt::Sync | Stmt::ClusterSync => {
+                    // Every thread of the cluster, or of each block that reaches a
+                    // block barrier (a branch may leave out whole blocks).
+                    let cluster = matches!(stmt, Stmt::ClusterSync);
+                    let block = self.kernel.launch.block as usize;
+                    for rank in 0..self.cluster {
+                        let mut real = (rank * self.stride..).take(block);
+                        let some = real.clone().any(|t| active[t]);
+                        if (cluster || some) && !real.all(|t| active[t]) {
+                            return Err(InterpError::DivergentBarrier { block: self.index });
+                        }
                     }
                     self.interval += 1;
-                    let retired = self.warpgroups.retired.clone();
+                    // A block barrier tells what its own warpgroups completed; a
+                    // cluster barrier what every one did, and publishes the barriers.
                     for t in threads.clone() {
+                        let mut retired = self.warpgroups.retired.clone();
+                        if !cluster {
+                            let own = self.own_warpgroups(t);
+                            for (w, r) in retired.iter_mut().enumerate() {
+                                if !own.contains(&w) {
+                                    *r = 0;
+                                }
+                            }
+                        }
                         self.warpgroups.learn(t, &retired);
+                    }
+                    if cluster {
+                        for (b, published) in self.published.iter_mut().enumerate() {
+                            *published |= self.barriers[b].initialized();
+                        }
                     }
                 }
                 Stmt::ZeroAcc => {
@@ -836,16 +959,22 @@ impl Block<'_> {
                     self.copy((read, write), active, inputs, true)?;
                 }
                 Stmt::MbarrierInit { barrier, arrivals } => {
-                    let threads: Vec<usize> = threads.clone().filter(|&t| active[t]).collect();
-                    let b = self.barrier(barrier, threads[0])?;
-                    if threads.len() != 1 {
-                        return Err(InterpError::MbarrierInit {
-                            block: self.index,
-                            barrier: b,
-                            threads: threads.len(),
-                        });
+                    // One thread per barrier (one per block of a cluster).
+                    let mut by_barrier = std::collections::BTreeMap::new();
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        *by_barrier.entry(self.barrier(barrier, t)?).or_insert(0) += 1;
                     }
-                    self.barriers[b].init(*arrivals);
+                    for (b, count) in by_barrier {
+                        if count != 1 {
+                            return Err(InterpError::MbarrierInit {
+                                block: self.index,
+                                barrier: b,
+                                threads: count,
+                            });
+                        }
+                        self.barriers[b].init(*arrivals);
+                        self.published[b] = false;
+                    }
                 }
                 Stmt::ArriveExpectTx { barrier, bytes } => {
                     for t in threads.clone().filter(|&t| active[t]) {
@@ -854,13 +983,16 @@ impl Block<'_> {
                         self.barriers[b].arrive(*bytes);
                     }
                 }
-                Stmt::MbarrierArrive { barrier } => {
+                Stmt::MbarrierArrive { barrier } | Stmt::ClusterArrive { barrier } => {
+                    let everywhere = matches!(stmt, Stmt::ClusterArrive { .. });
                     for t in threads.clone().filter(|&t| active[t]) {
-                        let b = self.barrier(barrier, t)?;
-                        self.initialized(b)?;
-                        let knowledge = self.warpgroups.knowledge(t);
-                        self.barriers[b].release(&knowledge);
-                        self.barriers[b].arrive(0);
+                        for rank in self.destinations(t, everywhere) {
+                            let b = self.barrier_of(barrier, t, rank)?;
+                            self.initialized(b)?;
+                            let knowledge = self.warpgroups.knowledge(t);
+                            self.barriers[b].release(&knowledge);
+                            self.barriers[b].arrive(0);
+                        }
                     }
                 }
                 Stmt::TmaLoad {
@@ -868,11 +1000,14 @@ impl Block<'_> {
                     coords,
                     at,
                     barrier,
+                    multicast,
                 } => {
                     for t in threads.clone().filter(|&t| active[t]) {
-                        let b = self.barrier(barrier, t)?;
-                        self.initialized(b)?;
-                        self.tma_load(*map, coords, at, b, t, inputs)?;
+                        for rank in self.destinations(t, *multicast) {
+                            let b = self.barrier_of(barrier, t, rank)?;
+                            self.initialized(b)?;
+                            self.tma_load(*map, coords, (at, rank), b, t, inputs)?;
+                        }
                     }
                 }
                 Stmt::MbarrierWait { barrier, parity } => {
@@ -1042,7 +1177,11 @@ impl Block<'_> {
                                     slot,
                                 },
                             )?;
-                            self.write_shared(write.input, s + j as i64 * write.step, t, value)?;
+                            self.write_shared(
+                                (write.input, self.rank(t), s + j as i64 * write.step),
+                                t,
+                                value,
+                            )?;
                         }
                     }
                 }
@@ -1413,6 +1552,7 @@ mod tests {
             coords: vec![Expr::Const(0), Expr::Const(0)],
             at: Expr::Const(0),
             barrier: Expr::Const(0),
+            multicast: false,
         };
         let init = Stmt::MbarrierInit {
             barrier: Expr::Const(0),

@@ -121,6 +121,14 @@ pub enum InvalidState {
     #[error("{block_m} block rows over {m} GEMM rows: a whole 64-row MMA would lie outside them")]
     WgmmaIdleRows { block_m: u32, m: u64 },
     #[error(
+        "clusters of {cluster} with split {split_k} and {persistent} persistent blocks: 0 or 2, unsplit, an even persistent grid, on pairs of neighbouring tiles whose shared tile halves into whole swizzle atoms or boxes"
+    )]
+    WgmmaCluster {
+        cluster: u32,
+        split_k: u32,
+        persistent: u32,
+    },
+    #[error(
         "a raster band of {raster} M tiles over {mtiles} M tiles and {ntiles} N tiles: 0, or one of {RASTER_GROUPS:?} that divides the M tiles, with more than one N tile"
     )]
     WgmmaRaster {

@@ -131,12 +131,14 @@ pub enum Stmt {
     /// `cp.async.bulk.tensor`: the box of the tensor map `params[map]` (a
     /// `Param::TensorMap`) at `coords` (innermost first) into its input's shared tile
     /// from element `at`, as the box lays itself out; its bytes complete on `barrier`.
-    /// Elements outside the tensor are zeros.
+    /// Elements outside the tensor are zeros. With `multicast`, the box lands at the
+    /// same place in every block of the cluster and completes on each one's `barrier`.
     TmaLoad {
         map: usize,
         coords: Vec<Expr>,
         at: Expr,
         barrier: Expr,
+        multicast: bool,
     },
     /// Waits until the phase of `barrier` with parity `parity` has completed
     /// (`mbarrier.try_wait.parity` in a loop); the copies that completed it are then
@@ -146,6 +148,16 @@ pub enum Stmt {
     /// releasing a buffer); what the thread knows to be complete (its warpgroup's
     /// retired MMAs) becomes known to every thread that waits for that phase.
     MbarrierArrive { barrier: Expr },
+    /// One arrival of each active thread on `barrier` of every block of its cluster,
+    /// its own included (`mapa`, then `mbarrier.arrive.release.cluster`): a consumer
+    /// releasing a buffer that its cluster's producers multicast into. Each barrier must
+    /// have been published to the cluster (`ClusterSync`).
+    ClusterArrive { barrier: Expr },
+    /// A barrier of every thread of the cluster (`barrier.cluster.arrive.release` and
+    /// `wait.acquire`), after a fence that publishes the blocks' initialized mbarriers
+    /// to the cluster: before any block may arrive on or copy into another, and before
+    /// any block exits while another may still do so.
+    ClusterSync,
     /// `wgmma.fence`: the warpgroup's earlier writes of its accumulator registers (their
     /// zeroing) are ordered before the warpgroup MMAs that follow.
     WgmmaFence,
@@ -538,7 +550,8 @@ impl Kernel {
             | Stmt::ArriveExpectTx { barrier, .. }
             | Stmt::TmaLoad { barrier, .. }
             | Stmt::MbarrierWait { barrier, .. }
-            | Stmt::MbarrierArrive { barrier } = s
+            | Stmt::MbarrierArrive { barrier }
+            | Stmt::ClusterArrive { barrier } = s
             {
                 let highest = self.scope.range(barrier).1;
                 count = count.max(usize::try_from(highest + 1).unwrap_or(0));

@@ -305,7 +305,8 @@ impl Sampler {
     /// without a producer warp, uniform; a reduction split as the other sketches draw
     /// it (ReLU included); then, half the time, one persistent block per SM where
     /// there are more units of work; then, half the time, a raster band (uniform among
-    /// those that divide the M tiles).
+    /// those that divide the M tiles); then, half the time, clusters of two where they
+    /// are valid.
     fn draw_wgmma(&mut self) -> State {
         let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
         let rng = &mut self.wgmma_rng;
@@ -322,6 +323,7 @@ impl Sampler {
             persistent: 0,
             producer_warp: pick(&[0, 1]),
             raster: 0,
+            cluster: 0,
         };
         // Persistent blocks, one per SM, half the time a grid has more units than SMs;
         // the split is drawn for the plain grid.
@@ -339,6 +341,19 @@ impl Sampler {
             .collect();
         if rng.next_u64().is_multiple_of(2) && !bands.is_empty() {
             tiling.raster = bands[(rng.next_u64() % bands.len() as u64) as usize];
+        }
+        // Half the time, clusters of two, where the state allows them.
+        if rng.next_u64().is_multiple_of(2) {
+            let clustered = State {
+                split_k,
+                ..State::hopper(WgmmaTiling {
+                    cluster: 2,
+                    ..tiling
+                })
+            };
+            if crate::validate::validate(&self.contraction, &clustered, &self.gpu).is_ok() {
+                tiling.cluster = 2;
+            }
         }
         state.wgmma = Some(tiling);
         state.split_k = split_k;

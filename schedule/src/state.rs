@@ -181,6 +181,13 @@ pub struct WgmmaTiling {
     /// when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub raster: u32,
+    /// Thread-block clusters: 0 for none, or 2, pairs of blocks on neighbouring tiles of
+    /// the raster order, which share an operand (B where the neighbours are along M, in
+    /// a raster band; A where they are along N, row by row). Each block of a pair copies
+    /// half of the shared operand's tile with TMA multicast into both. Left out of the
+    /// JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cluster: u32,
 }
 
 /// Row paddings (floats added to each row of a shared tile's contiguous dimension) the

@@ -16,6 +16,10 @@
 //! which each consumer warpgroup arrives once its MMAs that read the buffer have
 //! completed (`wgmma.wait_group in_flight`), before the producer refills it.
 //!
+//! Grouped rasterization (`raster`) orders the tiles down bands of M tiles, and
+//! clusters of two blocks (`cluster`) share one operand's tile by TMA multicast
+//! (`lower::wgmma`).
+//!
 //! Split-K (`State::split_k`) cuts the K tiles into chunks, one per block of a tile (a
 //! unit of work), in any output type: each block stores its partial sums to a
 //! workspace, and the last of a tile's blocks to arrive on its semaphore adds them up
@@ -287,12 +291,32 @@ impl WgmmaTiling {
             .unwrap_or(16)
     }
 
-    /// Rows and columns of input `input`'s TMA box, and its swizzle.
+    /// Blocks per cluster (1 without clusters).
+    pub fn cluster_blocks(&self) -> u32 {
+        self.cluster.max(1)
+    }
+
+    /// The input the blocks of a cluster share (and multicast): B where neighbouring
+    /// tiles of the raster order lie along M (a raster band), A where they lie along N.
+    pub fn shared_input(&self) -> Option<usize> {
+        (self.cluster > 1).then_some(if self.raster > 0 { 1 } else { 0 })
+    }
+
+    /// Rows and columns of input `input`'s TMA box, and its swizzle: a block's share
+    /// of the tile, the rows of a K-major tile the cluster shares split between its
+    /// blocks.
     pub fn box_shape(&self, input: usize, view: &GemmView) -> (u32, u32, Swizzle) {
         let k = self.block_k(view) as u32;
+        let share = |rows: u32| {
+            if self.shared_input() == Some(input) {
+                rows / self.cluster_blocks()
+            } else {
+                rows
+            }
+        };
         match input {
-            0 => (self.block_m(), k, self.k_swizzle()),
-            _ if view.b_k_major => (self.block_n, k, self.k_swizzle()),
+            0 => (share(self.block_m()), k, self.k_swizzle()),
+            _ if view.b_k_major => (share(self.block_n), k, self.k_swizzle()),
             _ => {
                 let n_box = self.n_box();
                 let swizzle = match n_box {
@@ -489,6 +513,22 @@ pub fn validate_wgmma(
             ntiles,
         });
     }
+    // Clusters pair neighbouring tiles of one unit each; the shared tile splits into
+    // halves of whole swizzle atoms (8 rows), or whole boxes of an N-major B.
+    if t.cluster != 0 {
+        let pairs = match t.shared_input() {
+            Some(0) => ntiles.is_multiple_of(2) && t.block_m().is_multiple_of(16),
+            _ if view.b_k_major => t.block_n.is_multiple_of(16),
+            _ => t.boxes(1, view).is_multiple_of(2),
+        };
+        if t.cluster != 2 || split_k > 1 || !pairs || !t.persistent.is_multiple_of(2) {
+            return Err(InvalidState::WgmmaCluster {
+                cluster: t.cluster,
+                split_k,
+                persistent: t.persistent,
+            });
+        }
+    }
     let (units, _) = t.grid(&gemm.view, split_k);
     // Persistent blocks fewer than the units, else the plain grid says the same.
     if t.persistent != 0 && u64::from(t.persistent) >= units {
@@ -567,6 +607,7 @@ mod tests {
             persistent: 0,
             producer_warp: 0,
             raster: 0,
+            cluster: 0,
         };
         let a = g.tensor_box(&c, &t, 0).unwrap();
         assert_eq!(

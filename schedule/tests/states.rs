@@ -168,8 +168,9 @@ fn snapshot_matmul_tails() {
 
 /// `wgmma` kernels: a matmul (N-major B in 64-column boxes) with persistent blocks,
 /// an NHWC 1×1 convolution (K-major B) with bias and ReLU and a producer warp, a
-/// bf16 batch matmul in 32-byte K rows (the 32B swizzle) with tails, and a matmul
-/// split four ways with bias and ReLU.
+/// bf16 batch matmul in 32-byte K rows (the 32B swizzle) with tails, a matmul split
+/// four ways with bias and ReLU, a clustered matmul multicasting B, and a TF32 1×1
+/// convolution.
 #[test]
 fn snapshot_wgmma_kernels() {
     let tiling = |consumers, m_atoms, block_n, k_bytes| schedule::state::WgmmaTiling {
@@ -182,6 +183,7 @@ fn snapshot_wgmma_kernels() {
         persistent: 0,
         producer_warp: 0,
         raster: 0,
+        cluster: 0,
     };
     let gpu = GpuSpec::h100();
     let typed = |t: Task, dtype| t.with_types(dtype, dtype, Layout::Nhwc).unwrap();
@@ -223,6 +225,20 @@ fn snapshot_wgmma_kernels() {
     };
     let k = generate(&decode, &split, &gpu).unwrap();
     insta::assert_snapshot!("wgmma_matmul_split_k", k.source);
+    // Pairs of blocks down a raster band of 4 M tiles sharing B by TMA multicast, and a
+    // TF32 1×1 convolution (k8 instructions, both operands K-major).
+    let clustered = State::hopper(schedule::state::WgmmaTiling {
+        raster: 4,
+        cluster: 2,
+        ..tiling(2, 1, 128, 128)
+    });
+    let k = generate(&matmul, &clustered, &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_matmul_cluster_multicast", k.source);
+    let tf32 = task("conv2d", "1,64,28,28,96,1,1,1,0", Epilogue::default())
+        .with_types(DType::Tf32, DType::F32, Layout::Nhwc)
+        .unwrap();
+    let k = generate(&tf32, &State::hopper(tiling(1, 1, 96, 128)), &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_conv2d_1x1_tf32", k.source);
 }
 
 /// The 128x128x8 tile of `snapshot_matmul_transposed_padded_a`.

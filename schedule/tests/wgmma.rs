@@ -61,6 +61,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, k_bytes: u32, stages: u32)
         persistent: 0,
         producer_warp: 0,
         raster: 0,
+        cluster: 0,
     }
 }
 
@@ -222,6 +223,160 @@ fn raster_bands_cover_every_tile_once() {
     let zeroed = zero_lets(&mut kernel.body, &band_rows);
     assert!(zeroed > 0);
     assert!(run(&t, &kernel).is_err());
+}
+
+/// Clusters of two blocks on neighbouring tiles: pairs along N share A (row-by-row
+/// order), pairs along M share B (a raster band; N-major boxes dealt out, or a K-major
+/// tile's rows halved), each block's half multicast into both; with a producer warp
+/// (each block's threads padded to whole warpgroups), two consumers, persistent pairs
+/// and TF32. Each block's consumers release a buffer on every block's empty barrier.
+#[test]
+fn clusters_share_a_tile_by_multicast() {
+    let clustered = |t: WgmmaTiling, raster| WgmmaTiling {
+        cluster: 2,
+        raster,
+        ..t
+    };
+    // 4 M tiles of 64 rows (a tail), 4 N tiles of 48 columns: pairs along N share A.
+    let t = task("matmul", "200,192,264", DType::Fp16, Epilogue::default());
+    let tilings = [
+        clustered(tiling(1, 1, 48, 64, 2), 0),
+        clustered(tiling(1, 1, 48, 128, 3), 0),
+        WgmmaTiling {
+            producer_warp: 1,
+            ..clustered(tiling(1, 1, 48, 32, 3), 0)
+        },
+        WgmmaTiling {
+            persistent: 6,
+            ..clustered(tiling(1, 1, 48, 64, 2), 0)
+        },
+    ];
+    assert_eq!(check(&t, &tilings), tilings.len());
+    // Pairs along M share an N-major B of two 64-column boxes, one per block.
+    let b = task("matmul", "256,256,128", DType::Bf16, Epilogue::default());
+    let tilings = [
+        clustered(tiling(1, 1, 128, 64, 2), 2),
+        clustered(tiling(2, 1, 128, 64, 2), 2),
+        WgmmaTiling {
+            producer_warp: 1,
+            persistent: 2,
+            ..clustered(tiling(1, 1, 128, 128, 3), 4)
+        },
+    ];
+    assert_eq!(check(&b, &tilings), tilings.len());
+    // A K-major B (NHWC 1×1 convolution, fused) halved by rows, in fp16 and TF32.
+    let fused = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let conv = task("conv2d", "2,64,8,8,96,1,1,1,0", DType::Fp16, fused);
+    let tilings = [
+        clustered(tiling(1, 1, 48, 64, 2), 2),
+        clustered(tiling(1, 1, 48, 64, 2), 0),
+    ];
+    assert_eq!(check(&conv, &tilings), tilings.len());
+    let tf32 = Task::new(parse_shape("conv2d", "2,64,8,8,96,1,1,1,0").unwrap(), fused)
+        .unwrap()
+        .with_types(DType::Tf32, DType::F32, Layout::Nhwc)
+        .unwrap();
+    assert_eq!(check(&tf32, &tilings), tilings.len());
+    // Refused: split, an odd persistent grid, an odd count of N tiles to pair.
+    let gpu = GpuSpec::h100();
+    let split = State {
+        split_k: 2,
+        ..State::hopper(clustered(tiling(1, 1, 48, 64, 2), 0))
+    };
+    let odd = State::hopper(WgmmaTiling {
+        persistent: 5,
+        ..clustered(tiling(1, 1, 48, 64, 2), 0)
+    });
+    let unpaired = State::hopper(clustered(tiling(1, 1, 64, 64, 2), 0));
+    for state in [split, odd, unpaired] {
+        assert!(
+            validate(&t.contraction(), &state, &gpu).is_err(),
+            "{}",
+            state.to_json()
+        );
+    }
+}
+
+/// What a broken cluster protocol does is caught: consumers that release a buffer only
+/// to their own block (the peer's producer waits forever, or, counting one block's
+/// arrivals, overwrites a buffer whose MMAs it does not know retired), barriers used
+/// across blocks before a cluster barrier published them, and a shared tile's half
+/// copied into one block only.
+#[test]
+fn broken_cluster_protocols_are_caught() {
+    let t = task("matmul", "200,192,264", DType::Fp16, Epilogue::default());
+    let state = State::hopper(WgmmaTiling {
+        cluster: 2,
+        ..tiling(1, 1, 48, 64, 2)
+    });
+    let kernel = lower(&t, &state);
+    assert!(run(&t, &kernel).is_ok());
+    let local = |k: &mut Kernel| {
+        edit_all(&mut k.body, &|s| match s {
+            Stmt::ClusterArrive { barrier } => {
+                *s = Stmt::MbarrierArrive {
+                    barrier: barrier.clone(),
+                };
+                true
+            }
+            _ => false,
+        })
+    };
+    let mut released_locally = kernel.clone();
+    assert!(local(&mut released_locally) > 0);
+    let err = run(&t, &released_locally).unwrap_err();
+    assert!(err.contains("can never complete"), "{err}");
+    let mut counted_locally = released_locally.clone();
+    assert!(
+        edit_all(&mut counted_locally.body, &|s| match s {
+            Stmt::MbarrierInit { arrivals, .. } if *arrivals == 2 => {
+                *arrivals = 1;
+                true
+            }
+            _ => false,
+        }) > 0
+    );
+    let err = run(&t, &counted_locally).unwrap_err();
+    assert!(err.contains("warpgroup"), "{err}");
+    let mut unpublished = kernel.clone();
+    assert!(replaced(
+        &mut unpublished.body,
+        &|s| matches!(s, Stmt::ClusterSync),
+        &Stmt::Sync
+    ));
+    let err = run(&t, &unpublished).unwrap_err();
+    assert!(err.contains("cluster barrier"), "{err}");
+    let mut unicast = kernel.clone();
+    assert!(
+        edit_all(&mut unicast.body, &|s| match s {
+            Stmt::TmaLoad { multicast, .. } if *multicast => {
+                *multicast = false;
+                true
+            }
+            _ => false,
+        }) > 0
+    );
+    assert!(run(&t, &unicast).is_err());
+}
+
+/// Applies `edit` to every statement (nested bodies included); returns how many it
+/// changed.
+fn edit_all(body: &mut [Stmt], edit: &impl Fn(&mut Stmt) -> bool) -> usize {
+    let mut changed = 0;
+    for stmt in body {
+        changed += usize::from(edit(stmt));
+        if let Stmt::For { body, .. }
+        | Stmt::If { body, .. }
+        | Stmt::Block { body }
+        | Stmt::LastArrival { body, .. } = stmt
+        {
+            changed += edit_all(body, edit);
+        }
+    }
+    changed
 }
 
 /// Sets every `Let` of one of `vars` to 0 (nested bodies included); returns how many.

@@ -181,6 +181,34 @@ pub fn load_c(map: &str, coords: &[String], dst: &str, bar: &str) -> String {
     )
 }
 
+/// `load_c` multicast to the blocks of the cluster whose ranks are the bits of `mask`:
+/// the box lands at `dst` in each and completes on the barrier at `bar` in each.
+pub fn load_multicast_c(map: &str, coords: &[String], dst: &str, bar: &str, mask: u16) -> String {
+    let slots: Vec<String> = (0..coords.len()).map(|i| format!("%{}", i + 4)).collect();
+    let operands: Vec<String> = coords.iter().map(|c| format!("\"r\"({c})")).collect();
+    format!(
+        "asm volatile(\"cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {{{}}}], [%2], %3;\" \
+         :: \"r\"({dst}), \"l\"((unsigned long long)&{map}), \"r\"({bar}), \"h\"((unsigned short){mask}), {} : \"memory\");",
+        coords.len(),
+        slots.join(", "),
+        operands.join(", ")
+    )
+}
+
+/// One arrival on the barrier at `bar` (this block's 32-bit shared address) of the
+/// cluster's block of rank `rank` (a C expression): `mapa` finds it in the cluster's
+/// shared window, and the arrival releases at cluster scope.
+pub fn cluster_arrive_c(bar: &str, rank: &str) -> String {
+    format!(
+        "{{ unsigned remote; asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote) : \"r\"({bar}), \"r\"({rank})); \
+         asm volatile(\"mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\" :: \"r\"(remote) : \"memory\"); }}"
+    )
+}
+
+/// Publishes the block's initialized mbarriers to its cluster, then waits for every
+/// thread of the cluster.
+pub const CLUSTER_SYNC_C: &str = "asm volatile(\"fence.mbarrier_init.release.cluster;\\n\\tbarrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;\" ::: \"memory\");";
+
 /// Waits until the phase of parity `parity` (a C expression) of the barrier at `bar`
 /// has completed.
 pub fn wait_parity_c(bar: &str, parity: &str) -> String {

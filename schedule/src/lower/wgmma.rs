@@ -27,6 +27,15 @@
 //!    its accumulators through the fused epilogue, as the accumulator layout
 //!    (`WgmmaAtom::accumulator`) places them; the next tile starts from zeros.
 //!
+//! With clusters of two (`cluster`), consecutive blocks (a pair) work on neighbouring
+//! tiles of the raster order and share one operand's tile (`WgmmaTiling::shared_input`):
+//! each block's producer copies half of it (half the rows of a K-major tile, half the
+//! boxes of an N-major B) with TMA multicast into both blocks, so each block's full
+//! barrier still expects the whole stage. A buffer is then refilled by either block, so
+//! each consumer warpgroup releases it on the empty barriers of both (their arrival
+//! counts doubled). A cluster barrier publishes the initialized barriers before any
+//! copy, and another keeps each block alive until its pair no longer arrives on it.
+//!
 //! With split-K the block works on units, not tiles: unit `u` is K chunk `u % split_k`
 //! of output tile `u / split_k` (a tile's chunks neighbour in the grid, so they run
 //! together and their partial sums stay in L2), a chunk's K tiles past K read zeros.
@@ -45,7 +54,7 @@ use crate::atom::Index;
 use crate::atom::fragment;
 use crate::atom::wgmma::{WARPGROUP_THREADS, WgmmaAtom};
 use crate::ir::{Cond, Expr, Kernel, Param, Scope, SharedPool, Stmt, WgmmaOperand};
-use crate::launch::{LaunchConfig, Target, TensorMapArg};
+use crate::launch::{Dim3, LaunchConfig, Target, TensorMapArg};
 use crate::task::{Contraction, Task};
 use crate::wgmma::{ATOM_M, TmaGemm, WgmmaTiling};
 
@@ -89,6 +98,7 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
     let elements = [0, 1].map(|i| (t.tile_elements(i, &gemm.view) * u64::from(t.stages)) as i64);
     let mut launch = LaunchConfig::linear(grid as u32, t.threads(), t.shared_bytes() as u32);
     launch.target = Target::ArchSpecific;
+    launch.cluster = Dim3::linear(t.cluster_blocks());
     launch.workspace_bytes = workspace_bytes;
     launch.tensor_maps = maps
         .into_iter()
@@ -230,14 +240,18 @@ impl WgmmaLowering<'_> {
             });
             init.push(Stmt::MbarrierInit {
                 barrier: self.empty(&s),
-                arrivals: t.consumers,
+                arrivals: t.consumers * t.cluster_blocks(),
             });
         }
         body.push(Stmt::If {
             conds: vec![self.producer()],
             body: init,
         });
-        body.push(Stmt::Sync);
+        body.push(if t.cluster > 1 {
+            Stmt::ClusterSync
+        } else {
+            Stmt::Sync
+        });
         body.push(Stmt::ZeroAcc);
 
         // Iterations: the K tiles of every unit the block works on, in order.
@@ -307,7 +321,17 @@ impl WgmmaLowering<'_> {
         let mut rounds_body = Vec::new();
         guarded(&mut rounds_body, has_unit, tile_body, false);
         body.extend(wrap_loops(&[round], &[rounds], |_| false, rounds_body));
+        // No block of a cluster exits while another may still arrive on its barriers.
+        if t.cluster > 1 {
+            body.push(Stmt::ClusterSync);
+        }
         body
+    }
+
+    /// This block's rank in its cluster (consecutive blocks form a cluster).
+    fn rank(&self) -> Expr {
+        self.scope
+            .rem(Expr::BlockIdx, i64::from(self.t.cluster_blocks()))
     }
 
     /// The producer's copies of iteration `g` (a unit's K tile) into buffer `stage`:
@@ -340,32 +364,58 @@ impl WgmmaLowering<'_> {
             }
             coords
         };
-        out.push(Stmt::TmaLoad {
-            map: self.first_map,
-            coords: batched(vec![k0.clone(), m0.clone()], 0),
-            at: stage_base(0),
-            barrier: full.clone(),
-        });
+        // A K-major operand is one box of rows; a tile the cluster shares is split into
+        // one box of rows per block, each multicast to every block of the cluster.
+        let rank = self.rank();
+        let shared = t.shared_input();
+        let blocks = i64::from(t.cluster_blocks());
+        let row_elements = t.block_k(view) as i64;
+        let rows_load = |input: usize, first: &Expr, rows: u32| {
+            let multicast = shared == Some(input);
+            let (first, at) = if multicast {
+                let part = i64::from(rows) / blocks;
+                (
+                    s.add(first.clone(), s.mul(rank.clone(), part)),
+                    s.add(stage_base(input), s.mul(rank.clone(), part * row_elements)),
+                )
+            } else {
+                (first.clone(), stage_base(input))
+            };
+            Stmt::TmaLoad {
+                map: self.first_map + input,
+                coords: batched(vec![k0.clone(), first], input),
+                at,
+                barrier: full.clone(),
+                multicast,
+            }
+        };
+        out.push(rows_load(0, &m0, t.block_m()));
         if view.b_k_major {
-            out.push(Stmt::TmaLoad {
-                map: self.first_map + 1,
-                coords: batched(vec![k0, n0.clone()], 1),
-                at: stage_base(1),
-                barrier: full,
-            });
+            out.push(rows_load(1, &n0, t.block_n));
             return;
         }
+        // An N-major B is boxes of `n_box` columns, a shared one's dealt out between the
+        // blocks of the cluster.
         let n_box = i64::from(t.n_box());
-        let box_elements = n_box * t.block_k(view) as i64;
-        for b in 0..i64::from(t.boxes(1, view)) {
+        let box_elements = n_box * row_elements;
+        let boxes = i64::from(t.boxes(1, view));
+        let multicast = shared == Some(1);
+        let (per_block, first_box) = if multicast {
+            (boxes / blocks, s.mul(rank.clone(), boxes / blocks))
+        } else {
+            (boxes, Expr::Const(0))
+        };
+        for j in 0..per_block {
+            let b = s.add(first_box.clone(), Expr::Const(j));
             out.push(Stmt::TmaLoad {
                 map: self.first_map + 1,
                 coords: batched(
-                    vec![s.add(n0.clone(), Expr::Const(b * n_box)), k0.clone()],
+                    vec![s.add(n0.clone(), s.mul(b.clone(), n_box)), k0.clone()],
                     1,
                 ),
-                at: s.add(stage_base(1), Expr::Const(b * box_elements)),
+                at: s.add(stage_base(1), s.mul(b, box_elements)),
                 barrier: full.clone(),
+                multicast,
             });
         }
     }
@@ -424,8 +474,14 @@ impl WgmmaLowering<'_> {
                 lo: None,
                 hi: Some(1),
             }],
-            body: vec![Stmt::MbarrierArrive {
-                barrier: empty.clone(),
+            body: vec![if self.t.cluster > 1 {
+                Stmt::ClusterArrive {
+                    barrier: empty.clone(),
+                }
+            } else {
+                Stmt::MbarrierArrive {
+                    barrier: empty.clone(),
+                }
             }],
         }];
         let consumers = self.consumers();
