@@ -248,6 +248,52 @@ class TensorMaps(unittest.TestCase):
                 tp.parse_tensor_maps(value, 3, "here")
 
 
+class LaunchKernelEx(unittest.TestCase):
+    """cuLaunchKernelEx's structures, laid out as cuda.h (CUDA 12, 13) declares them on
+    a 64-bit host, and the config built for a clustered launch."""
+
+    def test_structure_layout(self):
+        import ctypes
+        self.assertEqual(ctypes.sizeof(tp.CUlaunchAttributeValue), 64)
+        self.assertEqual(ctypes.alignment(tp.CUlaunchAttributeValue), 8)
+        self.assertEqual(tp.CUlaunchAttributeValue.clusterDim.offset, 0)
+        dim = tp.CUlaunchAttributeClusterDim
+        self.assertEqual((dim.x.offset, dim.y.offset, dim.z.offset, ctypes.sizeof(dim)),
+                         (0, 4, 8, 12))
+        self.assertEqual(ctypes.sizeof(tp.CUlaunchAttribute), 72)
+        self.assertEqual((tp.CUlaunchAttribute.id.offset, tp.CUlaunchAttribute.id.size),
+                         (0, 4))
+        self.assertEqual(tp.CUlaunchAttribute.value.offset, 8)
+        config = tp.CUlaunchConfig
+        self.assertEqual(ctypes.sizeof(config), 56)
+        self.assertEqual([getattr(config, name).offset for name in (
+            "gridDimX", "gridDimY", "gridDimZ", "blockDimX", "blockDimY", "blockDimZ",
+            "sharedMemBytes")], [0, 4, 8, 12, 16, 20, 24])
+        self.assertEqual((config.hStream.offset, config.attrs.offset,
+                          config.numAttrs.offset), (32, 40, 48))
+        self.assertEqual(tp.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 4)
+
+    def test_config_of_a_clustered_launch(self):
+        import ctypes
+        launch = tp.Launch((8, 6, 4), (384, 1, 1), 200 * 1024, False, cluster=(2, 3, 1))
+        config, attribute = tp.launch_config(launch, 0x1234)
+        self.assertEqual((config.gridDimX, config.gridDimY, config.gridDimZ,
+                          config.blockDimX, config.blockDimY, config.blockDimZ,
+                          config.sharedMemBytes, config.hStream, config.numAttrs),
+                         (8, 6, 4, 384, 1, 1, 200 * 1024, 0x1234, 1))
+        self.assertEqual(ctypes.addressof(config.attrs.contents), ctypes.addressof(attribute))
+        self.assertEqual(attribute.id, tp.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+        raw = bytes(attribute)
+        self.assertEqual(raw[:4], (4).to_bytes(4, sys.byteorder))
+        self.assertEqual(raw[8:20], b"".join(v.to_bytes(4, sys.byteorder) for v in (2, 3, 1)))
+        self.assertEqual(raw[20:], bytes(52))
+        config, _ = tp.launch_config(launch, 0)  # the legacy default stream
+        self.assertIsNone(config.hStream)
+
+    def test_no_cluster_by_default(self):
+        self.assertEqual(tp.Launch((4, 1, 1), (128, 1, 1), 0, False).cluster, (1, 1, 1))
+
+
 class ExactValues(unittest.TestCase):
     def check(self, plan, reduction, bias):
         terms = plan.weight_nonzeros if plan.weight_nonzeros is not None else reduction
@@ -490,10 +536,39 @@ class Inputs(unittest.TestCase):
         grid3["launch"]["grid"] = [4, 3, 2]
         clustered = self.entry(self.KEY, self.TASK, "cubins/a.cubin", image)
         clustered["launch"]["cluster"] = [2, 1, 1]
-        self.write("index.json", {"version": 1, "entries": [grid3, clustered]})
+        # A cluster of blocks along x only may be written as a plain number.
+        number = self.entry(self.KEY, self.TASK, "cubins/a.cubin", image)
+        number["launch"]["cluster"] = 2
+        one = self.entry(self.KEY, self.TASK, "cubins/a.cubin", image)
+        one["launch"]["cluster"] = [1, 1, 1]
+        self.write("index.json", {"version": 1, "entries": [grid3, clustered, number, one]})
         found, skipped = tp.load_deploy(self.dir)
-        self.assertEqual([c.launch.grid for c in found], [(4, 3, 2)])
-        self.assertIn("clusters of [2, 1, 1]", skipped[0]["reason"])
+        self.assertEqual(skipped, [])
+        self.assertEqual([c.launch.grid for c in found],
+                         [(4, 3, 2), (196, 1, 1), (196, 1, 1), (196, 1, 1)])
+        self.assertEqual([c.launch.cluster for c in found],
+                         [(1, 1, 1), (2, 1, 1), (2, 1, 1), (1, 1, 1)])
+
+    def test_deploy_clusters_must_divide_the_grid(self):
+        image = b"\x7fELF a"
+        broken = []
+        for grid, cluster in ((195, [2, 1, 1]), ([4, 3, 2], [1, 2, 1]), ([4, 3, 2], [2, 1, 4]),
+                              (196, [0, 1, 1]), (196, [2, 1])):
+            entry = self.entry(self.KEY, self.TASK, "cubins/a.cubin", image)
+            entry["launch"].update(grid=grid, cluster=cluster)
+            broken.append(entry)
+        self.write("index.json", {"version": 1, "entries": broken})
+        found, skipped = tp.load_deploy(self.dir)
+        self.assertEqual(found, [])
+        reasons = [s["reason"] for s in skipped]
+        self.assertEqual(len(reasons), len(broken))
+        self.assertIn("cluster [2, 1, 1] does not divide grid [195, 1, 1] in every "
+                      "dimension", reasons[0])
+        self.assertIn("cluster [1, 2, 1] does not divide grid [4, 3, 2]", reasons[1])
+        self.assertIn("cluster [2, 1, 4] does not divide grid [4, 3, 2]", reasons[2])
+        for reason in reasons[3:]:
+            self.assertIn("cluster", reason)
+            self.assertIn("is not a positive number or [x, y, z]", reason)
 
     MATMUL = {"op": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "fp16",
               "out_dtype": "fp16"}
@@ -565,6 +640,7 @@ class Inputs(unittest.TestCase):
         self.assertEqual((found.key, found.image, found.tuned_us, found.compute_capability),
                          (self.KEY, b"\x7fELF k", 7.5, (9, 0)))
         self.assertEqual(found.image_path, os.path.join(self.dir, "k.cubin"))
+        self.assertEqual(found.launch.cluster, (1, 1, 1))  # no cluster field
         found, skipped = tp.load_export(self.sidecar(shape=None))
         self.assertIsNone(found)
         self.assertIn("no task shape", skipped[0]["reason"])
@@ -574,10 +650,25 @@ class Inputs(unittest.TestCase):
             tp.load_export(self.sidecar(grid=[196, 1]))
         with self.assertRaises(tp.InputError):
             tp.load_export(self.sidecar(dtype="fp16"))
-        with self.assertRaises(tp.InputError):
-            tp.load_export(self.sidecar(cluster=[2, 1, 1]))
+
+    def test_export_clusters(self):
+        self.write("k.cubin", b"\x7fELF k")
+        found, skipped = tp.load_export(self.sidecar(cluster=[2, 1, 1]))
+        self.assertEqual(skipped, [])
+        self.assertEqual((found.launch.grid, found.launch.cluster), ((196, 1, 1), (2, 1, 1)))
         found, _ = tp.load_export(self.sidecar(cluster=[1, 1, 1]))
-        self.assertEqual(found.key, self.KEY)
+        self.assertEqual(found.launch.cluster, (1, 1, 1))
+        found, _ = tp.load_export(self.sidecar(grid=[8, 6, 4], cluster=[2, 3, 4]))
+        self.assertEqual(found.launch.cluster, (2, 3, 4))
+        with self.assertRaises(tp.InputError) as e:
+            tp.load_export(self.sidecar(grid=[195, 1, 1], cluster=[2, 1, 1]))
+        self.assertIn("cluster [2, 1, 1] does not divide grid [195, 1, 1] in every dimension",
+                      str(e.exception))
+        self.assertIn("export sidecar", str(e.exception))
+        for cluster in ([0, 1, 1], [2, 1], "2"):
+            with self.subTest(cluster=cluster), self.assertRaises(tp.InputError) as e:
+                tp.load_export(self.sidecar(cluster=cluster))
+            self.assertIn("is not a positive number or [x, y, z]", str(e.exception))
 
     def test_export_workspace_and_tensor_maps(self):
         self.write("w.cubin", b"\x7fELF w")

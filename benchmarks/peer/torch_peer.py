@@ -15,7 +15,9 @@ already have in PyTorch?" in one process, on one GPU, on the same buffers:
   device pointer per buffer (inputs, bias if any, output), then, where its launch says
   so, a pointer to a workspace (`workspace_bytes`, zeroed once per loaded kernel) and
   one 128-byte TMA tensor map by value per `tensor_maps` entry (the `wgmma` sketch's
-  sm_90a kernels), encoded for each buffer set's own buffers;
+  sm_90a kernels), encoded for each buffer set's own buffers; a kernel whose launch has
+  a thread block `cluster` other than [1, 1, 1] is launched with cuLaunchKernelEx, the
+  cluster dimension its launch attribute;
 - every output is checked exactly: inputs are small integers chosen so that every
   partial sum is an integer exact in every type involved, and our output must equal a
   float64 reference bit for bit (PyTorch's own error is recorded, not judged);
@@ -463,6 +465,10 @@ class Launch:
     workspace_bytes: int = 0
     # TensorMapArg per 128-byte tensor map parameter after that, in parameter order.
     tensor_maps: tuple = ()
+    # Blocks per thread block cluster, (x, y, z); each grid dimension is a multiple of
+    # its own. (1, 1, 1): no clusters, launched with cuLaunchKernel; otherwise with
+    # cuLaunchKernelEx and the cluster dimension as a launch attribute.
+    cluster: tuple = (1, 1, 1)
 
 
 @dataclasses.dataclass
@@ -519,13 +525,18 @@ def _dim3(value, name, where):
     raise ValueError(f"{where}: {name} {value!r} is not a positive number or [x, y, z]")
 
 
-def _refuse_clusters(launch, where):
-    """Kernels launched in thread block clusters need cuLaunchKernelEx, which this
-    script does not call: refused rather than launched without their clusters."""
-    cluster = launch.get("cluster")
-    if cluster is not None and _dim3(cluster, "cluster", where) != (1, 1, 1):
-        raise ValueError(f"{where}: the kernel runs in clusters of {cluster}, which this "
-                         "script cannot launch")
+def _cluster(launch, grid, where):
+    """The blocks per thread block cluster of a launch object (a deploy entry's
+    `launch`, or an export sidecar), as `_dim3` reads it: (1, 1, 1) when absent. A
+    cluster must divide the grid `grid` in each dimension."""
+    value = launch.get("cluster")
+    if value is None:
+        return (1, 1, 1)
+    cluster = _dim3(value, "cluster", where)
+    if any(g % c for g, c in zip(grid, cluster)):
+        raise ValueError(f"{where}: cluster {list(cluster)} does not divide grid "
+                         f"{list(grid)} in every dimension")
+    return cluster
 
 
 def _launch_extras(launch, task, where):
@@ -574,12 +585,13 @@ def load_deploy(directory):
         try:
             task = _task_of(entry["shape"], key, where)
             launch = entry.get("launch") or {}
-            _refuse_clusters(launch, where)
-            launch = Launch(_dim3(launch.get("grid"), "grid", where),
+            grid = _dim3(launch.get("grid"), "grid", where)
+            launch = Launch(grid,
                             (_uint_field(launch, "block", where), 1, 1),
                             _uint_field(launch, "dynamic_shared_bytes", where),
                             bool(launch.get("zero_output", False)),
-                            *_launch_extras(launch, task, where))
+                            *_launch_extras(launch, task, where),
+                            cluster=_cluster(launch, grid, where))
             kernel, cubin = entry.get("kernel"), entry.get("cubin")
             if not isinstance(kernel, str) or not isinstance(cubin, str):
                 raise ValueError("the entry lacks its kernel name or cubin path")
@@ -639,11 +651,11 @@ def load_export(sidecar_path):
                     and all(isinstance(v, int) and v >= 1 for v in value)):
                 raise ValueError(f"{name} {value!r} is not [x, y, z]")
             dims.append(tuple(value))
-        _refuse_clusters(sidecar, sidecar_path)
         launch = Launch(dims[0], dims[1],
                         _uint_field(sidecar, "dynamic_shared_bytes", sidecar_path),
                         bool(sidecar.get("zero_output", False)),
-                        *_launch_extras(sidecar, task, sidecar_path))
+                        *_launch_extras(sidecar, task, sidecar_path),
+                        cluster=_cluster(sidecar, dims[0], sidecar_path))
         if not isinstance(sidecar.get("kernel"), str):
             raise ValueError("no kernel name")
     except (TaskError, ValueError) as e:
@@ -965,6 +977,50 @@ def render_markdown(report):
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13  # kHz, the peak SM clock
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4  # CUlaunchAttributeID
+
+
+# cuLaunchKernelEx's arguments, laid out as cuda.h (CUDA 12 and 13) declares them.
+class CUlaunchAttributeClusterDim(ctypes.Structure):
+    """CUlaunchAttributeValue's clusterDim member: blocks per cluster."""
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+class CUlaunchAttributeValue(ctypes.Union):
+    """A union of 64 bytes (its `char pad[64]`), aligned to 8 by its pointer members
+    (`_align` stands for them); clusterDim at offset 0."""
+    _fields_ = [("pad", ctypes.c_char * 64), ("_align", ctypes.c_uint64),
+                ("clusterDim", CUlaunchAttributeClusterDim)]
+
+
+class CUlaunchAttribute(ctypes.Structure):
+    """{CUlaunchAttributeID id (a C enum, 4 bytes); char pad[8 - sizeof(id)];
+    CUlaunchAttributeValue value;}: 72 bytes, the value at offset 8."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                ("value", CUlaunchAttributeValue)]
+
+
+class CUlaunchConfig(ctypes.Structure):
+    """cuLaunchKernelEx's launch: grid, block, dynamic shared memory, stream and
+    attributes (natural C alignment: 56 bytes on 64-bit hosts)."""
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(CUlaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+def launch_config(launch, stream):
+    """(CUlaunchConfig, its one CUlaunchAttribute, which the config points to and must
+    outlive it) of a Launch with clusters, on `stream` (a CUstream address or None)."""
+    attribute = CUlaunchAttribute()
+    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    cx, cy, cz = launch.cluster
+    attribute.value.clusterDim = CUlaunchAttributeClusterDim(cx, cy, cz)
+    (gx, gy, gz), (bx, by, bz) = launch.grid, launch.block
+    config = CUlaunchConfig(gx, gy, gz, bx, by, bz, launch.dynamic_shared_bytes, stream,
+                            ctypes.pointer(attribute), 1)
+    return config, attribute
 
 
 class CudaError(RuntimeError):
@@ -1001,7 +1057,8 @@ class CudaDriver:
             "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t],
             "cuCtxSynchronize": [],
         }
-        # CUDA 12 drivers and later; only kernels that take tensor maps need it.
+        # CUDA 12 drivers and later (cuLaunchKernelEx: 11.8); only kernels that take
+        # tensor maps, or that run in thread block clusters, need them.
         optional = {
             "cuTensorMapEncodeTiled": [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint,
                                        ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
@@ -1009,8 +1066,11 @@ class CudaDriver:
                                        ctypes.POINTER(ctypes.c_uint32),
                                        ctypes.POINTER(ctypes.c_uint32)]
                                       + [ctypes.c_uint] * 4,
+            "cuLaunchKernelEx": [ctypes.POINTER(CUlaunchConfig), ctypes.c_void_p, c_void_pp,
+                                 c_void_pp],
         }
         self.has_tensor_maps = hasattr(lib, "cuTensorMapEncodeTiled")
+        self.has_launch_ex = hasattr(lib, "cuLaunchKernelEx")
         for name, argtypes in list(signatures.items()) + list(optional.items()):
             if name in optional and not hasattr(lib, name):
                 continue
@@ -1074,12 +1134,15 @@ class LoadedKernel:
     launches are sequential on one stream, so they share it); then, per entry of the
     launch's `tensor_maps`, a 128-byte CUtensorMap by value, encoded in `bind` for that
     buffer set's buffer. The output is zeroed on the same stream first where the kernel
-    adds into it (`zero_output`)."""
+    adds into it (`zero_output`). A kernel without clusters is launched with
+    cuLaunchKernel; one in thread block clusters with cuLaunchKernelEx, the cluster
+    dimension its one launch attribute (gpu::cuda::launch_raw)."""
 
     def __init__(self, driver, candidate):
         self.driver = driver
         self.launch = candidate.launch
         self.workspace = 0  # device address of the scratch, 0 when none
+        self.configs = {}  # stream: launch_config(...) of a kernel with clusters
         self.image = ctypes.create_string_buffer(candidate.image, len(candidate.image))
         self.module = ctypes.c_void_p()
         driver.check(driver.lib.cuModuleLoadData(ctypes.byref(self.module), self.image),
@@ -1097,6 +1160,9 @@ class LoadedKernel:
             if self.launch.tensor_maps and not driver.has_tensor_maps:
                 raise CudaError("cuTensorMapEncodeTiled: this driver predates tensor maps "
                                 "(CUDA 12), which the kernel takes")
+            if self.launch.cluster != (1, 1, 1) and not driver.has_launch_ex:
+                raise CudaError(f"cuLaunchKernelEx: this driver predates it (CUDA 11.8), and "
+                                f"the kernel runs in clusters of {list(self.launch.cluster)}")
             if self.launch.workspace_bytes:
                 lib, size = driver.lib, self.launch.workspace_bytes
                 workspace = ctypes.c_uint64()
@@ -1143,6 +1209,14 @@ class LoadedKernel:
         lib, check = self.driver.lib, self.driver.check
         if self.launch.zero_output:
             check(lib.cuMemsetD8Async(output, 0, output_bytes, stream), "cuMemsetD8Async")
+        if self.launch.cluster != (1, 1, 1):
+            # One config per stream, built once: the driver only reads it.
+            config = self.configs.get(stream)
+            if config is None:
+                config = self.configs[stream] = launch_config(self.launch, stream)
+            check(lib.cuLaunchKernelEx(ctypes.byref(config[0]), self.function, params, None),
+                  f"cuLaunchKernelEx(cluster {list(self.launch.cluster)})")
+            return
         (gx, gy, gz), (bx, by, bz) = self.launch.grid, self.launch.block
         check(lib.cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz,
                                  self.launch.dynamic_shared_bytes, stream, params, None),
@@ -1497,7 +1571,8 @@ def run_task(torch, driver, timer, candidate, args, count, l2_bytes):
                    "dynamic_shared_bytes": candidate.launch.dynamic_shared_bytes,
                    "zero_output": candidate.launch.zero_output,
                    "workspace_bytes": candidate.launch.workspace_bytes,
-                   "tensor_maps": len(candidate.launch.tensor_maps)},
+                   "tensor_maps": len(candidate.launch.tensor_maps),
+                   "cluster": list(candidate.launch.cluster)},
         "tuned_us": candidate.tuned_us,
         "values": {"magnitude": plan.magnitude, "weight_nonzeros_per_output":
                    plan.weight_nonzeros, "worst_case_abs_sum": plan.worst_case,
