@@ -459,6 +459,18 @@ unsafe fn launch_raw(
         }
         .map_err(err("cuLaunchKernel"));
     }
+    let mut cluster = cluster_attribute(launch);
+    let config = cluster_config(launch, stream, &mut cluster);
+    // SAFETY: `config` and its one attribute, and the parameters (pointing into `args`),
+    // live until the call returns, when the driver has copied them; the caller
+    // guarantees the function and the stream.
+    unsafe { sys::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
+        .map_err(err("cuLaunchKernelEx"))
+}
+
+/// The launch attribute of `launch`'s cluster dimension.
+fn cluster_attribute(launch: &LaunchConfig) -> sys::CUlaunchAttribute {
     let mut cluster = sys::CUlaunchAttribute {
         id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
         pad: [0; 4],
@@ -469,24 +481,44 @@ unsafe fn launch_raw(
         y: launch.cluster.y,
         z: launch.cluster.z,
     };
-    let config = sys::CUlaunchConfig {
-        gridDimX: grid.0,
-        gridDimY: grid.1,
-        gridDimZ: grid.2,
+    cluster
+}
+
+/// `cuLaunchKernelEx`'s description of `launch` on `stream`, with `cluster` (which it
+/// points to) as its one attribute.
+fn cluster_config(
+    launch: &LaunchConfig,
+    stream: sys::CUstream,
+    cluster: &mut sys::CUlaunchAttribute,
+) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
+        gridDimX: launch.grid.x,
+        gridDimY: launch.grid.y,
+        gridDimZ: launch.grid.z,
         blockDimX: launch.block,
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: launch.dynamic_shared_bytes,
         hStream: stream,
-        attrs: &mut cluster,
+        attrs: cluster,
         numAttrs: 1,
-    };
-    // SAFETY: `config` and its one attribute, and the parameters (pointing into `args`),
-    // live until the call returns, when the driver has copied them; the caller
-    // guarantees the function and the stream.
-    unsafe { sys::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) }
-        .result()
-        .map_err(err("cuLaunchKernelEx"))
+    }
+}
+
+impl Function<'_> {
+    /// How many of `launch`'s clusters the GPU can run at once
+    /// (`cuOccupancyMaxActiveClusters`): what bounds a persistent grid of clusters.
+    pub fn max_active_clusters(&self, launch: &LaunchConfig) -> Result<u32, CudaError> {
+        let mut cluster = cluster_attribute(launch);
+        let config = cluster_config(launch, std::ptr::null_mut(), &mut cluster);
+        let mut clusters: std::ffi::c_int = 0;
+        // SAFETY: `config` and its attribute live across the call, which only reads
+        // them and writes `clusters`; the function belongs to a loaded module.
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, self.function, &config) }
+            .result()
+            .map_err(err("cuOccupancyMaxActiveClusters"))?;
+        Ok(u32::try_from(clusters).unwrap_or(0))
+    }
 }
 
 /// A timing event, destroyed on drop.

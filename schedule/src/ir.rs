@@ -149,7 +149,7 @@ pub enum Stmt {
     /// retired MMAs) becomes known to every thread that waits for that phase.
     MbarrierArrive { barrier: Expr },
     /// One arrival of each active thread on `barrier` of every block of its cluster,
-    /// its own included (`mapa`, then `mbarrier.arrive.release.cluster`): a consumer
+    /// its own included (`mapa`, then `mbarrier.arrive.shared::cluster`): a consumer
     /// releasing a buffer that its cluster's producers multicast into. Each barrier must
     /// have been published to the cluster (`ClusterSync`).
     ClusterArrive { barrier: Expr },

@@ -197,11 +197,14 @@ pub fn load_multicast_c(map: &str, coords: &[String], dst: &str, bar: &str, mask
 
 /// One arrival on the barrier at `bar` (this block's 32-bit shared address) of the
 /// cluster's block of rank `rank` (a C expression): `mapa` finds it in the cluster's
-/// shared window, and the arrival releases at cluster scope.
+/// shared window. The arrival keeps the default `.release.cta` semantics, as CUTLASS's
+/// cluster barriers do: it orders this thread's reads of the buffer (its warpgroup's
+/// retired MMAs) before the refill it lets through. A `.release.cluster` arrival made
+/// clustered 4096³ kernels 2.1x slower on an H100 (`benchmarks/results/h100-2026-11-26`).
 pub fn cluster_arrive_c(bar: &str, rank: &str) -> String {
     format!(
         "{{ unsigned remote; asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote) : \"r\"({bar}), \"r\"({rank})); \
-         asm volatile(\"mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\" :: \"r\"(remote) : \"memory\"); }}"
+         asm volatile(\"mbarrier.arrive.shared::cluster.b64 _, [%0];\" :: \"r\"(remote) : \"memory\"); }}"
     )
 }
 
