@@ -482,7 +482,11 @@ pub fn validate_wgmma(
             m: view.m,
         });
     }
-    if !(1..=MAX_WGMMA_STAGES).contains(&t.stages) || t.in_flight > 1 || t.in_flight >= t.stages {
+    if !(1..=MAX_WGMMA_STAGES).contains(&t.stages)
+        || t.in_flight > 1
+        || t.in_flight >= t.stages
+        || t.producer_warp > 1
+    {
         return Err(InvalidState::WgmmaPipeline {
             stages: t.stages,
             in_flight: t.in_flight,

@@ -419,6 +419,12 @@ fn two_consumers_two_atoms_and_the_fused_epilogue() {
         },
     ];
     assert_eq!(check(&t, &tilings), tilings.len());
+    // More than one producer warp is not a state the sketch has.
+    let producers = State::hopper(WgmmaTiling {
+        producer_warp: 2,
+        ..tiling(2, 1, 64, 64, 2)
+    });
+    assert!(validate(&t.contraction(), &producers, &GpuSpec::h100()).is_err());
     // Two warpgroups of 64 rows over a 16-row GEMM: the second would only idle.
     let decode = task("matmul", "16,64,64", DType::Fp16, Epilogue::default());
     let idle = State::hopper(tiling(2, 1, 64, 64, 2));
