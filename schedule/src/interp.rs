@@ -918,17 +918,22 @@ impl Block<'_> {
                     // block barrier (a branch may leave out whole blocks).
                     let cluster = matches!(stmt, Stmt::ClusterSync);
                     let block = self.kernel.launch.block as usize;
-                    for rank in 0..self.cluster {
+                    let mut reached = vec![false; self.cluster];
+                    for (rank, reached) in reached.iter_mut().enumerate() {
                         let mut real = (rank * self.stride..).take(block);
-                        let some = real.clone().any(|t| active[t]);
-                        if (cluster || some) && !real.all(|t| active[t]) {
+                        *reached = real.clone().any(|t| active[t]);
+                        if (cluster || *reached) && !real.all(|t| active[t]) {
                             return Err(InterpError::DivergentBarrier { block: self.index });
                         }
                     }
+                    // (One interval for the cluster: only kernels that copy with TMA,
+                    // which does not use intervals, run blocks together.)
                     self.interval += 1;
-                    // A block barrier tells what its own warpgroups completed; a
-                    // cluster barrier what every one did, and publishes the barriers.
-                    for t in threads.clone() {
+                    // A block barrier tells what its own warpgroups completed to the
+                    // blocks that reached it; a cluster barrier what every one did, and
+                    // publishes the barriers.
+                    let stride = self.stride;
+                    for t in threads.clone().filter(|&t| reached[t / stride]) {
                         let mut retired = self.warpgroups.retired.clone();
                         if !cluster {
                             let own = self.own_warpgroups(t);
@@ -1675,6 +1680,74 @@ mod tests {
                 atomic: false,
             }],
         }
+    }
+
+    /// Two blocks of two threads in a cluster of two (run together, as a kernel that
+    /// synchronizes its cluster is): a block barrier that only one block reaches is
+    /// legal, one that part of each block reaches is not.
+    #[test]
+    fn a_block_barrier_in_a_cluster_is_each_blocks_own() {
+        let run_cluster = |branch: Cond| {
+            let scope = Scope::new(2, 2);
+            let out = scope.add(scope.mul(Expr::BlockIdx, 2), Expr::ThreadIdx);
+            let store = Stmt::Store {
+                width: 1,
+                acc: Expr::Const(0),
+                out,
+                bias: None,
+                bias_when: Vec::new(),
+                valid: Vec::new(),
+                atomic: false,
+            };
+            let body = vec![
+                Stmt::ClusterSync,
+                Stmt::ZeroAcc,
+                Stmt::If {
+                    conds: vec![branch],
+                    body: vec![Stmt::Sync],
+                },
+                store,
+                Stmt::ClusterSync,
+            ];
+            let mut launch = LaunchConfig::linear(2, 2, 0);
+            launch.cluster = crate::launch::Dim3::linear(2);
+            let kernel = Kernel {
+                name: "k".to_string(),
+                scope,
+                shared: SharedPool::FloatTiles,
+                params: Vec::new(),
+                relu: false,
+                dtype: crate::task::DType::F32,
+                out_dtype: crate::task::DType::F32,
+                tile_offsets: [0, 4],
+                tile_elements: [4, 4],
+                accumulators: 1,
+                split_k: 1,
+                semaphores: 0,
+                body,
+                launch,
+            };
+            let inputs = Inputs {
+                inputs: [&[], &[]],
+                bias: None,
+            };
+            run(&kernel, &inputs, 4)
+        };
+        let first_block = Cond {
+            expr: Expr::BlockIdx,
+            lo: None,
+            hi: Some(1),
+        };
+        assert_eq!(run_cluster(first_block), Ok(vec![0.0; 4]));
+        let first_threads = Cond {
+            expr: Expr::ThreadIdx,
+            lo: None,
+            hi: Some(1),
+        };
+        assert!(matches!(
+            run_cluster(first_threads),
+            Err(InterpError::DivergentBarrier { .. })
+        ));
     }
 
     #[test]
