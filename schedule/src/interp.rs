@@ -1484,18 +1484,14 @@ mod tests {
     }
 
     /// `run_body` with `maps` as parameters after the inputs' buffers.
-    fn run_with(scope: Scope, body: Vec<Stmt>, maps: Vec<Param>) -> Result<Vec<f32>, InterpError> {
-        let mut params: Vec<Param> = ["a", "b"]
-            .into_iter()
-            .enumerate()
-            .map(|(i, name)| Param::Buffer {
-                name,
-                role: Role::Input(i),
-                dtype: crate::task::DType::F32,
-            })
-            .collect();
-        params.extend(maps);
-        let kernel = Kernel {
+    /// A float32 kernel of `body` with two accumulators and two 4-float tiles.
+    fn test_kernel(
+        scope: Scope,
+        body: Vec<Stmt>,
+        params: Vec<Param>,
+        launch: LaunchConfig,
+    ) -> Kernel {
+        Kernel {
             name: "k".to_string(),
             scope,
             shared: SharedPool::FloatTiles,
@@ -1509,8 +1505,22 @@ mod tests {
             split_k: 1,
             semaphores: 0,
             body,
-            launch: LaunchConfig::linear(1, 2, 32),
-        };
+            launch,
+        }
+    }
+
+    fn run_with(scope: Scope, body: Vec<Stmt>, maps: Vec<Param>) -> Result<Vec<f32>, InterpError> {
+        let mut params: Vec<Param> = ["a", "b"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| Param::Buffer {
+                name,
+                role: Role::Input(i),
+                dtype: crate::task::DType::F32,
+            })
+            .collect();
+        params.extend(maps);
+        let kernel = test_kernel(scope, body, params, LaunchConfig::linear(1, 2, 32));
         let (a, b) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
         let inputs = Inputs {
             inputs: [&a, &b],
@@ -1711,22 +1721,7 @@ mod tests {
             ];
             let mut launch = LaunchConfig::linear(2, 2, 0);
             launch.cluster = crate::launch::Dim3::linear(2);
-            let kernel = Kernel {
-                name: "k".to_string(),
-                scope,
-                shared: SharedPool::FloatTiles,
-                params: Vec::new(),
-                relu: false,
-                dtype: crate::task::DType::F32,
-                out_dtype: crate::task::DType::F32,
-                tile_offsets: [0, 4],
-                tile_elements: [4, 4],
-                accumulators: 1,
-                split_k: 1,
-                semaphores: 0,
-                body,
-                launch,
-            };
+            let kernel = test_kernel(scope, body, Vec::new(), launch);
             let inputs = Inputs {
                 inputs: [&[], &[]],
                 bias: None,
