@@ -17,7 +17,8 @@
 //! 8-column tiles (`.trans` when B is N-major; TF32 with an N-major B uses two 32-bit
 //! shared loads per tile instead), and issues `tiles_m x tiles_n` `mma.sync`. The
 //! epilogue stores each MMA tile's four accumulators per thread as two 2-element
-//! stores, rows 8 apart (atomic adds under split-K); tails are predicated off.
+//! stores, rows 8 apart; tails are predicated off. Under split-K each block first
+//! stores its f32 partial sums and the last warps of a tile read them all back.
 //!
 //! The instruction counts (`mma.sync`, fragment loads, `cp.async` copies) follow from
 //! the tiling and the atoms here rather than from lowering each state, which would
@@ -453,7 +454,7 @@ fn lds32_conflict(layout: &SharedTileLayout, banks: u32) -> f64 {
     total / loads
 }
 
-/// The epilogue per block: sectors of the stores (atomic adds under split-K).
+/// The epilogue per tile: sectors of the output's stores.
 struct Epilogue {
     sectors_per_block: f64,
     sectors_per_instruction: f64,
@@ -532,7 +533,7 @@ pub(crate) fn fill(
         return;
     }
     // Task-level values, which nothing below changes.
-    let (task_flops, task_output_elements) = (row.task_flops, row.task_output_elements);
+    let task_flops = row.task_flops;
     let dtype = c.dtype;
     let element_bytes = i64::from(dtype.bytes());
     let e = element_bytes as f64;
@@ -650,39 +651,35 @@ pub(crate) fn fill(
     row.input_shared_store_wavefronts = fetch[0].store_wavefronts_per_stage * tile_ktiles;
     row.weight_shared_store_wavefronts = fetch[1].store_wavefronts_per_stage * tile_ktiles;
 
-    // The epilogue: stores (atomic adds into the zeroed output under split-K) and one
-    // bias load per warp and 8-column MMA tile (8 elements: one sector), by the first
-    // reduction chunk only.
+    // The epilogue: each tile's stores and one bias load per warp and 8-column MMA
+    // tile (8 elements: one sector), once per tile; under split-K every block also
+    // stores its f32 partial sums (coalesced) and the tile's last warps read them back.
     let out = epilogue(task, &grid, t);
+    let partial_sectors = if split_k > 1 {
+        row.block_tile_elements * 4.0 / SECTOR_BYTES as f64
+    } else {
+        0.0
+    };
     row.output_sectors_per_store = out.sectors_per_instruction;
     row.output_store_coalescing = out.coalescing;
-    row.output_sectors_per_block = out.sectors_per_block;
-    row.output_sectors = out.sectors_per_block * grid_blocks as f64;
+    row.output_sectors_per_block = out.sectors_per_block + 2.0 * partial_sectors;
+    row.output_sectors =
+        (out.sectors_per_block + 2.0 * partial_sectors * split_k as f64) * grid.tiles as f64;
     let bias_per_block = if c.bias.is_some() {
         warps * tiles_n
     } else {
         0.0
     };
     row.bias_sectors = bias_per_block * grid.tiles as f64;
-    let split = split_k > 1;
-    row.atomic_output_sectors = if split { row.output_sectors } else { 0.0 };
-    row.zeroed_output_sectors = if split {
-        (task_output_elements * task.output_bytes as f64 / SECTOR_BYTES as f64).ceil()
-    } else {
-        0.0
-    };
-    row.global_sectors = row.input_sectors
-        + row.weight_sectors
-        + row.output_sectors
-        + row.bias_sectors
-        + row.zeroed_output_sectors;
+    row.global_sectors =
+        row.input_sectors + row.weight_sectors + row.output_sectors + row.bias_sectors;
     row.global_sectors_log2 = log2_1p(row.global_sectors);
     row.global_bytes = row.global_sectors * SECTOR_BYTES as f64;
     row.ideal_global_bytes = task.ideal_global_bytes;
     row.global_traffic_ratio = ratio(row.global_bytes, row.ideal_global_bytes);
     let global_sectors_per_block = row.input_sectors_per_block
         + row.weight_sectors_per_block
-        + out.sectors_per_block
+        + row.output_sectors_per_block
         + bias_per_block;
 
     // Shared memory: the fill's stores and the fragment loads.

@@ -47,7 +47,7 @@ pub enum InvalidState {
     #[error("{blocks} thread blocks, over the grid limit")]
     Grid { blocks: u64 },
     #[error(
-        "split_k {split_k} outside 1..={max}: the reduction has {stages} shared-memory stages (at most {MAX_SPLIT_K} splits)"
+        "split_k {split_k} outside 1..={max}, or leaving a chunk empty: the reduction has {stages} shared-memory stages (at most {MAX_SPLIT_K} splits)"
     )]
     SplitK { split_k: u32, stages: u64, max: u64 },
     #[error(
@@ -139,5 +139,5 @@ pub enum InvalidState {
     #[error(
         "a split-K workspace of {bytes} bytes: its partial sums are indexed in 32 bits; split less"
     )]
-    WgmmaWorkspace { bytes: u64 },
+    SplitWorkspace { bytes: u64 },
 }

@@ -541,6 +541,12 @@ pub fn partials_offset(semaphores: i64) -> i64 {
     (semaphores * 4 + 15) / 16 * 16
 }
 
+/// Bytes of a split-K workspace: `semaphores` counters, then `partial_sums` f32 values
+/// from the next 16-byte boundary.
+pub fn workspace_bytes(semaphores: u64, partial_sums: u64) -> u64 {
+    partials_offset(semaphores as i64) as u64 + 4 * partial_sums
+}
+
 impl Kernel {
     /// The mbarriers the body uses: one more than the highest index it can name.
     pub fn barriers(&self) -> usize {

@@ -18,7 +18,7 @@ use crate::atom::{CHUNK_BYTES, FillCopy, MmaAtom, SharedTileLayout};
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
-use crate::state::MAX_SPLIT_K;
+use crate::state::check_tile_split;
 pub use crate::state::{MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling};
 use crate::task::{Contraction, DType};
 
@@ -108,6 +108,27 @@ impl MmaTiling {
             + MMA_ADDRESSING_REGISTERS
     }
 
+    /// Output tiles of `view`: `batch × M tiles × N tiles`.
+    pub fn tiles(&self, view: &GemmView) -> u64 {
+        view.batch
+            * view.m.div_ceil(u64::from(self.block_m))
+            * view.n.div_ceil(u64::from(self.block_n))
+    }
+
+    /// The workspace of a `split_k` reduction (none without a split): one semaphore
+    /// per output tile and warp, then every block's partial sums (each thread's
+    /// accumulators), in f32. Semaphores and bytes.
+    pub fn workspace(&self, view: &GemmView, split_k: u32) -> (u64, u64) {
+        if split_k <= 1 {
+            return (0, 0);
+        }
+        let tiles = self.tiles(view);
+        let semaphores = tiles * u64::from(self.warps_m * self.warps_n);
+        let partials =
+            tiles * u64::from(split_k) * u64::from(self.accumulators()) * u64::from(self.threads());
+        (semaphores, crate::ir::workspace_bytes(semaphores, partials))
+    }
+
     /// Whether input `input` can be filled `width` elements at a time: a supported copy
     /// size that divides both the contiguous dimension in memory (so that no copy
     /// straddles it and every copy is aligned) and the shared row.
@@ -174,28 +195,13 @@ pub fn validate_mma(
             return Err(InvalidState::MmaCopies { input, rounds });
         }
     }
-    let ktiles = view.k.div_ceil(t.block_k(c.dtype));
-    let max_split = ktiles.min(u64::from(MAX_SPLIT_K));
-    if split_k == 0 || u64::from(split_k) > max_split {
-        return Err(InvalidState::SplitK {
-            split_k,
-            stages: ktiles,
-            max: max_split,
-        });
+    check_tile_split(split_k, view.k.div_ceil(t.block_k(c.dtype)))?;
+    // Partial sums are indexed in 32-bit arithmetic.
+    let (_, bytes) = t.workspace(&view, split_k);
+    if bytes / 4 > i32::MAX as u64 {
+        return Err(InvalidState::SplitWorkspace { bytes });
     }
-    if split_k > 1 && c.relu {
-        return Err(InvalidState::SplitKRelu { split_k });
-    }
-    if split_k > 1 && c.out_dtype != DType::F32 {
-        return Err(InvalidState::SplitKOutput {
-            split_k,
-            out: c.out_dtype,
-        });
-    }
-    let blocks = view.batch
-        * view.m.div_ceil(u64::from(t.block_m))
-        * view.n.div_ceil(u64::from(t.block_n))
-        * u64::from(split_k);
+    let blocks = t.tiles(&view) * u64::from(split_k);
     gpu.check_block(blocks, t.shared_bytes(c.dtype), t.register_estimate())?;
     Ok(())
 }

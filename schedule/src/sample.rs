@@ -18,7 +18,8 @@
 //! stem), a split is drawn with probability `min(1, depth) × (1 - g / (4 sm))`, clamped
 //! to 0.05..=0.9. Its size then favours the split that brings the grid to about two
 //! blocks per SM (weight halving per factor of two away). ReLU tasks split only in the
-//! `wgmma` sketch (elsewhere validation forbids it). The split comes from a second
+//! tensor-core sketches, whose fixup runs the epilogue on the whole sum (the CUDA-core
+//! sketch adds partial sums atomically, and validation forbids it). The split comes from a second
 //! ChaCha8 stream of the same seed, so the tiles drawn for a seed are those drawn
 //! before split-K existed; a `wgmma` draw takes it from the sketch's own stream.
 //!

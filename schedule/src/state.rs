@@ -113,6 +113,22 @@ pub const VECTOR_WIDTHS: [u32; 3] = [1, 2, 4];
 /// parallelism on a GPU of ~132 SMs.
 pub const MAX_SPLIT_K: u32 = 64;
 
+/// Checks a tensor-core sketch's split of `ktiles` K tiles into `split_k` chunks of
+/// `ceil(ktiles / split_k)`: at most one chunk per K tile (and `MAX_SPLIT_K`), none of
+/// them empty (an empty chunk's block would only add zeros).
+pub fn check_tile_split(split_k: u32, ktiles: u64) -> Result<(), crate::InvalidState> {
+    let max = ktiles.min(u64::from(MAX_SPLIT_K));
+    let split = u64::from(split_k);
+    if split == 0 || split > max || (split - 1) * ktiles.div_ceil(split) >= ktiles {
+        return Err(crate::InvalidState::SplitK {
+            split_k,
+            stages: ktiles,
+            max,
+        });
+    }
+    Ok(())
+}
+
 /// The tensor-core sketch's limits (`MmaTiling`). Deepest pipeline it builds:
 pub const MAX_STAGES: u32 = 4;
 /// Most warps per block.
@@ -414,11 +430,15 @@ impl State {
         )
     }
 
-    /// Whether the reduction may be split at all: over at least two stages, and, as
-    /// ReLU does not distribute over partial sums, for a ReLU task only in the `wgmma`
-    /// sketch, whose last block of a tile runs the epilogue on the whole sum.
+    /// Whether the reduction may be split at all: over at least two stages, and in the
+    /// CUDA-core sketch, which adds partial sums atomically into the output, only into
+    /// an f32 output (the type with the atomic add) without a ReLU (which does not
+    /// distribute over partial sums). The tensor-core sketches' last block of a tile
+    /// runs the epilogue on the whole sum.
     pub fn may_split(&self, c: &Contraction) -> bool {
-        (!c.relu || self.wgmma.is_some()) && self.stages(c) > 1
+        let atomic = self.mma.is_none() && self.wgmma.is_none();
+        let into_output = !c.relu && c.out_dtype == crate::task::DType::F32;
+        (!atomic || into_output) && self.stages(c) > 1
     }
 
     /// Stages one block runs at most: `ceil(stages / split_k)`.

@@ -35,7 +35,7 @@ use crate::atom::wgmma::{Major, OperandLayout, Swizzle, WARPGROUP_THREADS, Wgmma
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
-use crate::state::MAX_SPLIT_K;
+use crate::state::check_tile_split;
 pub use crate::state::{MAX_WGMMA_STAGES, WgmmaTiling};
 use crate::task::{Access, AxisRef, Contraction};
 use thiserror::Error;
@@ -421,8 +421,7 @@ impl WgmmaTiling {
         let partials = self.grid(view, split_k).0
             * u64::from(self.accumulators())
             * u64::from(self.consumer_threads());
-        let offset = crate::ir::partials_offset(semaphores as i64) as u64;
-        (semaphores, offset + 4 * partials)
+        (semaphores, crate::ir::workspace_bytes(semaphores, partials))
     }
 
     pub fn register_estimate(&self) -> u64 {
@@ -493,18 +492,7 @@ pub fn validate_wgmma(
             producer_warp: t.producer_warp,
         });
     }
-    // Split-K: at most one chunk per K tile, none of them past K.
-    let ktiles = t.ktiles(&gemm.view);
-    let max_split = ktiles.min(u64::from(MAX_SPLIT_K));
-    let chunk = t.chunk_ktiles(&gemm.view, split_k);
-    if split_k == 0 || u64::from(split_k) > max_split || (u64::from(split_k) - 1) * chunk >= ktiles
-    {
-        return Err(InvalidState::SplitK {
-            split_k,
-            stages: ktiles,
-            max: max_split,
-        });
-    }
+    check_tile_split(split_k, t.ktiles(&gemm.view))?;
     let (mtiles, ntiles) = t.tile_grid(&gemm.view);
     if t.raster != 0
         && (!RASTER_GROUPS.contains(&t.raster)
@@ -544,7 +532,7 @@ pub fn validate_wgmma(
     // Partial sums are indexed in 32-bit arithmetic.
     let (_, bytes) = t.workspace(&gemm.view, split_k);
     if bytes / 4 > i32::MAX as u64 {
-        return Err(InvalidState::WgmmaWorkspace { bytes });
+        return Err(InvalidState::SplitWorkspace { bytes });
     }
     for input in 0..2 {
         gemm.tensor_box(c, t, input)?;

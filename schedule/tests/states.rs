@@ -335,15 +335,31 @@ fn snapshot_conv2d_deep_layer_split_k() {
     insta::assert_snapshot!("conv2d_deep_layer_split_k", k.source);
 }
 
+/// Only the CUDA-core sketch's split adds into a zeroed output; the tensor-core
+/// sketches' splits go through a workspace that every launch leaves zeroed.
 #[test]
-fn kernels_without_split_need_no_zeroed_output() {
+fn only_cuda_core_splits_need_a_zeroed_output() {
     let gpu = GpuSpec::h100();
-    let t = task("matmul", "333,777,555", Epilogue::default());
-    for state in Sampler::new(&t, &gpu, 4).sample_distinct(30) {
-        let k = generate(&t, &state, &gpu).unwrap();
-        assert_eq!(k.launch.zero_output, state.split_k > 1);
-        assert_eq!(u64::from(k.launch.grid), state.blocks(&t.contraction()));
-        assert_eq!(k.source.contains("atomicAdd"), state.split_k > 1);
+    let f32_task = task("matmul", "333,777,555", Epilogue::default());
+    // Half inputs into an f32 output: the tensor-core sketches.
+    let half = f32_task
+        .with_types(DType::Fp16, DType::F32, Layout::Nhwc)
+        .unwrap();
+    for (t, cuda_core) in [(f32_task, true), (half, false)] {
+        let states = Sampler::new(&t, &gpu, 4).sample_distinct(60);
+        assert!(
+            states.iter().any(|s| s.split_k > 1),
+            "no split state of {t}"
+        );
+        for state in states {
+            let k = generate(&t, &state, &gpu).unwrap();
+            let split = state.split_k > 1;
+            assert_eq!(state.mma.is_none() && state.wgmma.is_none(), cuda_core);
+            assert_eq!(k.launch.zero_output, split && cuda_core);
+            assert_eq!(k.launch.workspace_bytes > 0, split && !cuda_core);
+            assert_eq!(u64::from(k.launch.grid), state.blocks(&t.contraction()));
+            assert_eq!(k.source.contains("atomicAdd(&out"), split && cuda_core);
+        }
     }
 }
 

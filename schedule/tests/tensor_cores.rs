@@ -222,6 +222,49 @@ fn half_output_and_every_copy_width() {
     }
 }
 
+/// Split-K into a half output, with a bias and a ReLU: each block stores its partial
+/// sums and the last warps of a tile add them up and run the epilogue once. K = 200 in
+/// K tiles of 32 (7 tiles, the last short): splits of 2, 3, 4 and 7 leave chunks of 4,
+/// 3, 2 and 1 tiles, a last chunk short or empty.
+#[test]
+fn split_k_into_a_half_output_with_relu() {
+    let gpu = GpuSpec::h100();
+    let fused = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let mut ran = 0;
+    for dtype in [DType::Fp16, DType::Bf16] {
+        let t = Task::new(parse_shape("matmul", "40,24,200").unwrap(), fused)
+            .unwrap()
+            .with_types(dtype, dtype, Layout::Nchw)
+            .unwrap();
+        for (block_m, warps) in [(32, [2, 1]), (16, [1, 1]), (48, [1, 3])] {
+            for split_k in [2, 3, 4, 7] {
+                let s = State::tensor_core(
+                    MmaTiling {
+                        block_m,
+                        block_n: 16,
+                        warps_m: warps[0],
+                        warps_n: warps[1],
+                        k_steps: 2,
+                        stages: 2,
+                        vector: [8, 8],
+                        swizzle: true,
+                    },
+                    split_k,
+                );
+                if validate(&t.contraction(), &s, &gpu).is_err() {
+                    continue;
+                }
+                run(&t, &lower(&t, &s)).unwrap_or_else(|e| panic!("{}: {e}", s.to_json()));
+                ran += 1;
+            }
+        }
+    }
+    assert!(ran >= 16, "only {ran} split kernels ran");
+}
+
 fn rewrite(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt) -> Option<Stmt>) -> Vec<Stmt> {
     stmts
         .iter()

@@ -17,6 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
 use schedule::ir::{Kernel, Stmt};
+use schedule::mma::MmaTiling;
 use schedule::state::WgmmaTiling;
 use schedule::{
     DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, lower::lower, parse_shape, validate,
@@ -569,15 +570,36 @@ fn split_k_sums_the_partials_in_the_last_block() {
     assert!(validate(&t.contraction(), &empty, &GpuSpec::h100()).is_err());
 }
 
+/// The split-K fixup, as both tensor-core sketches run it (`wgmma` and `mma.sync`),
+/// broken each way it could be.
 #[test]
 fn broken_split_k_fixups_are_caught() {
     let t = task("matmul", "64,48,160", DType::Fp16, Epilogue::default());
-    let state = split_state(tiling(1, 1, 48, 32, 2), 4);
-    run(&t, &lower(&t, &state)).unwrap();
+    let mma = MmaTiling {
+        block_m: 32,
+        block_n: 16,
+        warps_m: 2,
+        warps_n: 1,
+        k_steps: 1,
+        stages: 2,
+        vector: [8, 8],
+        swizzle: true,
+    };
+    for state in [
+        split_state(tiling(1, 1, 48, 32, 2), 4),
+        State::tensor_core(mma, 4),
+    ] {
+        broken_split_k_fixup_is_caught(&t, &state);
+    }
+}
+
+fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
+    assert_eq!(validate(&t.contraction(), state, &GpuSpec::h100()), Ok(()));
+    run(t, &lower(t, state)).unwrap();
     let broken = |mutate: &dyn Fn(&mut Vec<Stmt>) -> bool| {
-        let mut k = lower(&t, &state);
+        let mut k = lower(t, state);
         assert!(mutate(&mut k.body), "the mutation applies");
-        run(&t, &k)
+        run(t, &k)
     };
     // No fixup: the epilogue stores zeros.
     let e = broken(&|b| without(b, &|s| matches!(s, Stmt::PartialAdd { .. }))).unwrap_err();

@@ -1,5 +1,6 @@
-//! What both sketches' lowerings build their nests with: named bindings, index
-//! decomposition, affine index terms, the bias offset and loop wrapping.
+//! What the sketches' lowerings build their nests with: named bindings, index
+//! decomposition, affine index terms, the bias offset, loop wrapping, and the
+//! tensor-core sketches' split-K fixup.
 
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, Param, Role, Scope, Stmt, Var};
@@ -179,8 +180,7 @@ pub(super) fn gemm_store(
     let mut body = Vec::new();
     let row = bind(scope, &mut body, "out_m", row);
     let col = bind(scope, &mut body, "out_n", col);
-    let mut valid: Vec<Cond> = scope.bound(&row, 0, view.m as i64).into_iter().collect();
-    valid.extend(scope.bound(&col, 0, view.n as i64));
+    let valid = gemm_valid(scope, view, &row, &col);
     let (m_ext, m_names) = axis_extents(c, &view.m_axes);
     let (n_ext, n_names) = axis_extents(c, &view.n_axes);
     let m_names: Vec<String> = m_names.iter().map(|n| format!("out_{n}")).collect();
@@ -211,4 +211,59 @@ pub(super) fn gemm_store(
         (acc, out, valid, width),
     ));
     body
+}
+
+/// Element (`row`, `col`) of the GEMM view's output exists.
+pub(super) fn gemm_valid(scope: &Scope, view: &GemmView, row: &Expr, col: &Expr) -> Vec<Cond> {
+    let mut valid: Vec<Cond> = scope.bound(row, 0, view.m as i64).into_iter().collect();
+    valid.extend(scope.bound(col, 0, view.n as i64));
+    valid
+}
+
+/// Most partial sums a thread's fixup adds in one unrolled loop.
+const MAX_UNROLLED_ADDS: i64 = 512;
+
+/// Split-K through the workspace, as the tensor-core sketches run it: unit `unit` (an
+/// output tile's reduction chunk) keeps accumulator `acc` of each of its `threads`
+/// threads at this index of the partial sums, so that a warp's stores and loads are
+/// coalesced.
+pub(super) fn partial_index(
+    scope: &Scope,
+    unit: Expr,
+    acc: Expr,
+    (accumulators, threads): (i64, i64),
+) -> Expr {
+    let slot = scope.add(scope.mul(unit, accumulators), acc);
+    scope.add(scope.mul(slot, threads), Expr::ThreadIdx)
+}
+
+/// The end of a split unit, after its partial sums were stored: each warp arrives on
+/// its tile's semaphore `counter` (one per tile and warp, as a warp's lanes read back
+/// only their own partial sums); the warp whose arrival is the `split`-th adds the
+/// tile's partial sums (`adds`, over chunk `chunk`) up in chunk order, so that the sum
+/// does not depend on which block came last, and runs `epilogue`. Its arrival resets
+/// the semaphore, so the workspace is zeroed once, not per launch.
+pub(super) fn split_fixup(
+    (split, accumulators): (i64, i64),
+    counter: Expr,
+    (chunk, adds): (Var, Vec<Stmt>),
+    epilogue: Vec<Stmt>,
+) -> Stmt {
+    let mut fixup = vec![
+        Stmt::ZeroAcc,
+        Stmt::For {
+            var: chunk,
+            extent: split,
+            // Unrolled, every chunk's loads are in flight at once (the fixup is
+            // otherwise a chain of L2 round trips), up to a bound on code size.
+            unroll: split * accumulators <= MAX_UNROLLED_ADDS,
+            body: adds,
+        },
+    ];
+    fixup.extend(epilogue);
+    Stmt::LastArrival {
+        counter,
+        arrivals: split as u32,
+        body: fixup,
+    }
 }

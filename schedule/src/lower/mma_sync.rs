@@ -20,17 +20,19 @@
 //!
 //! Per k-step each warp loads one A fragment per 16-row MMA tile and one B fragment
 //! per 8-column tile, then issues every (A, B) product; the epilogue writes each
-//! thread's four accumulators per MMA tile through the fused epilogue (f32), adding
-//! atomically under split-K with the bias from chunk 0 only.
+//! thread's four accumulators per MMA tile through the fused epilogue (f32). Under
+//! split-K each block stores its partial sums to the workspace and the last warp of a
+//! tile to arrive adds them up and runs the epilogue (`common::split_fixup`), so any
+//! output type and a ReLU work, and the sum's order is fixed.
 
 use super::common::{
-    affine_terms, axis_extents, bind, decompose, gemm_store, guarded, tensor_params, var_or_zero,
-    wrap_loops,
+    affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index,
+    split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
-use crate::ir::{Cond, Expr, GlobalRead, Kernel, Scope, SharedPool, SharedWrite, Stmt, Var};
+use crate::ir::{Cond, Expr, GlobalRead, Kernel, Param, Scope, SharedPool, SharedWrite, Stmt, Var};
 use crate::launch::LaunchConfig;
 use crate::mma::MmaTiling;
 use crate::task::{Contraction, Task};
@@ -43,19 +45,24 @@ pub(super) fn lower(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
     let body = lowering.body();
     let t = tiling;
     let elements = lowering.layouts.map(|l| l.elements() * i64::from(t.stages));
+    let mut params = tensor_params(&c);
+    let (semaphores, workspace_bytes) = t.workspace(&view, split_k);
+    if workspace_bytes > 0 {
+        params.push(Param::Workspace { name: "workspace" });
+    }
     Kernel {
         name: task.key(),
-        params: tensor_params(&c),
+        params,
         dtype: c.dtype,
         out_dtype: c.out_dtype,
         relu: c.relu,
         tile_offsets: [0, elements[0]],
         tile_elements: elements,
         accumulators: i64::from(t.accumulators()),
-        split_k,
-        semaphores: 0,
+        split_k: 1,
+        semaphores: semaphores as i64,
         launch: LaunchConfig {
-            zero_output: split_k > 1,
+            workspace_bytes,
             ..LaunchConfig::linear(
                 u32::try_from(lowering.scope.grid).expect("grid checked by validation"),
                 t.threads(),
@@ -197,7 +204,7 @@ impl<'a> MmaLowering<'a> {
         let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, tiles, &mut prologue);
         body.extend(prologue);
         body.extend(main);
-        body.extend(self.store(&z, &batch_coords, &m0, &n0, &wm, &wn, &lane));
+        body.extend(self.store(&batch_coords, &m0, &n0, &wm, &wn, &lane));
         body
     }
 
@@ -440,11 +447,12 @@ impl<'a> MmaLowering<'a> {
         guarded(out, exists, body, true);
     }
 
-    /// The epilogue: each thread's accumulators of every MMA tile of its warp.
+    /// The epilogue: each thread's accumulators of every MMA tile of its warp through
+    /// the fused epilogue; split, the block's partial sums into the workspace, then
+    /// `split_fixup` (the block's unit is its index, a tile's chunks `tiles` apart).
     #[allow(clippy::too_many_arguments)]
     fn store(
         &mut self,
-        z: &Expr,
         batch: &[Expr],
         m0: &Expr,
         n0: &Expr,
@@ -454,41 +462,87 @@ impl<'a> MmaLowering<'a> {
     ) -> Vec<Stmt> {
         let (t, view, c) = (self.t, self.view, self.c);
         let mut head = Vec::new();
-        // The accumulator fragment: lane and value parts of each coordinate.
+        // The accumulator fragment's lane parts of each coordinate.
         let layout = self.atom.c;
-        let part = |scope: &Scope, terms, index, x: &Expr| {
-            fragment::part(scope, terms, index, x.clone()).unwrap_or(Expr::Const(0))
-        };
         let g = part(&self.scope, layout.row, Index::Lane, lane);
-        let g = bind(&mut self.scope, &mut head, "lane_row", g);
+        let row0 = self.scope.sum([m0.clone(), wm.clone(), g]);
+        let row0 = bind(&mut self.scope, &mut head, "lane_row", row0);
         let q2 = part(&self.scope, layout.column, Index::Lane, lane);
-        let q2 = bind(&mut self.scope, &mut head, "lane_col", q2);
+        let col0 = self.scope.sum([n0.clone(), wn.clone(), q2]);
+        let col0 = bind(&mut self.scope, &mut head, "lane_col", col0);
+        let origin = (row0, col0);
+        let epilogue = |l: &mut Self| {
+            l.values(&origin, |scope, (row, col, acc)| {
+                gemm_store(scope, c, view, batch, (row, col, acc, 1), None)
+            })
+        };
+        if self.split == 1 {
+            head.extend(epilogue(self));
+            return head;
+        }
+        let sums = (i64::from(t.accumulators()), i64::from(t.threads()));
+        let tiles = self.scope.grid / self.split;
+        let stores = self.values(&origin, |scope, (row, col, acc)| {
+            let at = partial_index(scope, Expr::BlockIdx, acc.clone(), sums);
+            let valid = gemm_valid(scope, view, &row, &col);
+            vec![Stmt::PartialStore { acc, at, valid }]
+        });
+        head.extend(stores);
+        let tile = self.scope.rem(Expr::BlockIdx, tiles);
+        let tile = bind(&mut self.scope, &mut head, "tile", tile);
+        let chunk = self.scope.var("chunk", 0, self.split - 1);
+        let unit_of_chunk = self
+            .scope
+            .add(self.scope.mul(Expr::Var(chunk), tiles), tile.clone());
+        let adds = self.values(&origin, |scope, (row, col, acc)| {
+            let at = partial_index(scope, unit_of_chunk.clone(), acc.clone(), sums);
+            let valid = gemm_valid(scope, view, &row, &col);
+            vec![Stmt::PartialAdd { acc, at, valid }]
+        });
+        let epilogue = epilogue(self);
+        let s = &self.scope;
+        let warp = s.div(Expr::ThreadIdx, 32);
+        let counter = s.add(s.mul(tile, i64::from(t.warps_m * t.warps_n)), warp);
+        head.push(split_fixup(
+            (self.split, sums.0),
+            counter,
+            (chunk, adds),
+            epilogue,
+        ));
+        head
+    }
+
+    /// Loops over this thread's accumulators (every MMA tile of its warp, each
+    /// fragment value) around what `make` builds for each, given its output row,
+    /// column and accumulator index; `origin` is the thread's first row and column.
+    fn values(
+        &mut self,
+        origin: &(Expr, Expr),
+        make: impl FnOnce(&mut Scope, (Expr, Expr, Expr)) -> Vec<Stmt>,
+    ) -> Vec<Stmt> {
+        let t = self.t;
+        let layout = self.atom.c;
         let vi = self.loop_var("ti", i64::from(t.tiles_m()));
         let vj = self.loop_var("tj", i64::from(t.tiles_n()));
         let ve = self.scope.var("e", 0, layout.values - 1);
         let (i, j, e) = (var_or_zero(vi), var_or_zero(vj), Expr::Var(ve));
         let s = &self.scope;
         let row = s.sum([
-            m0.clone(),
-            wm.clone(),
+            origin.0.clone(),
             s.mul(i.clone(), self.atom.m),
-            g,
             part(s, layout.row, Index::Value, &e),
         ]);
         let col = s.sum([
-            n0.clone(),
-            wn.clone(),
+            origin.1.clone(),
             s.mul(j.clone(), self.atom.n),
-            q2,
             part(s, layout.column, Index::Value, &e),
         ]);
         let acc = s.add(
             s.mul(s.add(s.mul(i, i64::from(t.tiles_n())), j), layout.values),
             e,
         );
-        let split = (self.split > 1).then_some(z);
-        let body = gemm_store(&mut self.scope, c, view, batch, (row, col, acc, 1), split);
-        head.extend(wrap_loops(
+        let body = make(&mut self.scope, (row, col, acc));
+        wrap_loops(
             &[vi, vj, Some(ve)],
             &[
                 i64::from(t.tiles_m()),
@@ -497,9 +551,13 @@ impl<'a> MmaLowering<'a> {
             ],
             |_| true,
             body,
-        ));
-        head
+        )
     }
+}
+
+/// The part of `x` that `terms` of a fragment layout make of index kind `index`.
+fn part(scope: &Scope, terms: &[crate::atom::Term], index: Index, x: &Expr) -> Expr {
+    fragment::part(scope, terms, index, x.clone()).unwrap_or(Expr::Const(0))
 }
 
 /// When `access`'s last dimensions are exactly the reduction axes in order (each

@@ -48,7 +48,8 @@
 //! workspace is zeroed once, not per launch.
 
 use super::common::{
-    axis_extents, bind, decompose, gemm_store, guarded, tensor_params, var_or_zero, wrap_loops,
+    axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index, split_fixup,
+    tensor_params, var_or_zero, wrap_loops,
 };
 use crate::atom::Index;
 use crate::atom::fragment;
@@ -57,9 +58,6 @@ use crate::ir::{Cond, Expr, Kernel, Param, Scope, SharedPool, Stmt, WgmmaOperand
 use crate::launch::{Dim3, LaunchConfig, Target, TensorMapArg};
 use crate::task::{Contraction, Task};
 use crate::wgmma::{ATOM_M, TmaGemm, WgmmaTiling};
-
-/// Most partial sums a thread's fixup adds in one unrolled loop.
-const MAX_UNROLLED_ADDS: i64 = 512;
 
 /// Lowers a validated `wgmma` state of `task` with its reduction split `split_k` ways.
 pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
@@ -502,8 +500,7 @@ impl WgmmaLowering<'_> {
     }
 
     /// A unit's results: without a split, the epilogue; with one, the unit's partial
-    /// sums into the workspace, then, in the warp that arrives last on its tile's
-    /// semaphore, the tile's partial sums added up in chunk order and the epilogue.
+    /// sums into the workspace, then `split_fixup`.
     fn results(&mut self, unit: Expr, wg: &Expr) -> Vec<Stmt> {
         let mut out = Vec::new();
         if self.split_k == 1 {
@@ -511,12 +508,16 @@ impl WgmmaLowering<'_> {
             out.extend(self.epilogue(&place));
             return out;
         }
+        let sums = (
+            i64::from(self.t.accumulators()),
+            i64::from(self.t.consumer_threads()),
+        );
         let tile = self.scope.div(unit.clone(), self.split_k);
         let tile = bind(&mut self.scope, &mut out, "tile", tile);
         let place = self.place(&mut out, tile.clone(), wg);
         let stores = self.values(&place, 1, |l, (row, col, acc)| {
-            let at = l.partial(unit.clone(), acc.clone());
-            let valid = l.valid(row, col);
+            let at = partial_index(&l.scope, unit.clone(), acc.clone(), sums);
+            let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
             vec![Stmt::PartialStore { acc, at, valid }]
         });
         out.extend(stores);
@@ -524,54 +525,21 @@ impl WgmmaLowering<'_> {
         let first = self.scope.mul(tile.clone(), self.split_k);
         let unit_of_chunk = self.scope.add(first, Expr::Var(chunk));
         let adds = self.values(&place, 1, |l, (row, col, acc)| {
-            let at = l.partial(unit_of_chunk.clone(), acc.clone());
-            let valid = l.valid(row, col);
+            let at = partial_index(&l.scope, unit_of_chunk.clone(), acc.clone(), sums);
+            let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
             vec![Stmt::PartialAdd { acc, at, valid }]
         });
-        let mut fixup = vec![
-            Stmt::ZeroAcc,
-            Stmt::For {
-                var: chunk,
-                extent: self.split_k,
-                // Unrolled, every chunk's loads are in flight at once (the fixup is
-                // otherwise a chain of L2 round trips), up to a bound on code size.
-                unroll: self.split_k * i64::from(self.t.accumulators()) <= MAX_UNROLLED_ADDS,
-                body: adds,
-            },
-        ];
-        fixup.extend(self.epilogue(&place));
+        let epilogue = self.epilogue(&place);
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
         let counter = s.add(s.mul(tile, i64::from(self.t.consumer_warps())), warp);
-        out.push(Stmt::LastArrival {
+        out.push(split_fixup(
+            (self.split_k, sums.0),
             counter,
-            arrivals: self.split_k as u32,
-            body: fixup,
-        });
+            (chunk, adds),
+            epilogue,
+        ));
         out
-    }
-
-    /// The workspace index of this thread's accumulator `acc` of unit `unit`.
-    fn partial(&self, unit: Expr, acc: Expr) -> Expr {
-        let s = &self.scope;
-        let t = self.t;
-        let slot = s.add(s.mul(unit, i64::from(t.accumulators())), acc);
-        s.add(
-            s.mul(slot, i64::from(t.consumer_threads())),
-            Expr::ThreadIdx,
-        )
-    }
-
-    /// Element (`row`, `col`) of the GEMM's output exists.
-    fn valid(&self, row: Expr, col: Expr) -> Vec<Cond> {
-        let view = &self.gemm.view;
-        let mut valid: Vec<Cond> = self
-            .scope
-            .bound(&row, 0, view.m as i64)
-            .into_iter()
-            .collect();
-        valid.extend(self.scope.bound(&col, 0, view.n as i64));
-        valid
     }
 
     /// Where this thread's accumulators of output tile `tile` lie, bound in `out`.
