@@ -557,6 +557,15 @@ impl Printer<'_> {
                 let name = &self.scope().vars[var.0].name;
                 let _ = writeln!(out, "{pad}const int {name} = {};", self.expr(value));
             }
+            Stmt::WarpUniform { var, value } => {
+                let name = &self.scope().vars[var.0].name;
+                let _ = writeln!(
+                    out,
+                    "{pad}const int {name} = __shfl_sync(0xffffffffu, {}, 0);",
+                    self.expr(value)
+                );
+            }
+            Stmt::Concurrent { parts } => self.body(out, parts, depth),
             Stmt::For {
                 var,
                 extent,

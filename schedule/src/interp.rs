@@ -30,6 +30,12 @@
 //! barrier, or an mbarrier phase it waited for, whose arrivals released that knowledge
 //! (a consumer's release of a buffer). Otherwise the write is a race.
 //!
+//! Warp-specialized parts (`Stmt::Concurrent`) run concurrently: each part's loop nest is
+//! flattened into a program with its own position, and the parts take turns, each
+//! running until it finishes or reaches an mbarrier wait whose phase has not completed
+//! (it retries there on its next turn), in a fixed order. When every unfinished part
+//! waits, no part can make progress: a deadlock, reported as that wait's error.
+//!
 //! Thread-block clusters run together: the blocks of a cluster are one set of threads
 //! in lockstep, each block's shared tiles and mbarriers its own. A multicast copy lands
 //! in every block's tile and completes on every block's barrier, and a cluster arrival
@@ -56,7 +62,7 @@
 
 use crate::atom::MmaAtom;
 use crate::atom::wgmma::{FP16_M64K16, WgmmaAtom, swizzle_address};
-use crate::ir::{Cond, Expr, GlobalRead, Kernel, SharedWrite, Stmt, WgmmaOperand};
+use crate::ir::{Cond, Expr, GlobalRead, Kernel, SharedWrite, Stmt, Var, WgmmaOperand};
 use crate::mbarrier::{Mbarrier, WaitError};
 use crate::task::Contraction;
 use thiserror::Error;
@@ -64,6 +70,10 @@ use thiserror::Error;
 /// A kernel that would misbehave on the GPU.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum InterpError {
+    #[error(
+        "block {block} thread {thread}: a value broadcast from lane 0 differs on this lane (not warp-uniform)"
+    )]
+    NotWarpUniform { block: usize, thread: usize },
     #[error("block {block} thread {thread}: read of {tensor}[{index}] outside its {len} elements")]
     OutOfBounds {
         block: usize,
@@ -271,6 +281,117 @@ struct RegisterArray {
     len: usize,
     /// Per thread, slot and component (row-major); None until loaded.
     values: Vec<Option<f32>>,
+}
+
+/// One step of a flattened part of `Stmt::Concurrent`: statements that never wait run
+/// whole (`Leaf`); loops, branches and blocks around a wait are taken apart so that the
+/// part can stop at the wait and resume there.
+#[derive(Clone, Copy)]
+enum Op<'k> {
+    Leaf(&'k Stmt),
+    /// Narrow the threads to those satisfying `conds`; if none does, go to `end`.
+    Enter {
+        conds: &'k [Cond],
+        end: usize,
+    },
+    Leave,
+    /// Start a loop over `var`; an empty one goes to `end`.
+    Loop {
+        var: Var,
+        extent: i64,
+        end: usize,
+    },
+    /// The next iteration from `start`, or past the loop.
+    Next {
+        var: Var,
+        extent: i64,
+        start: usize,
+    },
+    /// A `Block`'s bindings: saved, then restored for this part's threads.
+    Scope,
+    Unscope,
+}
+
+/// A part of `Stmt::Concurrent` being run: its steps, where it is, its threads at each
+/// branch depth, its loop counters and its saved bindings.
+struct Program<'k> {
+    ops: Vec<Op<'k>>,
+    pc: usize,
+    masks: Vec<Vec<bool>>,
+    counters: Vec<i64>,
+    saved: Vec<Vec<Vec<i64>>>,
+}
+
+impl<'k> Program<'k> {
+    fn new(body: &'k [Stmt], active: Vec<bool>) -> Self {
+        let mut ops = Vec::new();
+        flatten(body, &mut ops);
+        Program {
+            ops,
+            pc: 0,
+            masks: vec![active],
+            counters: Vec::new(),
+            saved: Vec::new(),
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.pc >= self.ops.len()
+    }
+
+    fn mask(&self) -> &[bool] {
+        self.masks.last().expect("the part's threads")
+    }
+}
+
+/// Whether `stmt` is or holds an mbarrier wait.
+fn waits(stmt: &Stmt) -> bool {
+    let mut found = false;
+    Stmt::walk(std::slice::from_ref(stmt), &mut |s| {
+        found |= matches!(s, Stmt::MbarrierWait { .. })
+    });
+    found
+}
+
+fn flatten<'k>(body: &'k [Stmt], ops: &mut Vec<Op<'k>>) {
+    for stmt in body {
+        match stmt {
+            _ if !waits(stmt) => ops.push(Op::Leaf(stmt)),
+            Stmt::If { conds, body } => {
+                let at = ops.len();
+                ops.push(Op::Leave);
+                flatten(body, ops);
+                ops.push(Op::Leave);
+                ops[at] = Op::Enter {
+                    conds,
+                    end: ops.len(),
+                };
+            }
+            Stmt::For {
+                var, extent, body, ..
+            } => {
+                let at = ops.len();
+                ops.push(Op::Leave);
+                flatten(body, ops);
+                ops.push(Op::Next {
+                    var: *var,
+                    extent: *extent,
+                    start: at + 1,
+                });
+                ops[at] = Op::Loop {
+                    var: *var,
+                    extent: *extent,
+                    end: ops.len(),
+                };
+            }
+            Stmt::Block { body } => {
+                ops.push(Op::Scope);
+                flatten(body, ops);
+                ops.push(Op::Unscope);
+            }
+            _ => ops.push(Op::Leaf(stmt)),
+        }
+    }
 }
 
 struct Block<'k> {
@@ -894,6 +1015,31 @@ impl Block<'_> {
                         self.env[t][var.0] = self.eval(value, t);
                     }
                 }
+                Stmt::WarpUniform { var, value } => {
+                    // Broadcast from lane 0 by the whole warp: every lane computes what
+                    // lane 0 does, or the value was not warp-uniform.
+                    let warps =
+                        whole_groups(active, 32).map_err(|warp| InterpError::PartialWarp {
+                            block: self.index,
+                            warp,
+                        })?;
+                    for w in warps {
+                        let lanes = w * 32..(w + 1) * 32;
+                        let first = self.eval(value, w * 32);
+                        if let Some(t) = lanes.clone().find(|&t| self.eval(value, t) != first) {
+                            return Err(InterpError::NotWarpUniform {
+                                block: self.index,
+                                thread: t,
+                            });
+                        }
+                        for t in lanes {
+                            self.env[t][var.0] = first;
+                        }
+                    }
+                }
+                Stmt::Concurrent { parts } => {
+                    self.concurrent(parts, active, inputs, out, writes)?;
+                }
                 Stmt::For {
                     var, extent, body, ..
                 } => {
@@ -1347,6 +1493,122 @@ impl Block<'_> {
             })
     }
 
+    /// `Stmt::Concurrent`: the parts take turns (see the module docs).
+    fn concurrent(
+        &mut self,
+        parts: &[Stmt],
+        active: &[bool],
+        inputs: &Inputs,
+        out: &mut [f32],
+        writes: &mut [u32],
+    ) -> Result<(), InterpError> {
+        let mut programs: Vec<Program> = parts
+            .iter()
+            .map(|part| Program::new(std::slice::from_ref(part), active.to_vec()))
+            .collect();
+        loop {
+            let mut progressed = false;
+            for p in programs.iter_mut().filter(|p| !p.done()) {
+                progressed |= self.run_part(p, inputs, out, writes)?;
+            }
+            let Some(waiting) = programs.iter().find(|p| !p.done()) else {
+                return Ok(());
+            };
+            if !progressed {
+                // Every unfinished part waits: run the first one's wait for its error.
+                let Op::Leaf(wait) = waiting.ops[waiting.pc] else {
+                    unreachable!("a part stops only at a wait")
+                };
+                let mask = waiting.mask().to_vec();
+                self.exec(std::slice::from_ref(wait), &mask, inputs, out, writes)?;
+                unreachable!("a wait that is not ready fails");
+            }
+        }
+    }
+
+    /// Runs part `p` until it finishes or reaches a wait that is not ready; whether it
+    /// took a step.
+    fn run_part(
+        &mut self,
+        p: &mut Program,
+        inputs: &Inputs,
+        out: &mut [f32],
+        writes: &mut [u32],
+    ) -> Result<bool, InterpError> {
+        let mut stepped = false;
+        while !p.done() {
+            match p.ops[p.pc] {
+                Op::Leaf(stmt) => {
+                    if let Stmt::MbarrierWait { barrier, .. } = stmt {
+                        for t in (0..self.threads).filter(|&t| p.mask()[t]) {
+                            let b = self.barrier(barrier, t)?;
+                            if !self.barriers[b].ready(t) {
+                                return Ok(stepped);
+                            }
+                        }
+                    }
+                    let mask = p.mask().to_vec();
+                    self.exec(std::slice::from_ref(stmt), &mask, inputs, out, writes)?;
+                    p.pc += 1;
+                }
+                Op::Enter { conds, end } => {
+                    let inner: Vec<bool> = (0..self.threads)
+                        .map(|t| p.mask()[t] && self.holds(conds, t))
+                        .collect();
+                    if inner.contains(&true) {
+                        p.masks.push(inner);
+                        p.pc += 1;
+                    } else {
+                        p.pc = end;
+                    }
+                }
+                Op::Leave => {
+                    p.masks.pop();
+                    p.pc += 1;
+                }
+                Op::Loop { var, extent, end } => {
+                    if extent == 0 {
+                        p.pc = end;
+                    } else {
+                        p.counters.push(0);
+                        for env in &mut self.env {
+                            env[var.0] = 0;
+                        }
+                        p.pc += 1;
+                    }
+                }
+                Op::Next { var, extent, start } => {
+                    let i = p.counters.last_mut().expect("inside a loop");
+                    *i += 1;
+                    if *i < extent {
+                        let i = *i;
+                        for env in &mut self.env {
+                            env[var.0] = i;
+                        }
+                        p.pc = start;
+                    } else {
+                        p.counters.pop();
+                        p.pc += 1;
+                    }
+                }
+                Op::Scope => {
+                    p.saved.push(self.env.clone());
+                    p.pc += 1;
+                }
+                Op::Unscope => {
+                    // Only this part's threads: the others moved on meanwhile.
+                    let saved = p.saved.pop().expect("inside a block");
+                    for t in (0..self.threads).filter(|&t| p.mask()[t]) {
+                        self.env[t] = saved[t].clone();
+                    }
+                    p.pc += 1;
+                }
+            }
+            stepped = true;
+        }
+        Ok(stepped)
+    }
+
     /// `Stmt::LastArrival`: each active warp (whole) publishes its partial sums to
     /// semaphore `counter` and arrives; the threads of the `arrivals`-th warp reset it
     /// and run `body`.
@@ -1527,6 +1789,54 @@ mod tests {
             bias: None,
         };
         run(&kernel, &inputs, 4)
+    }
+
+    /// A value broadcast from lane 0 must be the same on every lane of its warp:
+    /// `threadIdx / 32` is, `threadIdx / 16` is not.
+    #[test]
+    fn warp_uniform_values_are_checked_lane_by_lane() {
+        let run_divided = |divisor: i64| {
+            let mut scope = Scope::new(1, 64);
+            let value = scope.div(Expr::ThreadIdx, divisor);
+            let (lo, hi) = scope.range(&value);
+            let var = scope.var("warp", lo, hi);
+            // Threads 0..4 store (the warp index times zero) into the output.
+            let store = Stmt::Store {
+                acc: Expr::Const(0),
+                out: scope.add(Expr::ThreadIdx, scope.mul(Expr::Var(var), 0)),
+                bias: None,
+                bias_when: Vec::new(),
+                valid: vec![Cond {
+                    expr: Expr::ThreadIdx,
+                    lo: None,
+                    hi: Some(4),
+                }],
+                atomic: false,
+                width: 1,
+            };
+            let params = ["a", "b", "out"]
+                .into_iter()
+                .enumerate()
+                .map(|(i, name)| Param::Buffer {
+                    name,
+                    role: if i < 2 { Role::Input(i) } else { Role::Output },
+                    dtype: crate::task::DType::F32,
+                })
+                .collect();
+            let body = vec![Stmt::ZeroAcc, Stmt::WarpUniform { var, value }, store];
+            let kernel = test_kernel(scope, body, params, LaunchConfig::linear(1, 64, 32));
+            let (a, b) = ([0.0; 4], [0.0; 4]);
+            let inputs = Inputs {
+                inputs: [&a, &b],
+                bias: None,
+            };
+            run(&kernel, &inputs, 4)
+        };
+        assert_eq!(run_divided(32), Ok(vec![0.0; 4]));
+        assert!(matches!(
+            run_divided(16),
+            Err(InterpError::NotWarpUniform { thread: 16, .. })
+        ));
     }
 
     /// Both inputs (4 floats each) copied by TMA, with the map of `a` over `a_extent`

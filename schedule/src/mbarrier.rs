@@ -142,6 +142,11 @@ impl Mbarrier {
         Ok(next)
     }
 
+    /// Whether thread `t`'s next wait would return now: its next phase completed.
+    pub fn ready(&self, t: usize) -> bool {
+        self.arrivals.is_some() && self.completed > self.observed[t]
+    }
+
     /// Whether thread `t` has waited for phase `phase`.
     pub fn observed(&self, t: usize, phase: u64) -> bool {
         self.observed[t] > phase

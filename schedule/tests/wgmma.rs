@@ -369,11 +369,7 @@ fn edit_all(body: &mut [Stmt], edit: &impl Fn(&mut Stmt) -> bool) -> usize {
     let mut changed = 0;
     for stmt in body {
         changed += usize::from(edit(stmt));
-        if let Stmt::For { body, .. }
-        | Stmt::If { body, .. }
-        | Stmt::Block { body }
-        | Stmt::LastArrival { body, .. } = stmt
-        {
+        if let Some(body) = stmt.body_mut() {
             changed += edit_all(body, edit);
         }
     }
@@ -389,11 +385,11 @@ fn zero_lets(body: &mut [Stmt], vars: &[usize]) -> usize {
                 *value = schedule::ir::Expr::Const(0);
                 zeroed += 1;
             }
-            Stmt::For { body, .. }
-            | Stmt::If { body, .. }
-            | Stmt::Block { body }
-            | Stmt::LastArrival { body, .. } => zeroed += zero_lets(body, vars),
-            _ => {}
+            other => {
+                if let Some(body) = other.body_mut() {
+                    zeroed += zero_lets(body, vars);
+                }
+            }
         }
     }
     zeroed
@@ -630,10 +626,9 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
 fn remove_in_fixup(body: &mut [Stmt], hit: &impl Fn(&Stmt) -> bool) -> bool {
     body.iter_mut().any(|s| match s {
         Stmt::LastArrival { body, .. } => without(body, hit),
-        Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
-            remove_in_fixup(body, hit)
-        }
-        _ => false,
+        other => other
+            .body_mut()
+            .is_some_and(|body| remove_in_fixup(body, hit)),
     })
 }
 
@@ -656,12 +651,8 @@ fn store_after_arrival(body: &mut Vec<Stmt>) -> bool {
         body.insert(j, loop_);
         return true;
     }
-    body.iter_mut().any(|s| match s {
-        Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
-            store_after_arrival(body)
-        }
-        _ => false,
-    })
+    body.iter_mut()
+        .any(|s| s.body_mut().is_some_and(store_after_arrival))
 }
 
 /// Changes the arrivals every `LastArrival` counts with `change`.
@@ -673,10 +664,11 @@ fn arrivals(body: &mut [Stmt], change: fn(u32) -> u32) -> bool {
                 *arrivals = change(*arrivals);
                 changed = true;
             }
-            Stmt::For { body, .. } | Stmt::If { body, .. } | Stmt::Block { body } => {
-                changed |= arrivals(body, change);
+            other => {
+                if let Some(body) = other.body_mut() {
+                    changed |= arrivals(body, change);
+                }
             }
-            _ => {}
         }
     }
     changed
@@ -724,13 +716,8 @@ fn without(body: &mut Vec<Stmt>, hit: &impl Fn(&Stmt) -> bool) -> bool {
         body.remove(i);
         return true;
     }
-    body.iter_mut().any(|s| match s {
-        Stmt::For { body, .. }
-        | Stmt::If { body, .. }
-        | Stmt::Block { body }
-        | Stmt::LastArrival { body, .. } => without(body, hit),
-        _ => false,
-    })
+    body.iter_mut()
+        .any(|s| s.body_mut().is_some_and(|body| without(body, hit)))
 }
 
 /// Replaces the first statement that `hit` selects with `with`.
@@ -740,12 +727,8 @@ fn replaced(body: &mut [Stmt], hit: &impl Fn(&Stmt) -> bool, with: &Stmt) -> boo
             *s = with.clone();
             return true;
         }
-        let nested = match s {
-            Stmt::For { body, .. }
-            | Stmt::If { body, .. }
-            | Stmt::Block { body }
-            | Stmt::LastArrival { body, .. } => body,
-            _ => continue,
+        let Some(nested) = s.body_mut() else {
+            continue;
         };
         if replaced(nested, hit, with) {
             return true;
@@ -820,4 +803,23 @@ fn broken_pipelines_are_caught() {
         without(b, &|s| matches!(s, Stmt::MbarrierArrive { .. }))
     });
     assert!(e.contains("can never complete"), "{e}");
+    // With a producer warp, the roles run their own code paths concurrently: without a
+    // consumer's arrival both end up waiting (a deadlock); a producer that does not
+    // wait for the consumers' release overwrites a buffer they may still read.
+    let specialized = State::hopper(WgmmaTiling {
+        producer_warp: 1,
+        ..tiling(2, 1, 48, 64, 2)
+    });
+    run(&t, &lower(&t, &specialized)).unwrap();
+    let e = broken(&specialized, &|b| {
+        without(b, &|s| matches!(s, Stmt::MbarrierArrive { .. }))
+    });
+    assert!(e.contains("can never complete"), "{e}");
+    let e = broken(&specialized, &|b| {
+        without(b, &|s| matches!(s, Stmt::MbarrierWait { .. }))
+    });
+    assert!(
+        e.contains("released too early") || e.contains("read before the mbarrier phase"),
+        "{e}"
+    );
 }

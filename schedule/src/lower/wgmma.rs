@@ -15,7 +15,10 @@
 //! loop. The producer is thread 0, between its own MMAs, or, with `producer_warp`, the
 //! first thread of a warp of its own after the consumer warpgroups, which then waits for
 //! buffers while the consumers multiply (warp specialization: the steps below are the
-//! consumers' but 4, which is the producer's alone). Iteration `g`:
+//! consumers' but 4, which is the producer's alone, and each role runs its own loop
+//! over the iterations, `Stmt::Concurrent`, so that no producer branch sits among the
+//! consumers' MMAs; the consumers' branch is on their warp-uniform warpgroup index).
+//! Iteration `g`:
 //!
 //! 1. wait for `full[g % stages]` (parity `(g / stages) % 2`);
 //! 2. `wgmma.fence`, then per k-step each warpgroup's `m_atoms` MMAs, one commit;
@@ -91,6 +94,7 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
         first_map,
         chunk: t.chunk_ktiles(view, split_k) as i64,
         split_k: i64::from(split_k.max(1)),
+        warpgroup: Expr::Const(0),
     };
     let body = lowering.body();
     let elements = [0, 1].map(|i| (t.tile_elements(i, &gemm.view) * u64::from(t.stages)) as i64);
@@ -132,6 +136,8 @@ struct WgmmaLowering<'a> {
     chunk: i64,
     /// Units of an output tile.
     split_k: i64,
+    /// The thread's warpgroup (`body` binds it first).
+    warpgroup: Expr,
 }
 
 impl WgmmaLowering<'_> {
@@ -160,10 +166,11 @@ impl WgmmaLowering<'_> {
         }
     }
 
-    /// The consumer warpgroups' threads, None when every thread is one.
+    /// The consumer warpgroups' threads (those before the producer warp's warpgroup),
+    /// None when every thread is one.
     fn consumers(&self) -> Option<Cond> {
-        let consumers = i64::from(self.t.consumer_threads());
-        self.scope.bound(&Expr::ThreadIdx, 0, consumers)
+        self.scope
+            .bound(&self.warpgroup, 0, i64::from(self.t.consumers))
     }
 
     /// Units of work: output tiles × K chunks.
@@ -227,7 +234,16 @@ impl WgmmaLowering<'_> {
         let t = self.t;
         let mut body = Vec::new();
         let wg = self.scope.div(Expr::ThreadIdx, WARPGROUP_THREADS);
-        let wg = bind(&mut self.scope, &mut body, "warpgroup", wg);
+        let wg = if t.producer_warp > 0 {
+            // Provably warp-uniform: the consumers' code path is a branch on it.
+            let (lo, hi) = self.scope.range(&wg);
+            let var = self.scope.var("warpgroup", lo, hi);
+            body.push(Stmt::WarpUniform { var, value: wg });
+            Expr::Var(var)
+        } else {
+            bind(&mut self.scope, &mut body, "warpgroup", wg)
+        };
+        self.warpgroup = wg.clone();
 
         let mut init = Vec::new();
         for s in 0..self.stages() {
@@ -263,11 +279,45 @@ impl WgmmaLowering<'_> {
             let exists = self.has_unit(&g);
             guarded(&mut prologue, exists, issue, true);
         }
-        body.push(Stmt::If {
-            conds: vec![self.producer()],
-            body: prologue,
-        });
+        if t.producer_warp == 0 {
+            // Thread 0 produces between its own MMAs: one loop for both roles.
+            body.push(Stmt::If {
+                conds: vec![self.producer()],
+                body: prologue,
+            });
+            body.extend(self.rounds(Roles::Both, rounds, &wg));
+        } else {
+            // Warp specialization: the producer warp and the consumers each run their
+            // own loop over the same iterations.
+            prologue.extend(self.rounds(Roles::Producer, rounds, &wg));
+            let consumer = self.rounds(Roles::Consumers, rounds, &wg);
+            let consumers = self.consumers().into_iter().collect();
+            body.push(Stmt::Concurrent {
+                parts: vec![
+                    Stmt::If {
+                        conds: vec![self.producer()],
+                        body: prologue,
+                    },
+                    Stmt::If {
+                        conds: consumers,
+                        body: consumer,
+                    },
+                ],
+            });
+        }
+        // No block of a cluster exits while another may still arrive on its barriers.
+        if t.cluster > 1 {
+            body.push(Stmt::ClusterSync);
+        }
+        body
+    }
 
+    /// The loop over the block's units (`rounds` of them) and their K tiles, with what
+    /// `roles` do in each iteration: the consumers' MMAs, release of a buffer and
+    /// results, the producer's refill of the released buffer.
+    fn rounds(&mut self, roles: Roles, rounds: i64, wg: &Expr) -> Vec<Stmt> {
+        let t = self.t;
+        let iterations = rounds * self.chunk;
         // Rounds (one unit each) of K tiles; iteration g = round · chunk + kt.
         let round = (rounds > 1).then(|| self.scope.var("round", 0, rounds - 1));
         let kt = (self.chunk > 1).then(|| self.scope.var("kt", 0, self.chunk - 1));
@@ -275,28 +325,29 @@ impl WgmmaLowering<'_> {
         let mut iteration = Vec::new();
         let g = self.scope.add(self.scope.mul(rv.clone(), self.chunk), ktv);
         let g = bind(&mut self.scope, &mut iteration, "g", g);
-        let stage = self.scope.rem(g.clone(), self.stages());
-        let stage = bind(&mut self.scope, &mut iteration, "stage", stage);
-        let parity = self.scope.rem(self.scope.div(g.clone(), self.stages()), 2);
-        let mut consume = vec![
-            Stmt::MbarrierWait {
-                barrier: self.full(&stage),
-                parity,
-            },
-            Stmt::WgmmaFence,
-        ];
-        self.multiply(&mut consume, &stage, &wg);
-        consume.push(Stmt::WgmmaCommit);
-        consume.push(Stmt::WgmmaWait {
-            pending: t.in_flight,
-        });
-        let consumers = self.consumers();
-        guarded(&mut iteration, consumers, consume, false);
+        if roles.consumers() {
+            let stage = self.scope.rem(g.clone(), self.stages());
+            let stage = bind(&mut self.scope, &mut iteration, "stage", stage);
+            let parity = self.scope.rem(self.scope.div(g.clone(), self.stages()), 2);
+            let mut consume = vec![
+                Stmt::MbarrierWait {
+                    barrier: self.full(&stage),
+                    parity,
+                },
+                Stmt::WgmmaFence,
+            ];
+            self.multiply(&mut consume, &stage, wg);
+            consume.push(Stmt::WgmmaCommit);
+            consume.push(Stmt::WgmmaWait {
+                pending: t.in_flight,
+            });
+            self.for_consumers(roles, &mut iteration, consume);
+        }
         let released = self
             .scope
             .add(g.clone(), Expr::Const(-i64::from(t.in_flight)));
         let mut release = Vec::new();
-        self.release(&mut release, &released);
+        self.release(&mut release, &released, roles);
         let exists = self.scope.bound(&released, 0, iterations);
         guarded(&mut iteration, exists, release, false);
         // A unit's K tiles, then its results, then fresh accumulators for the next.
@@ -305,25 +356,30 @@ impl WgmmaLowering<'_> {
         let unit = s.add(Expr::BlockIdx, s.mul(rv, s.grid));
         // A persistent block's rounds past the last unit do nothing.
         let has_unit = s.bound(&unit, 0, self.units());
-        let mut results = vec![
-            Stmt::WgmmaWait { pending: 0 },
-            Stmt::Block {
-                body: self.results(unit, &wg),
-            },
-        ];
-        if rounds > 1 {
-            results.push(Stmt::ZeroAcc);
+        if roles.consumers() {
+            let mut results = vec![
+                Stmt::WgmmaWait { pending: 0 },
+                Stmt::Block {
+                    body: self.results(unit, wg),
+                },
+            ];
+            if rounds > 1 {
+                results.push(Stmt::ZeroAcc);
+            }
+            self.for_consumers(roles, &mut tile_body, results);
         }
-        let consumers = self.consumers();
-        guarded(&mut tile_body, consumers, results, false);
         let mut rounds_body = Vec::new();
         guarded(&mut rounds_body, has_unit, tile_body, false);
-        body.extend(wrap_loops(&[round], &[rounds], |_| false, rounds_body));
-        // No block of a cluster exits while another may still arrive on its barriers.
-        if t.cluster > 1 {
-            body.push(Stmt::ClusterSync);
+        wrap_loops(&[round], &[rounds], |_| false, rounds_body)
+    }
+
+    /// `body` for the consumer warpgroups: as it is in their own code path, else under
+    /// the condition that selects them.
+    fn for_consumers(&self, roles: Roles, out: &mut Vec<Stmt>, body: Vec<Stmt>) {
+        match roles {
+            Roles::Consumers => out.extend(body),
+            _ => guarded(out, self.consumers(), body, false),
         }
-        body
     }
 
     /// This block's rank in its cluster (consecutive blocks form a cluster).
@@ -458,8 +514,8 @@ impl WgmmaLowering<'_> {
 
     /// After iteration `released`'s MMAs completed: each warpgroup's leader arrives on
     /// its buffer's empty barrier, and the producer refills the buffer with iteration
-    /// `released + stages` once every warpgroup has.
-    fn release(&mut self, out: &mut Vec<Stmt>, released: &Expr) {
+    /// `released + stages` once every warpgroup has (each as far as `roles` go).
+    fn release(&mut self, out: &mut Vec<Stmt>, released: &Expr, roles: Roles) {
         let stage = self.scope.rem(released.clone(), self.stages());
         let stage = bind(&mut self.scope, out, "released", stage);
         let parity = self
@@ -482,10 +538,11 @@ impl WgmmaLowering<'_> {
                 }
             }],
         }];
-        let consumers = self.consumers();
-        guarded(out, consumers, leaders, false);
+        if roles.consumers() {
+            self.for_consumers(roles, out, leaders);
+        }
         let next = self.scope.add(released.clone(), Expr::Const(self.stages()));
-        let Some(refill) = self.has_unit(&next) else {
+        let Some(refill) = self.has_unit(&next).filter(|_| roles.producer()) else {
             return;
         };
         let mut producer = vec![Stmt::MbarrierWait {
@@ -621,6 +678,25 @@ impl WgmmaLowering<'_> {
                 None,
             )
         })
+    }
+}
+
+/// Which roles' work a loop over the iterations holds: both (thread 0 produces between
+/// its MMAs), or, warp-specialized, one role's code path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Roles {
+    Both,
+    Consumers,
+    Producer,
+}
+
+impl Roles {
+    fn consumers(self) -> bool {
+        self != Roles::Producer
+    }
+
+    fn producer(self) -> bool {
+        self != Roles::Consumers
     }
 }
 
