@@ -80,6 +80,10 @@ pub struct Measured {
     pub min_bytes: u64,
     /// Our best kernel from the log (its state id) and the log's own time for it.
     pub state_id: Option<String>,
+    /// Its sketch: `cuda-core`, `mma.sync` or `wgmma` (absent in reports from before
+    /// it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sketch: Option<String>,
     pub tuned_us: Option<f64>,
     /// Records of the task in the log.
     pub trials: usize,
@@ -418,11 +422,11 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "| task | types | × | ours µs | vendor µs | speedup | ours TFLOP/s | vendor TFLOP/s | roofline µs | ours % roofline | vendor % roofline | vendor routine | trials | notes |"
+            "| task | types | × | ours µs | vendor µs | speedup | ours TFLOP/s | vendor TFLOP/s | roofline µs | ours % roofline | vendor % roofline | our sketch | vendor routine | trials | notes |"
         );
         let _ = writeln!(
             md,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"
         );
         for r in &self.rows {
             let m = &r.measured;
@@ -432,7 +436,7 @@ impl Report {
             }
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
                 m.task,
                 m.types(),
                 m.count,
@@ -445,6 +449,7 @@ impl Report {
                 r.roofline_us,
                 pct(r.ours_roofline_fraction),
                 pct(r.vendor_roofline_fraction),
+                m.sketch.as_deref().unwrap_or("-"),
                 m.vendor_algorithm.as_deref().unwrap_or("-"),
                 m.trials,
                 notes.join("; ")
@@ -453,7 +458,7 @@ impl Report {
         let headline = s.compared - s.flagged;
         let _ = writeln!(
             md,
-            "| **total** (count-weighted, {headline} of {} tasks{}) | | | **{:.2}** | **{:.2}** | **{}** | | | {:.2} | | | | | |",
+            "| **total** (count-weighted, {headline} of {} tasks{}) | | | **{:.2}** | **{:.2}** | **{}** | | | {:.2} | | | | | | |",
             s.tasks,
             if s.flagged > 0 {
                 format!("; {} flagged left out", s.flagged)
@@ -560,6 +565,7 @@ mod tests {
             flops: 200_000_000,
             min_bytes: 4_000_000,
             state_id: ours.map(|_| "00000000deadbeef".to_string()),
+            sketch: ours.map(|_| "mma.sync".to_string()),
             tuned_us: ours,
             trials: 64,
             ours: ours.map(side),

@@ -325,6 +325,11 @@ impl State {
         )
     }
 
+    /// The sketch's name, as reports print it: `cuda-core`, `mma.sync` or `wgmma`.
+    pub fn sketch_name(&self) -> &'static str {
+        self.sketch(|| "cuda-core", |_| "mma.sync", |_| "wgmma")
+    }
+
     /// [`State::sketch`] with a context that the arm that runs takes (such as a `&mut`
     /// borrow every arm needs).
     pub fn sketch_with<'a, C, R>(
@@ -529,6 +534,17 @@ mod tests {
                 assert!(covered.iter().all(|&n| n == 1), "{stages} / {split_k}");
             }
         }
+    }
+
+    #[test]
+    fn a_tensor_core_split_leaves_no_chunk_empty() {
+        // 13 K tiles: 4 chunks of 4 (the last of 1) are fine, 8 chunks of 2 leave the
+        // last one empty, 14 is more chunks than tiles.
+        assert!(check_tile_split(4, 13).is_ok());
+        assert!(check_tile_split(13, 13).is_ok());
+        assert!(check_tile_split(8, 13).is_err());
+        assert!(check_tile_split(14, 13).is_err());
+        assert!(check_tile_split(0, 13).is_err());
     }
 
     #[test]
