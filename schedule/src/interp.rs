@@ -233,10 +233,11 @@ struct Cell {
     read: Option<(u64, usize)>,
     /// Written by a `cp.async` that has not landed yet (its thread has not waited).
     pending: bool,
-    /// Written by a `cp.async`: readable from the first barrier after it landed (in
-    /// any later interval: a pipeline reads stages filled several barriers ago),
-    /// rather than only in the interval right after the fetch.
-    asynchronous: bool,
+    /// Written into a ring of stage buffers (by a `cp.async`, or a store from registers
+    /// into a tensor-core kernel's typed tile): readable from the first barrier after
+    /// it landed (in any later interval: a pipeline reads stages filled several
+    /// barriers ago), rather than only in the interval right after the fetch.
+    buffered: bool,
     /// Written by a TMA copy completing on (mbarrier, phase): readable by the threads
     /// that have waited for that phase.
     landed_in: Option<(usize, u64)>,
@@ -513,7 +514,7 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         written: None,
         read: None,
         pending: false,
-        asynchronous: false,
+        buffered: false,
         landed_in: None,
         wgmma_read: None,
     };
@@ -624,7 +625,7 @@ impl Block<'_> {
             }
             (None, written) => match written {
                 // A landed cp.async is seen by every thread after the next barrier.
-                Some((w, _)) if cell.asynchronous => w < interval,
+                Some((w, _)) if cell.buffered => w < interval,
                 // Fetched data must come from the barrier interval just before this one.
                 Some((w, _)) => w + 1 == interval,
                 None => false,
@@ -674,7 +675,7 @@ impl Block<'_> {
             written: Some((interval, t)),
             read: cell.read,
             pending: false,
-            asynchronous: false,
+            buffered: false,
             landed_in: None,
             wgmma_read: None,
         };
@@ -916,7 +917,7 @@ impl Block<'_> {
         let at = self.write_shared((tile, self.rank(t), index), t, value)?;
         let cell = &mut self.tiles[tile][at];
         cell.pending = true;
-        cell.asynchronous = true;
+        cell.buffered = true;
         self.open_group[t].push((tile, at));
         Ok(())
     }
@@ -1328,11 +1329,14 @@ impl Block<'_> {
                                     slot,
                                 },
                             )?;
-                            self.write_shared(
+                            let at = self.write_shared(
                                 (write.input, self.rank(t), s + j as i64 * write.step),
                                 t,
                                 value,
                             )?;
+                            // A tensor-core kernel's stage ring (`pipeline::ring`).
+                            self.tiles[write.input][at].buffered =
+                                self.kernel.shared == crate::ir::SharedPool::Typed;
                         }
                     }
                 }

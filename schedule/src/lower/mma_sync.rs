@@ -16,7 +16,10 @@
 //! landed"); iteration `t` waits for tile `t`, synchronizes (which also publishes that
 //! every warp is done with the stage that tile `t + stages - 1` overwrites), issues
 //! that tile, and multiplies tile `t`. One stage is the plain fill / wait / barrier /
-//! multiply / barrier loop.
+//! multiply / barrier loop. Where every copy is a 2-byte one (rows of odd length, which
+//! `cp.async` cannot copy), the loop loads tile `t + stages - 1` into registers before
+//! multiplying tile `t` and stores it after (`pipeline::Stages::defer`), so that the
+//! loads' latency hides behind the MMAs instead of stalling the stores.
 //!
 //! Per k-step each warp loads one A fragment per 16-row MMA tile and one B fragment
 //! per 8-column tile, then issues every (A, B) product; the epilogue writes each
@@ -30,7 +33,7 @@ use super::common::{
     split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
-use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
+use crate::atom::{FillCopy, Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, Param, Scope, SharedPool, SharedWrite, Stmt, Var};
 use crate::launch::LaunchConfig;
@@ -111,6 +114,68 @@ impl Stages for Tiles<'_, '_> {
         self.lowering
             .compute(out, self.z, local, stage, self.wm, self.wn);
     }
+    fn defer(&mut self, fill: Vec<Stmt>, out: &mut Vec<Stmt>) -> (Vec<Stmt>, Vec<Stmt>) {
+        let (t, dtype) = (self.lowering.t, self.lowering.c.dtype);
+        let synchronous = t
+            .vector
+            .iter()
+            .all(|&w| FillCopy::of(w * dtype.bytes(), dtype.bytes()) == Some(FillCopy::Element));
+        if !synchronous {
+            return (fill, Vec::new());
+        }
+        let mut slots = 0;
+        let (early, late) = through_registers(fill, &mut slots);
+        out.push(Stmt::Registers {
+            array: 0,
+            width: 1,
+            len: slots,
+        });
+        (early, late)
+    }
+}
+
+/// A fill of synchronous copies taken apart: each copy's global load into register
+/// slot `slots` (counted up) and, separately, its store from that slot to shared
+/// memory, under the same bindings and conditions.
+fn through_registers(fill: Vec<Stmt>, slots: &mut i64) -> (Vec<Stmt>, Vec<Stmt>) {
+    let (mut early, mut late) = (Vec::new(), Vec::new());
+    for stmt in fill {
+        match stmt {
+            Stmt::Let { .. } => {
+                early.push(stmt.clone());
+                late.push(stmt);
+            }
+            Stmt::If { conds, body } => {
+                let (e, l) = through_registers(body, slots);
+                early.push(Stmt::If {
+                    conds: conds.clone(),
+                    body: e,
+                });
+                late.push(Stmt::If { conds, body: l });
+            }
+            Stmt::Block { body } => {
+                let (e, l) = through_registers(body, slots);
+                early.push(Stmt::Block { body: e });
+                late.push(Stmt::Block { body: l });
+            }
+            Stmt::AsyncCopy { read, write } => {
+                let slot = Expr::Const(*slots);
+                *slots += 1;
+                early.push(Stmt::RegisterLoad {
+                    array: 0,
+                    slot: slot.clone(),
+                    read,
+                });
+                late.push(Stmt::RegisterStore {
+                    array: 0,
+                    slot,
+                    write,
+                });
+            }
+            other => early.push(other),
+        }
+    }
+    (early, late)
 }
 
 struct MmaLowering<'a> {
