@@ -33,6 +33,7 @@ use super::common::{
     split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
+use super::prefetch::through_registers;
 use crate::atom::{FillCopy, Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, Param, Scope, SharedPool, SharedWrite, Stmt, Var};
@@ -123,59 +124,10 @@ impl Stages for Tiles<'_, '_> {
         if !synchronous {
             return (fill, Vec::new());
         }
-        let mut slots = 0;
-        let (early, late) = through_registers(fill, &mut slots);
-        out.push(Stmt::Registers {
-            array: 0,
-            width: 1,
-            len: slots,
-        });
+        let (arrays, early, late) = through_registers(&self.lowering.scope, &fill, 0);
+        out.extend(arrays);
         (early, late)
     }
-}
-
-/// A fill of synchronous copies taken apart: each copy's global load into register
-/// slot `slots` (counted up) and, separately, its store from that slot to shared
-/// memory, under the same bindings and conditions.
-fn through_registers(fill: Vec<Stmt>, slots: &mut i64) -> (Vec<Stmt>, Vec<Stmt>) {
-    let (mut early, mut late) = (Vec::new(), Vec::new());
-    for stmt in fill {
-        match stmt {
-            Stmt::Let { .. } => {
-                early.push(stmt.clone());
-                late.push(stmt);
-            }
-            Stmt::If { conds, body } => {
-                let (e, l) = through_registers(body, slots);
-                early.push(Stmt::If {
-                    conds: conds.clone(),
-                    body: e,
-                });
-                late.push(Stmt::If { conds, body: l });
-            }
-            Stmt::Block { body } => {
-                let (e, l) = through_registers(body, slots);
-                early.push(Stmt::Block { body: e });
-                late.push(Stmt::Block { body: l });
-            }
-            Stmt::AsyncCopy { read, write } => {
-                let slot = Expr::Const(*slots);
-                *slots += 1;
-                early.push(Stmt::RegisterLoad {
-                    array: 0,
-                    slot: slot.clone(),
-                    read,
-                });
-                late.push(Stmt::RegisterStore {
-                    array: 0,
-                    slot,
-                    write,
-                });
-            }
-            other => early.push(other),
-        }
-    }
-    (early, late)
 }
 
 struct MmaLowering<'a> {

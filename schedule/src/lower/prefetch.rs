@@ -26,6 +26,10 @@
 //! that rebinds the loop counter (`Stmt::Block` ends the shadowing), so the loads cannot
 //! drift from the fetches they replace.
 //!
+//! The same split serves the tensor-core ring (`through_registers`), whose fills of
+//! 2-byte copies (no `cp.async` for them) load the next tile before the MMAs and store
+//! it after.
+//!
 //! It is a pass over the IR rather than a way of printing it so that the CPU interpreter
 //! runs exactly the kernel that is compiled (registers, barriers and all). Validation
 //! (`prefetch_feasible`) guarantees what the pass needs: the fetch loops are unrolled
@@ -78,6 +82,31 @@ fn transform(scope: &mut Scope, stmts: &[Stmt], arrays: &mut usize) -> Vec<Stmt>
         }
     }
     out
+}
+
+/// A stage's fill split into its global half and its shared half, for a pipeline that
+/// places them itself (the tensor-core ring, `pipeline::Stages::defer`): the register
+/// arrays to declare, then the loads, then the stores, one array per copy statement
+/// from `first`.
+pub(super) fn through_registers(
+    scope: &Scope,
+    fill: &[Stmt],
+    first: usize,
+) -> (Vec<Stmt>, Vec<Stmt>, Vec<Stmt>) {
+    let mut slots = Vec::new();
+    fetch_slots(fill, 1, &mut slots);
+    let arrays = slots
+        .iter()
+        .enumerate()
+        .map(|(k, &(width, len))| Stmt::Registers {
+            array: first + k,
+            width,
+            len,
+        })
+        .collect();
+    let loads = phase(scope, fill, Phase::Load, &mut Vec::new(), &mut { first });
+    let stores = phase(scope, fill, Phase::Store, &mut Vec::new(), &mut { first });
+    (arrays, loads, stores)
 }
 
 /// What a fetch statement becomes in one copy of the stage's fetch part.
@@ -210,7 +239,7 @@ fn phase(
         match stmt {
             Stmt::Sync => break,
             Stmt::Let { .. } => out.push(stmt.clone()),
-            Stmt::Fetch { read, write } => {
+            Stmt::Fetch { read, write } | Stmt::AsyncCopy { read, write } => {
                 let slot = slot(scope, loops);
                 out.push(match which {
                     Phase::Load => Stmt::RegisterLoad {
@@ -248,6 +277,9 @@ fn phase(
                     body: phase(scope, body, which, loops, array),
                 });
             }
+            Stmt::Block { body } if contains_fetch(body) => out.push(Stmt::Block {
+                body: phase(scope, body, which, loops, array),
+            }),
             _ if which == Phase::Store => out.push(stmt.clone()),
             _ => {}
         }
@@ -268,13 +300,16 @@ fn fetch_slots(stmts: &[Stmt], loops: i64, out: &mut Vec<(u32, i64)>) {
     for stmt in stmts {
         match stmt {
             Stmt::Sync => return,
-            Stmt::Fetch { read, .. } => out.push((read.width, loops)),
+            Stmt::Fetch { read, .. } | Stmt::AsyncCopy { read, .. } => {
+                out.push((read.width, loops))
+            }
             Stmt::For { extent, body, .. } if contains_fetch(body) => {
                 fetch_slots(body, loops * extent, out);
             }
             Stmt::If { body, .. } if contains_fetch(body) || contains_sync(body) => {
                 fetch_slots(body, loops, out);
             }
+            Stmt::Block { body } if contains_fetch(body) => fetch_slots(body, loops, out),
             _ => {}
         }
     }
@@ -289,8 +324,12 @@ fn contains_sync(stmts: &[Stmt]) -> bool {
     })
 }
 
+/// Whether a copy into shared memory (a fetch, or a `cp.async` of a tensor-core fill)
+/// is among `stmts` or nested in them.
 fn contains_fetch(stmts: &[Stmt]) -> bool {
     let mut found = false;
-    Stmt::walk(stmts, &mut |s| found |= matches!(s, Stmt::Fetch { .. }));
+    Stmt::walk(stmts, &mut |s| {
+        found |= matches!(s, Stmt::Fetch { .. } | Stmt::AsyncCopy { .. })
+    });
     found
 }
