@@ -243,7 +243,7 @@ impl WgmmaLowering<'_> {
         } else {
             bind(&mut self.scope, &mut body, "warpgroup", wg)
         };
-        self.warpgroup = wg.clone();
+        self.warpgroup = wg;
 
         let mut init = Vec::new();
         for s in 0..self.stages() {
@@ -285,12 +285,12 @@ impl WgmmaLowering<'_> {
                 conds: vec![self.producer()],
                 body: prologue,
             });
-            body.extend(self.rounds(Roles::Both, rounds, &wg));
+            body.extend(self.rounds(Roles::Both, rounds));
         } else {
             // Warp specialization: the producer warp and the consumers each run their
             // own loop over the same iterations.
-            prologue.extend(self.rounds(Roles::Producer, rounds, &wg));
-            let consumer = self.rounds(Roles::Consumers, rounds, &wg);
+            prologue.extend(self.rounds(Roles::Producer, rounds));
+            let consumer = self.rounds(Roles::Consumers, rounds);
             let consumers = self.consumers().into_iter().collect();
             body.push(Stmt::Concurrent {
                 parts: vec![
@@ -315,7 +315,7 @@ impl WgmmaLowering<'_> {
     /// The loop over the block's units (`rounds` of them) and their K tiles, with what
     /// `roles` do in each iteration: the consumers' MMAs, release of a buffer and
     /// results, the producer's refill of the released buffer.
-    fn rounds(&mut self, roles: Roles, rounds: i64, wg: &Expr) -> Vec<Stmt> {
+    fn rounds(&mut self, roles: Roles, rounds: i64) -> Vec<Stmt> {
         let t = self.t;
         let iterations = rounds * self.chunk;
         // Rounds (one unit each) of K tiles; iteration g = round · chunk + kt.
@@ -336,7 +336,7 @@ impl WgmmaLowering<'_> {
                 },
                 Stmt::WgmmaFence,
             ];
-            self.multiply(&mut consume, &stage, wg);
+            self.multiply(&mut consume, &stage);
             consume.push(Stmt::WgmmaCommit);
             consume.push(Stmt::WgmmaWait {
                 pending: t.in_flight,
@@ -360,7 +360,7 @@ impl WgmmaLowering<'_> {
             let mut results = vec![
                 Stmt::WgmmaWait { pending: 0 },
                 Stmt::Block {
-                    body: self.results(unit, wg),
+                    body: self.results(unit),
                 },
             ];
             if rounds > 1 {
@@ -475,7 +475,7 @@ impl WgmmaLowering<'_> {
     }
 
     /// Every warpgroup's MMAs of one K tile from buffer `stage`.
-    fn multiply(&mut self, out: &mut Vec<Stmt>, stage: &Expr, wg: &Expr) {
+    fn multiply(&mut self, out: &mut Vec<Stmt>, stage: &Expr) {
         let t = self.t;
         let view = &self.gemm.view;
         let n = i64::from(t.block_n);
@@ -484,7 +484,10 @@ impl WgmmaLowering<'_> {
         let tile_bytes = [0, 1].map(|i| t.tile_bytes(i) as i64);
         let s = &self.scope;
         let a_stage = s.mul(stage.clone(), tile_bytes[0]);
-        let a_rows = s.mul(wg.clone(), i64::from(t.consumer_m()) * i64::from(t.k_bytes));
+        let a_rows = s.mul(
+            self.warpgroup.clone(),
+            i64::from(t.consumer_m()) * i64::from(t.k_bytes),
+        );
         let a_base = s.add(a_stage, a_rows);
         let b_base = s.mul(stage.clone(), tile_bytes[1]);
         let a_base = bind(&mut self.scope, out, "a_desc", a_base);
@@ -558,10 +561,10 @@ impl WgmmaLowering<'_> {
 
     /// A unit's results: without a split, the epilogue; with one, the unit's partial
     /// sums into the workspace, then `split_fixup`.
-    fn results(&mut self, unit: Expr, wg: &Expr) -> Vec<Stmt> {
+    fn results(&mut self, unit: Expr) -> Vec<Stmt> {
         let mut out = Vec::new();
         if self.split_k == 1 {
-            let place = self.place(&mut out, unit, wg);
+            let place = self.place(&mut out, unit);
             out.extend(self.epilogue(&place));
             return out;
         }
@@ -571,7 +574,7 @@ impl WgmmaLowering<'_> {
         );
         let tile = self.scope.div(unit.clone(), self.split_k);
         let tile = bind(&mut self.scope, &mut out, "tile", tile);
-        let place = self.place(&mut out, tile.clone(), wg);
+        let place = self.place(&mut out, tile.clone());
         let stores = self.values(&place, 1, |l, (row, col, acc)| {
             let at = partial_index(&l.scope, unit.clone(), acc.clone(), sums);
             let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
@@ -600,7 +603,7 @@ impl WgmmaLowering<'_> {
     }
 
     /// Where this thread's accumulators of output tile `tile` lie, bound in `out`.
-    fn place(&mut self, out: &mut Vec<Stmt>, tile: Expr, wg: &Expr) -> Place {
+    fn place(&mut self, out: &mut Vec<Stmt>, tile: Expr) -> Place {
         let (batch, m0, n0) = self.origin(out, tile);
         let (t, c) = (self.t, self.c);
         let view = &self.gemm.view;
@@ -608,7 +611,8 @@ impl WgmmaLowering<'_> {
         let lane = self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS);
         let row0 = self.scope.sum([
             m0,
-            self.scope.mul(wg.clone(), i64::from(t.consumer_m())),
+            self.scope
+                .mul(self.warpgroup.clone(), i64::from(t.consumer_m())),
             part(&self.scope, layout.row, Index::Lane, &lane),
         ]);
         let row0 = bind(&mut self.scope, out, "lane_row", row0);
