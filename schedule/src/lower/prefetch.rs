@@ -93,17 +93,7 @@ pub(super) fn through_registers(
     fill: &[Stmt],
     first: usize,
 ) -> (Vec<Stmt>, Vec<Stmt>, Vec<Stmt>) {
-    let mut slots = Vec::new();
-    fetch_slots(fill, 1, &mut slots);
-    let arrays = slots
-        .iter()
-        .enumerate()
-        .map(|(k, &(width, len))| Stmt::Registers {
-            array: first + k,
-            width,
-            len,
-        })
-        .collect();
+    let arrays = register_arrays(fill, first);
     let loads = phase(scope, fill, Phase::Load, &mut Vec::new(), &mut { first });
     let stores = phase(scope, fill, Phase::Store, &mut Vec::new(), &mut { first });
     (arrays, loads, stores)
@@ -128,18 +118,8 @@ fn prefetch_loop(
     arrays: &mut usize,
 ) -> Vec<Stmt> {
     let first = *arrays;
-    let mut slots = Vec::new();
-    fetch_slots(body, 1, &mut slots);
-    *arrays += slots.len();
-    let mut out: Vec<Stmt> = slots
-        .iter()
-        .enumerate()
-        .map(|(k, &(width, len))| Stmt::Registers {
-            array: first + k,
-            width,
-            len,
-        })
-        .collect();
+    let mut out = register_arrays(body, first);
+    *arrays += out.len();
 
     let mut prelude = vec![Stmt::Let {
         var,
@@ -285,6 +265,22 @@ fn phase(
         }
     }
     out
+}
+
+/// The register arrays of a stage's fetch part: one per copy statement, numbered from
+/// `first`, with a slot per iteration of its fetch loops.
+fn register_arrays(stmts: &[Stmt], first: usize) -> Vec<Stmt> {
+    let mut slots = Vec::new();
+    fetch_slots(stmts, 1, &mut slots);
+    slots
+        .iter()
+        .enumerate()
+        .map(|(k, &(width, len))| Stmt::Registers {
+            array: first + k,
+            width,
+            len,
+        })
+        .collect()
 }
 
 /// The register slot of a fetch inside `loops`: their iteration, row-major.
