@@ -38,9 +38,9 @@ pub(crate) fn fill(
     row.threads_per_block = f64::from(threads);
     row.warps_per_block = f64::from(threads.div_ceil(32));
     row.block_tile_elements = row.wgmma_block_m * row.wgmma_block_n;
-    let shared_bytes = t.shared_bytes();
+    let shared_bytes = t.shared_bytes(c.out_dtype.bytes());
     row.shared_bytes_per_block = shared_bytes as f64;
-    row.wgmma_stage_bytes = shared_bytes as f64 / f64::from(t.stages.max(1));
+    row.wgmma_stage_bytes = t.ring_bytes() as f64 / f64::from(t.stages.max(1));
     let allocated = fill_registers(gpu, row, t.register_estimate(), u64::from(threads));
     let Some(gemm) = gemm else {
         return;
@@ -60,6 +60,7 @@ pub(crate) fn fill(
     row.wgmma_producer_warp = f64::from(t.producer_warp);
     row.wgmma_raster = f64::from(t.raster);
     row.wgmma_cluster = f64::from(t.cluster);
+    row.wgmma_tma_store = f64::from(t.tma_store);
     row.wgmma_tiles_per_block = units_per_block;
     row.reduction_stages = chunk;
     row.wgmma_ktiles = t.ktiles(view) as f64;
@@ -72,7 +73,8 @@ pub(crate) fn fill(
     row.work_efficiency = ratio(row.task_flops / 2.0, executed);
 
     // Global traffic: every box's bytes (tails included) and the epilogue's stores, a
-    // warp's store of one value per lane covering 8 rows of 4 elements (a sector each);
+    // warp's store of one value per lane covering 8 rows of 4 elements (a sector each),
+    // or with TMA stores the tile's bytes;
     // split, each unit also stores its f32 partial sums and the fixup reads them back.
     let element_bytes = f64::from(c.dtype.bytes());
     // A tile the cluster shares is read from L2 once per cluster.
@@ -93,9 +95,14 @@ pub(crate) fn fill(
     } else {
         0.0
     };
-    row.output_sectors_per_block =
-        (row.block_tile_elements / 4.0 + 2.0 * partial_sectors) * units_per_block;
-    row.output_sectors = row.block_tile_elements / 4.0 * tiles_f + 2.0 * partial_sectors * units_f;
+    // TMA stores write whole sectors.
+    let tile_sectors = if t.tma_store > 0 {
+        row.block_tile_elements * f64::from(c.out_dtype.bytes()) / SECTOR_BYTES
+    } else {
+        row.block_tile_elements / 4.0
+    };
+    row.output_sectors_per_block = (tile_sectors + 2.0 * partial_sectors) * units_per_block;
+    row.output_sectors = tile_sectors * tiles_f + 2.0 * partial_sectors * units_f;
     row.bias_sectors = if c.bias.is_some() {
         tiles_f * row.wgmma_block_n * element_bytes / SECTOR_BYTES
     } else {

@@ -200,6 +200,7 @@ fn ir_kernel() -> Kernel {
             bias_when: Vec::new(),
             valid: Vec::new(),
             atomic: false,
+            staged: false,
         },
     ];
     let buffer = |name, role| Param::Buffer {
@@ -238,6 +239,7 @@ fn ir_kernel() -> Kernel {
         body,
         launch: LaunchConfig::linear(1, threads as u32, 2 * 1024),
         shared: SharedPool::FloatTiles,
+        staging: None,
     }
 }
 

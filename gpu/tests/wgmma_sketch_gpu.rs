@@ -53,6 +53,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, stages: u32) -> WgmmaTilin
         producer_warp: 0,
         raster: 0,
         cluster: 0,
+        tma_store: 0,
     }
 }
 
@@ -79,6 +80,7 @@ fn sampled_wgmma_states_pass_the_exact_check() {
     let banded = |t: WgmmaTiling, raster| WgmmaTiling { raster, ..t };
     let paired = |t: WgmmaTiling, raster| WgmmaTiling {
         cluster: 2,
+        tma_store: 0,
         raster,
         ..t
     };

@@ -118,6 +118,15 @@ fn mma_opening(out: &mut String, kernel: &Kernel) {
         "  asm(\"{{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }}\" : \"=r\"(shared_base) : \"l\"(shared_pool));"
     );
     let _ = writeln!(out, "  const int lane = (int)threadIdx.x & 31;");
+    if let Some(staging) = kernel.staging {
+        let _ = writeln!(
+            out,
+            "  {}* const staged = reinterpret_cast<{}*>(shared_pool + {});",
+            kernel.out_dtype.c_type(),
+            kernel.out_dtype.c_type(),
+            staging.offset
+        );
+    }
     if kernel.semaphores > 0 {
         let _ = writeln!(
             out,
@@ -717,6 +726,34 @@ impl Printer<'_> {
             Stmt::ClusterSync => {
                 let _ = writeln!(out, "{pad}{}", tma::CLUSTER_SYNC_C);
             }
+            Stmt::FenceProxyAsync => {
+                let _ = writeln!(out, "{pad}{}", tma::FENCE_PROXY_ASYNC_C);
+            }
+            Stmt::NamedSync { id, threads } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}asm volatile(\"bar.sync %0, {threads};\" :: \"r\"({}) : \"memory\");",
+                    self.expr(id)
+                );
+            }
+            Stmt::TmaStore { map, coords, from } => {
+                let (name, _, _) = self.kernel.tensor_map(*map);
+                let coords: Vec<String> = coords.iter().map(|c| self.expr(c)).collect();
+                let staging = self
+                    .kernel
+                    .staging
+                    .expect("a TMA store has staging buffers");
+                let bytes = self.kernel.out_dtype.bytes();
+                let src = format!(
+                    "shared_base + (unsigned)({} + ({}) * {bytes})",
+                    staging.offset,
+                    self.expr(from)
+                );
+                let _ = writeln!(out, "{pad}{}", tma::store_c(name, &coords, &src));
+            }
+            Stmt::BulkWait { pending } => {
+                let _ = writeln!(out, "{pad}{}", tma::store_wait_read_c(*pending));
+            }
             Stmt::MbarrierWait { barrier, parity } => {
                 let bar = barrier_address(&self.expr(barrier));
                 let _ = writeln!(out, "{pad}{}", tma::wait_parity_c(&bar, &self.expr(parity)));
@@ -828,6 +865,7 @@ impl Printer<'_> {
                 valid,
                 atomic,
                 width,
+                staged,
             } => {
                 let half_in = self.kernel.dtype.bytes() == 2;
                 let half_out = self.kernel.out_dtype.bytes() == 2;
@@ -854,18 +892,20 @@ impl Printer<'_> {
                     value
                 };
                 let at = self.expr(index);
+                // The output, or the staging buffers in the pool.
+                let to = if *staged { "staged" } else { "out" };
                 let store = match (*width, *atomic, half_out) {
                     (1, true, _) => format!("atomicAdd(&out[{at}], {});", value(0)),
-                    (1, false, true) => format!("out[{at}] = ts_from_f32({});", value(0)),
-                    (1, false, false) => format!("out[{at}] = {};", value(0)),
+                    (1, false, true) => format!("{to}[{at}] = ts_from_f32({});", value(0)),
+                    (1, false, false) => format!("{to}[{at}] = {};", value(0)),
                     // A pair: one 32-bit store of two halves, or one float2.
                     (_, false, true) => format!(
-                        "*reinterpret_cast<unsigned*>(&out[{at}]) = (unsigned)ts_from_f32({}) | ((unsigned)ts_from_f32({}) << 16);",
+                        "*reinterpret_cast<unsigned*>(&{to}[{at}]) = (unsigned)ts_from_f32({}) | ((unsigned)ts_from_f32({}) << 16);",
                         value(0),
                         value(1)
                     ),
                     (_, false, false) => format!(
-                        "*reinterpret_cast<float2*>(&out[{at}]) = make_float2({}, {});",
+                        "*reinterpret_cast<float2*>(&{to}[{at}]) = make_float2({}, {});",
                         value(0),
                         value(1)
                     ),

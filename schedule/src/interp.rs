@@ -64,6 +64,7 @@ use crate::atom::MmaAtom;
 use crate::atom::wgmma::{FP16_M64K16, WgmmaAtom, swizzle_address};
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, SharedWrite, Stmt, Var, WgmmaOperand};
 use crate::mbarrier::{Mbarrier, WaitError};
+use crate::staging::{Staging, StagingError};
 use crate::task::Contraction;
 use thiserror::Error;
 
@@ -206,6 +207,8 @@ pub enum InterpError {
         "workspace semaphore {semaphore} left at {value} after the launch: its arrivals were miscounted, and the next launch would misread it"
     )]
     SemaphoreLeft { semaphore: usize, value: u32 },
+    #[error("block {block}: {error}")]
+    Staging { block: usize, error: StagingError },
     #[error(
         "block {block} thread {thread}: MMA fragment {frag} of input {input} used before it was loaded"
     )]
@@ -429,6 +432,8 @@ struct Block<'k> {
     workspace: Workspace,
     /// Per thread, the semaphore whose last arrival it is running the fixup of.
     acquired: Vec<Option<usize>>,
+    /// The epilogue's staging buffers and TMA stores.
+    staging: Staging,
 }
 
 /// Threads of a warpgroup.
@@ -545,9 +550,17 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
             warpgroups: Warpgroups::new(warpgroups, threads, kernel.accumulators as usize),
             workspace: std::mem::take(&mut workspace),
             acquired: vec![None; threads],
+            staging: Staging::new(
+                kernel.staging.map_or(0, |s| s.elements as usize) * cluster,
+                if kernel.staging.is_some() { threads } else { 0 },
+            ),
         };
         let active: Vec<bool> = (0..threads).map(|t| t % stride < block_threads).collect();
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
+        block
+            .staging
+            .unwaited()
+            .map_err(|error| InterpError::Staging { block: b, error })?;
         workspace = block.workspace;
     }
     if let Some((semaphore, &value)) = workspace
@@ -905,6 +918,62 @@ impl Block<'_> {
         Ok(())
     }
 
+    /// Thread `t`'s TMA store of the box of the output's tensor map `params[map]` at
+    /// `coords` from the staging buffers at element `from`, as the box lays itself out:
+    /// the elements inside the tensor are written.
+    fn tma_store(
+        &mut self,
+        map: usize,
+        coords: &[Expr],
+        from: &Expr,
+        t: usize,
+        (out, writes): (&mut [f32], &mut [u32]),
+    ) -> Result<(), InterpError> {
+        let (_, _, tensor) = self.kernel.tensor_map(map);
+        let origin: Vec<i64> = coords.iter().map(|c| self.eval(c, t)).collect();
+        let bytes = i64::from(tensor.dtype.bytes());
+        let strides: Vec<i64> = std::iter::once(1)
+            .chain(tensor.strides.iter().map(|&s| s as i64 / bytes))
+            .collect();
+        let layout = tensor.shared_layout();
+        let len = self.kernel.staging.map_or(0, |s| s.elements);
+        let base = self.rank(t) as i64 * len + self.eval(from, t);
+        let elements: i64 = tensor.boxed.iter().map(|&b| i64::from(b)).product();
+        let staging_error = |error| InterpError::Staging {
+            block: self.index,
+            error,
+        };
+        for e in 0..elements {
+            let (mut rest, mut global, mut inside) = (e, 0, true);
+            for (d, &extent) in tensor.boxed.iter().enumerate() {
+                let x = origin[d] + rest % i64::from(extent);
+                rest /= i64::from(extent);
+                inside &= (0..tensor.dims[d] as i64).contains(&x);
+                global += x * strides[d];
+            }
+            if !inside {
+                continue;
+            }
+            let inner = i64::from(tensor.boxed[0]);
+            let at = base + layout.offset(e / inner, e % inner);
+            let value = self.staging.read(t, at).map_err(staging_error)?;
+            let o = usize::try_from(global)
+                .ok()
+                .filter(|&o| o < out.len())
+                .ok_or(InterpError::OutOfBounds {
+                    block: self.index,
+                    thread: t,
+                    tensor: "out",
+                    index: global,
+                    len: out.len(),
+                })?;
+            out[o] = value;
+            writes[o] += 1;
+        }
+        self.staging.commit(t);
+        Ok(())
+    }
+
     /// Thread `t`'s `cp.async` of `value` to a shared cell: a write now (for the race
     /// check), readable once it lands.
     fn write_async(
@@ -1080,6 +1149,11 @@ impl Block<'_> {
                     // blocks that reached it; a cluster barrier what every one did, and
                     // publishes the barriers.
                     let stride = self.stride;
+                    if self.kernel.staging.is_some() {
+                        let members: Vec<usize> =
+                            threads.clone().filter(|&t| reached[t / stride]).collect();
+                        self.staging.barrier(&members);
+                    }
                     for t in threads.clone().filter(|&t| reached[t / stride]) {
                         let mut retired = self.warpgroups.retired.clone();
                         if !cluster {
@@ -1096,6 +1170,39 @@ impl Block<'_> {
                         for (b, published) in self.published.iter_mut().enumerate() {
                             *published |= self.barriers[b].initialized();
                         }
+                    }
+                }
+                Stmt::FenceProxyAsync => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        self.staging.fence(t);
+                    }
+                }
+                Stmt::NamedSync { id, threads: count } => {
+                    // The active threads of each block naming each id meet; each
+                    // barrier must have all of its threads.
+                    let mut groups: std::collections::BTreeMap<(usize, i64), Vec<usize>> =
+                        Default::default();
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        groups
+                            .entry((self.rank(t), self.eval(id, t)))
+                            .or_default()
+                            .push(t);
+                    }
+                    for members in groups.values() {
+                        if members.len() != *count as usize {
+                            return Err(InterpError::DivergentBarrier { block: self.index });
+                        }
+                        self.staging.barrier(members);
+                    }
+                }
+                Stmt::TmaStore { map, coords, from } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        self.tma_store(*map, coords, from, t, (out, writes))?;
+                    }
+                }
+                Stmt::BulkWait { pending } => {
+                    for t in threads.clone().filter(|&t| active[t]) {
+                        self.staging.wait(t, *pending);
                     }
                 }
                 Stmt::ZeroAcc => {
@@ -1415,11 +1522,13 @@ impl Block<'_> {
                     valid,
                     atomic,
                     width,
+                    staged,
                 } => {
-                    for t in threads
+                    let storing: Vec<usize> = threads
                         .clone()
                         .filter(|&t| active[t] && self.holds(valid, t))
-                    {
+                        .collect();
+                    for t in storing {
                         for j in 0..i64::from(*width) {
                             let slot = self.scope_add(acc, j);
                             let i = self.settled(&slot, t)?;
@@ -1442,6 +1551,18 @@ impl Block<'_> {
                                 v = v.max(0.0);
                             }
                             let o = self.eval(index, t) + j;
+                            if *staged {
+                                let len = self.kernel.staging.map_or(0, |s| s.elements);
+                                let at = self.rank(t) as i64 * len + o;
+                                let o = if (0..len).contains(&o) { at } else { -1 };
+                                self.staging.write(t, o, v).map_err(|error| {
+                                    InterpError::Staging {
+                                        block: self.index,
+                                        error,
+                                    }
+                                })?;
+                                continue;
+                            }
                             let o = usize::try_from(o).ok().filter(|&o| o < out.len()).ok_or(
                                 InterpError::OutOfBounds {
                                     block: self.index,
@@ -1761,6 +1882,7 @@ mod tests {
             name: "k".to_string(),
             scope,
             shared: SharedPool::FloatTiles,
+            staging: None,
             params,
             relu: false,
             dtype: crate::task::DType::F32,
@@ -1816,6 +1938,7 @@ mod tests {
                     hi: Some(4),
                 }],
                 atomic: false,
+                staged: false,
                 width: 1,
             };
             let params = ["a", "b", "out"]
@@ -2002,6 +2125,7 @@ mod tests {
                 bias_when: Vec::new(),
                 valid: Vec::new(),
                 atomic: false,
+                staged: false,
             }],
         }
     }
@@ -2022,6 +2146,7 @@ mod tests {
                 bias_when: Vec::new(),
                 valid: Vec::new(),
                 atomic: false,
+                staged: false,
             };
             let body = vec![
                 Stmt::ClusterSync,

@@ -129,6 +129,10 @@ pub enum InvalidState {
         persistent: u32,
     },
     #[error(
+        "TMA stores {tma_store} with split {split_k}: 0 or 1, unsplit, and an output TMA can write (its columns contiguous, rows 16-byte aligned)"
+    )]
+    WgmmaStore { tma_store: u32, split_k: u32 },
+    #[error(
         "a raster band of {raster} M tiles over {mtiles} M tiles and {ntiles} N tiles: 0, or one of {RASTER_GROUPS:?} that divides the M tiles, with more than one N tile"
     )]
     WgmmaRaster {

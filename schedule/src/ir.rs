@@ -210,6 +210,25 @@ pub enum Stmt {
         arrivals: u32,
         body: Vec<Stmt>,
     },
+    /// `fence.proxy.async.shared::cta`: the thread's earlier writes of shared memory
+    /// become visible to the async proxy, so that a TMA store may read them.
+    FenceProxyAsync,
+    /// `bar.sync id, threads`: a barrier of the `threads` threads (whole warps) that
+    /// name the same `id` (a warpgroup's own: 1 + its index, 0 being the block's).
+    NamedSync { id: Expr, threads: u32 },
+    /// `cp.async.bulk.tensor` from shared memory, then `cp.async.bulk.commit_group`: the
+    /// box of the output's tensor map `params[map]` at `coords` (innermost first),
+    /// from the staging buffers (`Kernel::staging`) at element `from`, laid out as the
+    /// box lays itself out; elements outside the tensor are not written. It reads
+    /// shared memory asynchronously, until a `BulkWait` of its thread retires it.
+    TmaStore {
+        map: usize,
+        coords: Vec<Expr>,
+        from: Expr,
+    },
+    /// `cp.async.bulk.wait_group.read pending`: all but the thread's `pending` newest
+    /// TMA stores have finished reading shared memory.
+    BulkWait { pending: u32 },
     /// `if (valid) out[out] = epilogue(acc[acc] (+ bias[bias]))`; with `atomic`,
     /// `if (valid) atomicAdd(&out[out], acc[acc] (+ bias[bias]))` instead (split-K: the
     /// blocks of one output tile add their partial sums into the zeroed output). The
@@ -217,7 +236,9 @@ pub enum Stmt {
     /// is empty), so that exactly one of the blocks adding into an element adds it.
     /// With `width` 2, accumulators `acc` and `acc + 1` go to output elements `out` and
     /// `out + 1` (with bias elements `bias` and `bias + 1`) as one aligned store; `valid`
-    /// then covers both.
+    /// then covers both. With `staged`, `out` is an element of the staging buffers
+    /// (`Kernel::staging`), which a `TmaStore` then writes to the output, rather than
+    /// of the output.
     Store {
         acc: Expr,
         out: Expr,
@@ -226,6 +247,7 @@ pub enum Stmt {
         valid: Vec<Cond>,
         atomic: bool,
         width: u32,
+        staged: bool,
     },
 }
 
@@ -512,13 +534,17 @@ pub enum Param {
     /// 32-bit counters, then, 16-byte aligned, f32 partial sums.
     Workspace { name: &'static str },
     /// A 128-byte `CUtensorMap` passed by value (`__grid_constant__`): the TMA view
-    /// `tensor` of input `input`, whose boxes `Stmt::TmaLoad` copies.
+    /// `tensor` of input `input`, whose boxes `Stmt::TmaLoad` copies, or with `input`
+    /// `OUTPUT_MAP`, of the output, whose boxes `Stmt::TmaStore` writes.
     TensorMap {
         name: &'static str,
         input: usize,
         tensor: crate::atom::tma::TensorBox,
     },
 }
+
+/// `Param::TensorMap::input` of the output's tensor map.
+pub const OUTPUT_MAP: usize = 2;
 
 /// How a kernel declares its shared memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -557,6 +583,19 @@ pub struct Kernel {
     pub body: Vec<Stmt>,
     pub launch: crate::launch::LaunchConfig,
     pub shared: SharedPool,
+    /// The epilogue's staging buffers in the typed pool, for TMA stores; None when the
+    /// epilogue stores straight from registers.
+    pub staging: Option<Staging>,
+}
+
+/// Shared memory that an epilogue stages its results in (output elements) before TMA
+/// stores write them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Staging {
+    /// Byte offset in the pool (1024-aligned, for the 128-byte swizzle).
+    pub offset: i64,
+    /// Output elements.
+    pub elements: i64,
 }
 
 /// Byte offset of the partial sums in a workspace that starts with `semaphores` 32-bit

@@ -30,6 +30,7 @@ pub mod network;
 pub mod reference;
 pub mod sample;
 pub mod shape;
+pub mod staging;
 pub mod state;
 pub mod task;
 pub mod tiling;

@@ -307,7 +307,7 @@ impl Sampler {
     /// it (ReLU included); then, half the time, one persistent block per SM where
     /// there are more units of work; then, half the time, a raster band (uniform among
     /// those that divide the M tiles); then, half the time, clusters of two where they
-    /// are valid.
+    /// are valid; then, half the time, TMA stores where they are valid.
     fn draw_wgmma(&mut self) -> State {
         let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
         let rng = &mut self.wgmma_rng;
@@ -325,6 +325,7 @@ impl Sampler {
             producer_warp: pick(&[0, 1]),
             raster: 0,
             cluster: 0,
+            tma_store: 0,
         };
         // Persistent blocks, one per SM, half the time a grid has more units than SMs;
         // the split is drawn for the plain grid.
@@ -354,6 +355,19 @@ impl Sampler {
             };
             if crate::validate::validate(&self.contraction, &clustered, &self.gpu).is_ok() {
                 tiling.cluster = 2;
+            }
+        }
+        // Half the time, an epilogue of TMA stores, where the state allows one.
+        if rng.next_u64().is_multiple_of(2) {
+            let stored = State {
+                split_k,
+                ..State::hopper(WgmmaTiling {
+                    tma_store: 1,
+                    ..tiling
+                })
+            };
+            if crate::validate::validate(&self.contraction, &stored, &self.gpu).is_ok() {
+                tiling.tma_store = 1;
             }
         }
         state.wgmma = Some(tiling);

@@ -204,6 +204,13 @@ pub struct WgmmaTiling {
     /// JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cluster: u32,
+    /// The epilogue's stores: 0 stores each thread's results straight from its
+    /// registers; 1 stages each warpgroup's results, 64 rows by one swizzle span of
+    /// columns at a time, in shared memory (two buffers per warpgroup) and writes them
+    /// with TMA stores, which run behind the next tile's MMAs and clip the tails. Left
+    /// out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tma_store: u32,
 }
 
 /// Row paddings (floats added to each row of a shared tile's contiguous dimension) the

@@ -52,6 +52,9 @@ pub const ATOM_M: u32 = 64;
 /// against the shared-memory limit with the ring.
 const BARRIER_BYTES: u64 = 16;
 
+/// Staging buffers per consumer warpgroup of an epilogue of TMA stores.
+pub const STAGING_BUFFERS: u64 = 2;
+
 /// M tiles per raster band (`WgmmaTiling::raster`) the search may choose, besides 0.
 pub const RASTER_GROUPS: [u32; 4] = [2, 4, 8, 16];
 
@@ -87,12 +90,14 @@ pub struct MatrixView {
 }
 
 /// Both operands of a GEMM-shaped contraction as TMA matrices: A is `M × K`, B is
-/// `N × K` when K-major, `K × N` when N-major.
+/// `N × K` when K-major, `K × N` when N-major; and the `M × N` output, where TMA can
+/// write it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TmaGemm {
     pub view: GemmView,
     pub a: MatrixView,
     pub b: MatrixView,
+    pub out: Option<MatrixView>,
 }
 
 /// The element offset coefficient of every axis in `access`'s tensor.
@@ -105,41 +110,60 @@ fn coefficient(access: &Access, axis: AxisRef) -> i64 {
         .sum()
 }
 
-/// The stride of the row-major flattening of `axes` (extent-1 axes dropped) in
-/// `access`, if the axes are one dense run: the innermost's coefficient, each outer one
-/// the next's times its extent. 0 when no axis is left.
-fn dense_stride(
-    c: &Contraction,
-    access: &Access,
-    axes: &[usize],
-    what: &'static str,
-) -> Result<u64, TmaGemmError> {
+/// The stride of the row-major flattening of `axes` (extent-1 axes dropped) whose
+/// element coefficients `coeff` gives, if the axes are one dense run: the innermost's
+/// coefficient, each outer one the next's times its extent. Some(0) when no axis is
+/// left.
+fn dense_run(c: &Contraction, axes: &[usize], coeff: impl Fn(usize) -> i64) -> Option<u64> {
     let live: Vec<usize> = axes
         .iter()
         .copied()
         .filter(|&a| c.spatial[a].extent > 1)
         .collect();
     let Some(&last) = live.last() else {
-        return Ok(0);
+        return Some(0);
     };
-    let stride = coefficient(access, AxisRef::Spatial(last));
+    let stride = coeff(last);
     let mut expected = stride;
     for pair in live.windows(2).rev() {
         expected *= i64::from(c.spatial[pair[1]].extent);
-        if coefficient(access, AxisRef::Spatial(pair[0])) != expected {
-            return Err(TmaGemmError::NotDense {
-                tensor: access.tensor,
-                what,
-            });
+        if coeff(pair[0]) != expected {
+            return None;
         }
     }
-    u64::try_from(stride)
-        .ok()
-        .filter(|&s| s > 0)
-        .ok_or(TmaGemmError::NotDense {
-            tensor: access.tensor,
-            what,
-        })
+    u64::try_from(stride).ok().filter(|&s| s > 0)
+}
+
+/// `dense_run` over `access`'s coefficients, or why not.
+fn dense_stride(
+    c: &Contraction,
+    access: &Access,
+    axes: &[usize],
+    what: &'static str,
+) -> Result<u64, TmaGemmError> {
+    dense_run(c, axes, |a| coefficient(access, AxisRef::Spatial(a))).ok_or(TmaGemmError::NotDense {
+        tensor: access.tensor,
+        what,
+    })
+}
+
+/// The output as a TMA matrix, where TMA stores can write it: its N axes the
+/// innermost, contiguous run, its M and batch axes dense runs outside them.
+fn output_matrix(c: &Contraction, view: &GemmView) -> Option<MatrixView> {
+    let strides = c.output_strides();
+    let stride = |axes: &[usize]| dense_run(c, axes, |a| strides[a]);
+    if !matches!(stride(&view.n_axes)?, 0 | 1) {
+        return None;
+    }
+    let row_stride = stride(&view.m_axes)?;
+    let batch_stride = stride(&view.batch_axes)?;
+    Some(MatrixView {
+        rows: view.m,
+        columns: view.n,
+        row_stride: row_stride.max(view.n),
+        batches: view.batch,
+        batch_stride: batch_stride.max(1),
+    })
 }
 
 impl TmaGemm {
@@ -212,7 +236,8 @@ impl TmaGemm {
         };
         let a = matrix(0).map_err(InvalidState::NoTma)?;
         let b = matrix(1).map_err(InvalidState::NoTma)?;
-        Ok(TmaGemm { view, a, b })
+        let out = output_matrix(c, &view);
+        Ok(TmaGemm { view, a, b, out })
     }
 
     /// The tensor map of input `input` for `tiling`'s boxes.
@@ -241,6 +266,27 @@ impl TmaGemm {
                 error,
             })
         })
+    }
+}
+
+impl TmaGemm {
+    /// The tensor map of the output for `tiling`'s TMA stores: boxes of 64 rows of a
+    /// staged chunk's columns. None where TMA cannot write the output.
+    pub fn output_box(&self, c: &Contraction, tiling: &WgmmaTiling) -> Option<TensorBox> {
+        let m = self.out.as_ref()?;
+        let out_bytes = c.out_dtype.bytes();
+        TensorBox::matrix(
+            c.out_dtype,
+            m.rows,
+            m.columns,
+            m.row_stride,
+            m.batches,
+            m.batch_stride,
+            ATOM_M,
+            tiling.store_columns(out_bytes),
+            tiling.store_swizzle(out_bytes),
+        )
+        .ok()
     }
 }
 
@@ -364,9 +410,64 @@ impl WgmmaTiling {
         self.tile_bytes(input) / u64::from(view.element_bytes.max(1))
     }
 
-    /// Bytes of dynamic shared memory: every stage holds both inputs' tiles.
-    pub fn shared_bytes(&self) -> u64 {
+    /// Bytes of the ring: every stage holds both inputs' tiles.
+    pub fn ring_bytes(&self) -> u64 {
         u64::from(self.stages) * (self.tile_bytes(0) + self.tile_bytes(1))
+    }
+
+    /// Output columns of one staged chunk (one TMA store's box) of `out_bytes`-byte
+    /// elements: the widest swizzle span (128, 64 or 32 bytes, or 16 unswizzled) that
+    /// divides `block_n` and holds whole groups of 8 columns (a thread's accumulator
+    /// pairs).
+    pub fn store_columns(&self, out_bytes: u32) -> u32 {
+        let out_bytes = out_bytes.max(1);
+        [128, 64, 32, 16]
+            .into_iter()
+            .map(|bytes| bytes / out_bytes)
+            .find(|&w| w >= 8 && self.block_n.is_multiple_of(w))
+            .unwrap_or(8)
+    }
+
+    /// The swizzle of a staged chunk's rows (the TMA store's).
+    pub fn store_swizzle(&self, out_bytes: u32) -> Swizzle {
+        match self.store_columns(out_bytes) * out_bytes {
+            128 => Swizzle::B128,
+            64 => Swizzle::B64,
+            32 => Swizzle::B32,
+            _ => Swizzle::None,
+        }
+    }
+
+    /// Elements of one staging buffer: 64 rows of a chunk's columns.
+    pub fn staging_elements(&self, out_bytes: u32) -> u64 {
+        u64::from(ATOM_M) * u64::from(self.store_columns(out_bytes))
+    }
+
+    /// Byte offset of the staging buffers in the pool: after the ring, aligned to the
+    /// 128-byte swizzle's 1024-byte atom.
+    pub fn staging_offset(&self) -> u64 {
+        self.ring_bytes().div_ceil(1024) * 1024
+    }
+
+    /// Bytes of the epilogue's staging buffers: two per consumer warpgroup (one being
+    /// written while the other's TMA store reads it); none without TMA stores.
+    pub fn staging_bytes(&self, out_bytes: u32) -> u64 {
+        if self.tma_store == 0 {
+            return 0;
+        }
+        STAGING_BUFFERS
+            * u64::from(self.consumers)
+            * self.staging_elements(out_bytes)
+            * u64::from(out_bytes)
+    }
+
+    /// Bytes of dynamic shared memory for `out_bytes`-byte outputs: the ring, then the
+    /// staging buffers.
+    pub fn shared_bytes(&self, out_bytes: u32) -> u64 {
+        match self.staging_bytes(out_bytes) {
+            0 => self.ring_bytes(),
+            staging => self.staging_offset() + staging,
+        }
     }
 
     /// Output tiles of `view`.
@@ -537,7 +638,15 @@ pub fn validate_wgmma(
     for input in 0..2 {
         gemm.tensor_box(c, t, input)?;
     }
-    let bytes = t.shared_bytes() + BARRIER_BYTES * u64::from(t.stages);
+    // TMA stores write whole tiles: not a split tile's partial sums, and only an output
+    // TMA can describe.
+    if t.tma_store > 1 || t.tma_store == 1 && (split_k > 1 || gemm.output_box(c, t).is_none()) {
+        return Err(InvalidState::WgmmaStore {
+            tma_store: t.tma_store,
+            split_k,
+        });
+    }
+    let bytes = t.shared_bytes(c.out_dtype.bytes()) + BARRIER_BYTES * u64::from(t.stages);
     let registers = t.register_estimate();
     gpu.check_block(units, bytes, registers)?;
     let threads = u64::from(t.threads());
@@ -600,6 +709,7 @@ mod tests {
             producer_warp: 0,
             raster: 0,
             cluster: 0,
+            tma_store: 0,
         };
         let a = g.tensor_box(&c, &t, 0).unwrap();
         assert_eq!(

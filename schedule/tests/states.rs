@@ -184,6 +184,7 @@ fn snapshot_wgmma_kernels() {
         producer_warp: 0,
         raster: 0,
         cluster: 0,
+        tma_store: 0,
     };
     let gpu = GpuSpec::h100();
     let typed = |t: Task, dtype| t.with_types(dtype, dtype, Layout::Nhwc).unwrap();
@@ -230,6 +231,7 @@ fn snapshot_wgmma_kernels() {
     let clustered = State::hopper(schedule::state::WgmmaTiling {
         raster: 4,
         cluster: 2,
+        tma_store: 0,
         ..tiling(2, 1, 128, 128)
     });
     let k = generate(&matmul, &clustered, &gpu).unwrap();

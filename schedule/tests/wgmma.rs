@@ -8,6 +8,10 @@
 //! missing wait for a full buffer, a missing `wgmma.fence`, a missing final
 //! `wait_group` and a buffer released before its MMAs completed are each caught.
 //!
+//! Epilogues of TMA stores equal the definition too, and a missing proxy fence, barrier
+//! or `wait_group.read` is caught (`tma_stores_write_every_tile_once`,
+//! `broken_tma_stores_are_caught`).
+//!
 //! Split-K states (chunks short and past K, persistent blocks, bias and ReLU) equal the
 //! definition too, and a fixup that is missing, that adds onto a block's own sum, that
 //! reads partial sums stored after their warp arrived, or that counts the arrivals
@@ -63,6 +67,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, k_bytes: u32, stages: u32)
         producer_warp: 0,
         raster: 0,
         cluster: 0,
+        tma_store: 0,
     }
 }
 
@@ -822,4 +827,150 @@ fn broken_pipelines_are_caught() {
         e.contains("released too early") || e.contains("read before the mbarrier phase"),
         "{e}"
     );
+}
+
+/// The epilogue of TMA stores: each warpgroup stages 64-row chunks of its results in
+/// swizzled shared buffers (the 128-, 64- and 32-byte spans, and a 16-byte unswizzled
+/// one) and TMA writes them, clipping the tails; with two 64-row MMAs, two consumers, a
+/// producer warp, persistent blocks (an odd chunk count per tile alternates the
+/// buffers the other way), raster bands, clusters, bias and ReLU, batches, a K-major B
+/// and an f32 output. Refused under a split, and where the output's rows are not
+/// 16-byte multiples.
+#[test]
+fn tma_stores_write_every_tile_once() {
+    let stored = |t: WgmmaTiling| WgmmaTiling { tma_store: 1, ..t };
+    let fused = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    // 200 × 136 (tails in M and N), fp16 and bf16, with and without bias and ReLU.
+    for (dtype, epilogue) in [
+        (DType::Fp16, Epilogue::default()),
+        (DType::Bf16, fused),
+        (DType::Fp16, fused),
+    ] {
+        let t = task("matmul", "200,136,264", dtype, epilogue);
+        let tilings: Vec<WgmmaTiling> = [
+            tiling(1, 1, 48, 64, 2),
+            tiling(1, 1, 32, 128, 3),
+            tiling(1, 1, 64, 64, 2),
+            tiling(2, 2, 48, 64, 2),
+            WgmmaTiling {
+                persistent: 5,
+                producer_warp: 1,
+                ..tiling(1, 1, 48, 64, 3)
+            },
+            WgmmaTiling {
+                persistent: 3,
+                ..tiling(1, 2, 64, 64, 2)
+            },
+            // Pairs along N (two N tiles of 80) sharing A.
+            WgmmaTiling {
+                persistent: 4,
+                cluster: 2,
+                ..tiling(1, 1, 80, 64, 2)
+            },
+        ]
+        .into_iter()
+        .map(stored)
+        .collect();
+        assert_eq!(check(&t, &tilings), tilings.len(), "{t}");
+    }
+    let bmm = task(
+        "batch_matmul",
+        "3,128,80,64",
+        DType::Bf16,
+        Epilogue::default(),
+    );
+    let tilings = [
+        stored(tiling(1, 1, 80, 64, 2)),
+        stored(WgmmaTiling {
+            persistent: 4,
+            ..tiling(2, 1, 16, 32, 2)
+        }),
+    ];
+    assert_eq!(check(&bmm, &tilings), tilings.len());
+    let conv = task("conv2d", "2,24,6,6,48,1,1,1,0", DType::Fp16, fused);
+    let tilings = [
+        stored(tiling(1, 1, 48, 64, 2)),
+        stored(tiling(1, 2, 16, 32, 1)),
+    ];
+    assert_eq!(check(&conv, &tilings), tilings.len());
+    let tf32 = Task::new(parse_shape("conv2d", "2,64,8,8,96,1,1,1,0").unwrap(), fused)
+        .unwrap()
+        .with_types(DType::Tf32, DType::F32, Layout::Nhwc)
+        .unwrap();
+    let tilings = [
+        stored(tiling(1, 1, 48, 64, 2)),
+        stored(tiling(2, 1, 96, 128, 2)),
+    ];
+    assert_eq!(check(&tf32, &tilings), tilings.len());
+    // Refused: a split tile's partial sums, and output rows of 36 halves (72 bytes)
+    // where the inputs' rows are whole 16-byte multiples (the states valid without).
+    let gpu = GpuSpec::h100();
+    let t = task("matmul", "200,136,264", DType::Fp16, Epilogue::default());
+    let split = split_state(tiling(1, 1, 48, 64, 2), 2);
+    assert!(validate(&t.contraction(), &split, &gpu).is_ok());
+    let split = split_state(stored(tiling(1, 1, 48, 64, 2)), 2);
+    assert!(validate(&t.contraction(), &split, &gpu).is_err());
+    let odd = task(
+        "conv2d",
+        "2,24,6,6,36,1,1,1,0",
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let plain = State::hopper(tiling(1, 1, 48, 64, 2));
+    assert!(validate(&odd.contraction(), &plain, &gpu).is_ok());
+    let state = State::hopper(stored(tiling(1, 1, 48, 64, 2)));
+    assert!(validate(&odd.contraction(), &state, &gpu).is_err());
+}
+
+/// A missing proxy fence, a missing barrier before the store, a buffer rewritten
+/// before its store read it (no `wait_group.read`) and a block that exits before its
+/// stores read their buffers are each caught.
+#[test]
+fn broken_tma_stores_are_caught() {
+    let t = task("matmul", "200,136,264", DType::Fp16, Epilogue::default());
+    // Two blocks of three tiles, two chunks (64 rows, 64 columns) per tile.
+    let state = State::hopper(WgmmaTiling {
+        tma_store: 1,
+        persistent: 3,
+        ..tiling(1, 2, 64, 64, 2)
+    });
+    run(&t, &lower(&t, &state)).unwrap();
+    let broken = |mutate: &dyn Fn(&mut Vec<Stmt>) -> bool| {
+        let mut k = lower(&t, &state);
+        assert!(mutate(&mut k.body), "the mutation applies");
+        run(&t, &k).expect_err("a broken epilogue is caught")
+    };
+    let e = broken(&|b| without(b, &|s| matches!(s, Stmt::FenceProxyAsync)));
+    assert!(e.contains("without a fence.proxy.async"), "{e}");
+    // The barrier between the writes and the store.
+    let e = broken(&|b| {
+        let second = std::cell::Cell::new(0);
+        without(b, &|s| {
+            matches!(s, Stmt::NamedSync { .. }) && {
+                second.set(second.get() + 1);
+                second.get() == 2
+            }
+        })
+    });
+    assert!(e.contains("without a fence.proxy.async"), "{e}");
+    // A tile's first chunk rewrites the buffer of the last tile's first store.
+    let e = broken(&|b| {
+        replaced(
+            b,
+            &|s| matches!(s, Stmt::BulkWait { pending: 1 }),
+            &Stmt::BulkWait { pending: 2 },
+        )
+    });
+    assert!(e.contains("may still read it"), "{e}");
+    let e = broken(&|b| {
+        replaced(
+            b,
+            &|s| matches!(s, Stmt::BulkWait { pending: 0 }),
+            &Stmt::BulkWait { pending: 1 },
+        )
+    });
+    assert!(e.contains("exits while"), "{e}");
 }

@@ -82,7 +82,7 @@ fn divisors(n: u32) -> Vec<u32> {
 /// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
 /// warps_m, warps_n, k_steps, stages, both copy widths, swizzle and split. `wgmma`
 /// (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight, persistent,
-/// producer_warp, split, raster and cluster.
+/// producer_warp, split, raster, cluster and tma_store.
 pub fn tile_vector(s: &State) -> Vec<u32> {
     s.sketch(
         || cuda_core_vector(s),
@@ -115,6 +115,7 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 s.split_k,
                 t.raster,
                 t.cluster,
+                t.tma_store,
             ]
         },
     )

@@ -269,7 +269,7 @@ pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
 /// a neighbouring value (consumers and 64-row MMAs 1 ↔ 2, N ± 16, K rows halved or
 /// doubled, stages ± 1, the MMA groups in flight 0 ↔ 1, persistent blocks off ↔ one per
 /// SM, the producer warp off ↔ on, the raster band halved or doubled, 2 ↔ 0, clusters
-/// off ↔ pairs), then the reduction split doubled or halved
+/// off ↔ pairs, TMA stores off ↔ on), then the reduction split doubled or halved
 /// (`split_steps`), nothing else changed, in that order. Empty for the other sketches.
 pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
     let Some(t) = s.wgmma else {
@@ -331,6 +331,10 @@ pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
         },
         WgmmaTiling {
             cluster: 2 - t.cluster.min(2),
+            ..t
+        },
+        WgmmaTiling {
+            tma_store: 1 - t.tma_store.min(1),
             ..t
         },
     ];

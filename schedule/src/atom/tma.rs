@@ -181,6 +181,32 @@ pub fn load_c(map: &str, coords: &[String], dst: &str, bar: &str) -> String {
     )
 }
 
+/// The TMA store of the box of the tensor map named `map` at `coords` (innermost
+/// first, 32-bit C expressions) from 32-bit shared address `src`, as one bulk group of
+/// the thread's.
+pub fn store_c(map: &str, coords: &[String], src: &str) -> String {
+    let slots: Vec<String> = (0..coords.len()).map(|i| format!("%{}", i + 2)).collect();
+    let operands: Vec<String> = coords.iter().map(|c| format!("\"r\"({c})")).collect();
+    format!(
+        "asm volatile(\"cp.async.bulk.tensor.{}d.global.shared::cta.bulk_group [%0, {{{}}}], [%1];\" \
+         :: \"l\"((unsigned long long)&{map}), \"r\"({src}), {} : \"memory\"); \
+         asm volatile(\"cp.async.bulk.commit_group;\" ::: \"memory\");",
+        coords.len(),
+        slots.join(", "),
+        operands.join(", ")
+    )
+}
+
+/// Waits until all but the thread's `pending` newest TMA stores have read their shared
+/// memory.
+pub fn store_wait_read_c(pending: u32) -> String {
+    format!("asm volatile(\"cp.async.bulk.wait_group.read {pending};\" ::: \"memory\");")
+}
+
+/// Makes the thread's generic-proxy writes of shared memory visible to TMA.
+pub const FENCE_PROXY_ASYNC_C: &str =
+    "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");";
+
 /// `load_c` multicast to the blocks of the cluster whose ranks are the bits of `mask`:
 /// the box lands at `dst` in each and completes on the barrier at `bar` in each.
 pub fn load_multicast_c(map: &str, coords: &[String], dst: &str, bar: &str, mask: u16) -> String {

@@ -150,6 +150,7 @@ pub(super) fn epilogue_store(
         valid,
         atomic: split.is_some(),
         width,
+        staged: false,
     }
 }
 
@@ -168,14 +169,15 @@ pub(super) fn axis_extents(c: &Contraction, axes: &[usize]) -> (Vec<i64>, Vec<St
 /// The tensor-core sketches' store of accumulator `acc` (and the next `width - 1`) to
 /// element (`row`, `col`) (and the next columns) of the GEMM view's output in batch
 /// `batch` (the view's batch coordinates): bounded by M and N, decomposed into the
-/// output's axes, through the fused epilogue.
+/// output's axes, through the fused epilogue. With `staged`, to element `staged` of the
+/// staging buffers instead (the bias still the element's).
 pub(super) fn gemm_store(
     scope: &mut Scope,
     c: &Contraction,
     view: &GemmView,
     batch: &[Expr],
     (row, col, acc, width): (Expr, Expr, Expr, u32),
-    split: Option<&Expr>,
+    (split, staged): (Option<&Expr>, Option<Expr>),
 ) -> Vec<Stmt> {
     let mut body = Vec::new();
     let row = bind(scope, &mut body, "out_m", row);
@@ -203,13 +205,18 @@ pub(super) fn gemm_store(
             .zip(c.output_strides())
             .map(|(x, st)| scope.mul(x.clone(), st)),
     );
-    body.push(epilogue_store(
+    let to_staging = staged.is_some();
+    let mut store = epilogue_store(
         scope,
         c,
         &coords,
         split,
-        (acc, out, valid, width),
-    ));
+        (acc, staged.unwrap_or(out), valid, width),
+    );
+    if let Stmt::Store { staged, .. } = &mut store {
+        *staged = to_staging;
+    }
+    body.push(store);
     body
 }
 

@@ -183,6 +183,7 @@ impl<'a> Lowering<'a> {
             body,
             launch,
             shared: SharedPool::FloatTiles,
+            staging: None,
         }
     }
 

@@ -76,6 +76,7 @@ pub(super) fn lower(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
         scope: lowering.scope,
         body,
         shared: SharedPool::Typed,
+        staging: None,
     }
 }
 
@@ -490,7 +491,7 @@ impl<'a> MmaLowering<'a> {
         let origin = (row0, col0);
         let epilogue = |l: &mut Self| {
             l.values(&origin, |scope, (row, col, acc)| {
-                gemm_store(scope, c, view, batch, (row, col, acc, 1), None)
+                gemm_store(scope, c, view, batch, (row, col, acc, 1), (None, None))
             })
         };
         if self.split == 1 {

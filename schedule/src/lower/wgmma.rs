@@ -57,10 +57,12 @@ use super::common::{
 use crate::atom::Index;
 use crate::atom::fragment;
 use crate::atom::wgmma::{WARPGROUP_THREADS, WgmmaAtom};
-use crate::ir::{Cond, Expr, Kernel, Param, Scope, SharedPool, Stmt, WgmmaOperand};
+use crate::ir::{
+    Cond, Expr, Kernel, OUTPUT_MAP, Param, Role, Scope, SharedPool, Staging, Stmt, WgmmaOperand,
+};
 use crate::launch::{Dim3, LaunchConfig, Target, TensorMapArg};
 use crate::task::{Contraction, Task};
-use crate::wgmma::{ATOM_M, TmaGemm, WgmmaTiling};
+use crate::wgmma::{ATOM_M, STAGING_BUFFERS, TmaGemm, WgmmaTiling};
 
 /// Lowers a validated `wgmma` state of `task` with its reduction split `split_k` ways.
 pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
@@ -83,6 +85,30 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
             tensor: tensor.clone(),
         });
     }
+    // TMA stores: the output's map after the inputs', and the output's buffer.
+    let out_bytes = c.out_dtype.bytes();
+    let store = (t.tma_store > 0).then(|| {
+        let tensor = gemm.output_box(&c, t).expect("wgmma states are validated");
+        let buffer = params
+            .iter()
+            .filter(|p| matches!(p, Param::Buffer { .. }))
+            .position(|p| {
+                matches!(
+                    p,
+                    Param::Buffer {
+                        role: Role::Output,
+                        ..
+                    }
+                )
+            })
+            .expect("a kernel has an output");
+        params.push(Param::TensorMap {
+            name: "out_map",
+            input: OUTPUT_MAP,
+            tensor: tensor.clone(),
+        });
+        (buffer, tensor)
+    });
     let view = &gemm.view;
     // Persistent blocks each take every `grid`-th unit; otherwise one block per unit.
     let grid = t.grid(view, split_k).1 as i64;
@@ -98,15 +124,21 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
     };
     let body = lowering.body();
     let elements = [0, 1].map(|i| (t.tile_elements(i, &gemm.view) * u64::from(t.stages)) as i64);
-    let mut launch = LaunchConfig::linear(grid as u32, t.threads(), t.shared_bytes() as u32);
+    let shared_bytes = t.shared_bytes(out_bytes) as u32;
+    let mut launch = LaunchConfig::linear(grid as u32, t.threads(), shared_bytes);
     launch.target = Target::ArchSpecific;
     launch.cluster = Dim3::linear(t.cluster_blocks());
     launch.workspace_bytes = workspace_bytes;
     launch.tensor_maps = maps
         .into_iter()
         .enumerate()
+        .chain(store)
         .map(|(buffer, tensor)| TensorMapArg { buffer, tensor })
         .collect();
+    let staging = (t.tma_store > 0).then(|| Staging {
+        offset: t.staging_offset() as i64,
+        elements: (t.staging_bytes(out_bytes) / u64::from(out_bytes)) as i64,
+    });
     Kernel {
         name: task.key(),
         params,
@@ -122,6 +154,7 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
         scope: lowering.scope,
         body,
         shared: SharedPool::Typed,
+        staging,
     }
 }
 
@@ -286,11 +319,13 @@ impl WgmmaLowering<'_> {
                 body: prologue,
             });
             body.extend(self.rounds(Roles::Both, rounds));
+            body.extend(self.stores_read());
         } else {
             // Warp specialization: the producer warp and the consumers each run their
             // own loop over the same iterations.
             prologue.extend(self.rounds(Roles::Producer, rounds));
-            let consumer = self.rounds(Roles::Consumers, rounds);
+            let mut consumer = self.rounds(Roles::Consumers, rounds);
+            consumer.extend(self.stores_read());
             let consumers = self.consumers().into_iter().collect();
             body.push(Stmt::Concurrent {
                 parts: vec![
@@ -565,7 +600,12 @@ impl WgmmaLowering<'_> {
         let mut out = Vec::new();
         if self.split_k == 1 {
             let place = self.place(&mut out, unit);
-            out.extend(self.epilogue(&place));
+            let epilogue = if self.t.tma_store > 0 {
+                self.staged_epilogue(&place)
+            } else {
+                self.epilogue(&place)
+            };
+            out.extend(epilogue);
             return out;
         }
         let sums = (
@@ -609,6 +649,7 @@ impl WgmmaLowering<'_> {
         let view = &self.gemm.view;
         let layout = WgmmaAtom::accumulator(i64::from(t.block_n));
         let lane = self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS);
+        let (tile_m0, tile_n0) = (m0.clone(), n0.clone());
         let row0 = self.scope.sum([
             m0,
             self.scope
@@ -621,8 +662,14 @@ impl WgmmaLowering<'_> {
             .add(n0, part(&self.scope, layout.column, Index::Lane, &lane));
         let col0 = bind(&mut self.scope, out, "lane_col", col0);
         let (batch_ext, batch_names) = axis_extents(c, &view.batch_axes);
+        let tile_batch = batch.clone();
         let batch = decompose(&mut self.scope, out, batch, &batch_ext, &batch_names);
-        Place { batch, row0, col0 }
+        Place {
+            batch,
+            row0,
+            col0,
+            origin: (tile_batch, tile_m0, tile_n0),
+        }
     }
 
     /// Loops over this thread's accumulators, `width` neighbouring columns at a time,
@@ -679,9 +726,141 @@ impl WgmmaLowering<'_> {
                 &l.gemm.view,
                 &place.batch,
                 (row, col, acc, width as u32),
-                None,
+                (None, None),
             )
         })
+    }
+    /// The epilogue through TMA stores: each warpgroup stages its results, 64 rows of
+    /// one MMA by `store_columns` at a time, through the fused bias and ReLU into one of
+    /// its two staging buffers (as the output map's box lays it out: swizzled, so that
+    /// the stores do not conflict), and its first thread writes the chunk with a TMA
+    /// store, which clips the tails. Before a buffer is written again, that thread
+    /// waits for the store that read it last (the other buffer's may still run), and a
+    /// warpgroup barrier tells the others; after the writes, each thread's fence and a
+    /// barrier hand them to the store.
+    fn staged_epilogue(&mut self, place: &Place) -> Vec<Stmt> {
+        let (t, c) = (self.t, self.c);
+        let view = &self.gemm.view;
+        let out_bytes = c.out_dtype.bytes();
+        let columns = i64::from(t.store_columns(out_bytes));
+        let buffer = t.staging_elements(out_bytes) as i64;
+        let box_layout = self
+            .gemm
+            .output_box(c, t)
+            .expect("wgmma states are validated")
+            .shared_layout();
+        let map = self.first_map + 2;
+        let layout = WgmmaAtom::accumulator(i64::from(t.block_n));
+        let lane = self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS);
+        let lane_row = part(&self.scope, layout.row, Index::Lane, &lane);
+        let lane_col = part(&self.scope, layout.column, Index::Lane, &lane);
+        let leader = Cond {
+            expr: lane.clone(),
+            lo: None,
+            hi: Some(1),
+        };
+        let sync = Stmt::NamedSync {
+            id: self.scope.add(self.warpgroup.clone(), Expr::Const(1)),
+            threads: WARPGROUP_THREADS as u32,
+        };
+        let (tile_batch, m0, n0) = place.origin.clone();
+        let own = self
+            .scope
+            .mul(self.warpgroup.clone(), STAGING_BUFFERS as i64 * buffer);
+        let chunks = i64::from(t.block_n) / columns;
+        let count = i64::from(t.m_atoms) * chunks;
+        let mut out = Vec::new();
+        for n in 0..count {
+            let (i, j) = (n / chunks, n % chunks);
+            let base = self.scope.add(
+                own.clone(),
+                Expr::Const((n % STAGING_BUFFERS as i64) * buffer),
+            );
+            // The buffer's last store (two stores ago, or one where a tile has an odd
+            // count, which alternates the buffers the other way round) has read it.
+            let pending = u32::from(n > 0 || count % 2 == 0);
+            out.push(Stmt::If {
+                conds: vec![leader.clone()],
+                body: vec![Stmt::BulkWait { pending }],
+            });
+            out.push(sync.clone());
+            // This chunk's values: `columns / 2` per thread, from value `j · columns / 2`.
+            let values = columns / 2;
+            let ve = self.scope.var("e", 0, values / 2 - 1);
+            let s = &self.scope;
+            let e = s.add(s.mul(Expr::Var(ve), 2), Expr::Const(j * values));
+            let row_in = s.add(lane_row.clone(), part(s, layout.row, Index::Value, &e));
+            let col_in = s.add(
+                lane_col.clone(),
+                s.add(
+                    part(s, layout.column, Index::Value, &e),
+                    Expr::Const(-j * columns),
+                ),
+            );
+            let row = s.sum([
+                place.row0.clone(),
+                Expr::Const(i * i64::from(ATOM_M)),
+                part(s, layout.row, Index::Value, &e),
+            ]);
+            let col = s.add(place.col0.clone(), part(s, layout.column, Index::Value, &e));
+            let acc = s.add(Expr::Const(i * layout.values), e.clone());
+            let at = s.add(base.clone(), box_layout.expr(s, &row_in, &col_in));
+            let store = gemm_store(
+                &mut self.scope,
+                c,
+                view,
+                &place.batch,
+                (row, col, acc, 2),
+                (None, Some(at)),
+            );
+            out.push(Stmt::For {
+                var: ve,
+                extent: values / 2,
+                unroll: true,
+                body: store,
+            });
+            out.push(Stmt::FenceProxyAsync);
+            out.push(sync.clone());
+            let s = &self.scope;
+            let mut coords = vec![
+                s.add(n0.clone(), Expr::Const(j * columns)),
+                s.sum([
+                    m0.clone(),
+                    s.mul(self.warpgroup.clone(), i64::from(t.consumer_m())),
+                    Expr::Const(i * i64::from(ATOM_M)),
+                ]),
+            ];
+            if view.batch > 1 {
+                coords.push(tile_batch.clone());
+            }
+            out.push(Stmt::If {
+                conds: vec![leader.clone()],
+                body: vec![Stmt::TmaStore {
+                    map,
+                    coords,
+                    from: base,
+                }],
+            });
+        }
+        out
+    }
+
+    /// With TMA stores, each warpgroup's first thread waits at the end until its
+    /// stores have read their staging buffers, which the block's exit frees.
+    fn stores_read(&self) -> Vec<Stmt> {
+        if self.t.tma_store == 0 {
+            return Vec::new();
+        }
+        let mut conds: Vec<Cond> = self.consumers().into_iter().collect();
+        conds.push(Cond {
+            expr: self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS),
+            lo: None,
+            hi: Some(1),
+        });
+        vec![Stmt::If {
+            conds,
+            body: vec![Stmt::BulkWait { pending: 0 }],
+        }]
     }
 }
 
@@ -705,11 +884,12 @@ impl Roles {
 }
 
 /// Where a thread's accumulators lie in the output: the tile's batch coordinates and
-/// the thread's first row and column.
+/// the thread's first row and column; and the tile's batch, first row and first column.
 struct Place {
     batch: Vec<Expr>,
     row0: Expr,
     col0: Expr,
+    origin: (Expr, Expr, Expr),
 }
 
 /// The part of `x` that `terms` of a fragment layout make of index kind `index`.
