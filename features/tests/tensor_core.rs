@@ -332,12 +332,12 @@ fn instruction_counts_are_those_of_the_lowered_kernel() {
             };
             assert_eq!(
                 f("input_fetch_rounds") * fills,
-                census.fill_copies[0] as f64,
+                census.async_copies[0] as f64,
                 "{at}"
             );
             assert_eq!(
                 f("weight_fetch_rounds") * fills,
-                census.fill_copies[1] as f64,
+                census.async_copies[1] as f64,
                 "{at}"
             );
         }

@@ -3,7 +3,7 @@
 //! taken. Guards skip tails, and pipeline tiles past a block's last, so the census is
 //! what the block with every tile and every copy issues: the per-thread upper bound that
 //! the analytical features describe. The feature tests hold the tensor-core features'
-//! instruction counts (`mma.sync`, fragment loads, fill copies) to this census of
+//! instruction counts (`mma.sync`, fragment loads, `cp.async` copies) to this census of
 //! the kernel that lowering actually generates.
 
 use crate::ir::Stmt;
@@ -18,9 +18,8 @@ pub struct Census {
     pub fragment_loads: [u64; 2],
     /// Fragments those loads fill per input (a load of two B fragments counts two).
     pub fragments: [u64; 2],
-    /// Copies of a stage's fill per input: a `cp.async`, or a load into registers
-    /// whose store to shared memory follows the MMAs (2-byte copies).
-    pub fill_copies: [u64; 2],
+    /// `cp.async` copies per input.
+    pub async_copies: [u64; 2],
 }
 
 impl Census {
@@ -43,9 +42,7 @@ impl Census {
                     self.fragment_loads[*input] += times;
                     self.fragments[*input] += times * *count as u64;
                 }
-                Stmt::AsyncCopy { read, .. } | Stmt::RegisterLoad { read, .. } => {
-                    self.fill_copies[read.input] += times
-                }
+                Stmt::AsyncCopy { read, .. } => self.async_copies[read.input] += times,
                 _ => {}
             }
         }

@@ -636,22 +636,7 @@ impl Printer<'_> {
             }
             Stmt::RegisterStore { array, slot, write } => {
                 let value = format!("pf{array}[{}]", self.expr(slot));
-                if self.kernel.shared == SharedPool::Typed {
-                    // One element of a typed tile (a synchronous copy's store).
-                    let off = self.kernel.tile_offsets[write.input];
-                    let at = self.expr(&write.at);
-                    let (ty, value) = if self.kernel.dtype.bytes() == 2 {
-                        ("unsigned short", format!("ts_from_f32({value})"))
-                    } else {
-                        ("float", value)
-                    };
-                    let _ = writeln!(
-                        out,
-                        "{pad}reinterpret_cast<{ty}*>(shared_pool)[{off} + {at}] = {value};"
-                    );
-                } else {
-                    self.shared_store(out, &pad, write, &value);
-                }
+                self.shared_store(out, &pad, write, &value);
             }
             Stmt::Block { body } => {
                 let _ = writeln!(out, "{pad}{{");

@@ -236,11 +236,10 @@ struct Cell {
     read: Option<(u64, usize)>,
     /// Written by a `cp.async` that has not landed yet (its thread has not waited).
     pending: bool,
-    /// Written into a ring of stage buffers (by a `cp.async`, or a store from registers
-    /// into a tensor-core kernel's typed tile): readable from the first barrier after
-    /// it landed (in any later interval: a pipeline reads stages filled several
-    /// barriers ago), rather than only in the interval right after the fetch.
-    buffered: bool,
+    /// Written by a `cp.async`: readable from the first barrier after it landed (in
+    /// any later interval: a pipeline reads stages filled several barriers ago),
+    /// rather than only in the interval right after the fetch.
+    asynchronous: bool,
     /// Written by a TMA copy completing on (mbarrier, phase): readable by the threads
     /// that have waited for that phase.
     landed_in: Option<(usize, u64)>,
@@ -519,7 +518,7 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         written: None,
         read: None,
         pending: false,
-        buffered: false,
+        asynchronous: false,
         landed_in: None,
         wgmma_read: None,
     };
@@ -638,7 +637,7 @@ impl Block<'_> {
             }
             (None, written) => match written {
                 // A landed cp.async is seen by every thread after the next barrier.
-                Some((w, _)) if cell.buffered => w < interval,
+                Some((w, _)) if cell.asynchronous => w < interval,
                 // Fetched data must come from the barrier interval just before this one.
                 Some((w, _)) => w + 1 == interval,
                 None => false,
@@ -688,7 +687,7 @@ impl Block<'_> {
             written: Some((interval, t)),
             read: cell.read,
             pending: false,
-            buffered: false,
+            asynchronous: false,
             landed_in: None,
             wgmma_read: None,
         };
@@ -986,7 +985,7 @@ impl Block<'_> {
         let at = self.write_shared((tile, self.rank(t), index), t, value)?;
         let cell = &mut self.tiles[tile][at];
         cell.pending = true;
-        cell.buffered = true;
+        cell.asynchronous = true;
         self.open_group[t].push((tile, at));
         Ok(())
     }
@@ -1436,14 +1435,11 @@ impl Block<'_> {
                                     slot,
                                 },
                             )?;
-                            let at = self.write_shared(
+                            self.write_shared(
                                 (write.input, self.rank(t), s + j as i64 * write.step),
                                 t,
                                 value,
                             )?;
-                            // A tensor-core kernel's stage ring (`pipeline::ring`).
-                            self.tiles[write.input][at].buffered =
-                                self.kernel.shared == crate::ir::SharedPool::Typed;
                         }
                     }
                 }

@@ -222,58 +222,6 @@ fn half_output_and_every_copy_width() {
     }
 }
 
-/// Rows of odd length (K = 51, N = 27) leave only 2-byte copies, which `cp.async` has
-/// not: the loop loads the next tile into registers before its MMAs and stores it to
-/// shared memory after them, at every depth, with a split too.
-#[test]
-fn synchronous_copies_go_through_registers() {
-    let gpu = GpuSpec::h100();
-    for dtype in [DType::Fp16, DType::Bf16] {
-        let t = Task::new(
-            parse_shape("matmul", "33,27,51").unwrap(),
-            Epilogue::default(),
-        )
-        .unwrap()
-        .with_types(dtype, dtype, Layout::Nchw)
-        .unwrap();
-        for stages in 1..=4 {
-            for split_k in [1, 2] {
-                let s = State::tensor_core(
-                    MmaTiling {
-                        block_m: 32,
-                        block_n: 16,
-                        warps_m: 2,
-                        warps_n: 1,
-                        k_steps: 1,
-                        stages,
-                        vector: [1, 1],
-                        swizzle: true,
-                    },
-                    split_k,
-                );
-                assert_eq!(validate(&t.contraction(), &s, &gpu), Ok(()));
-                let k = lower(&t, &s);
-                let through_registers = k.body.iter().any(|x| {
-                    let mut found = false;
-                    Stmt::walk(std::slice::from_ref(x), &mut |y| {
-                        found |= matches!(y, Stmt::RegisterStore { .. })
-                    });
-                    found
-                });
-                assert_eq!(through_registers, stages > 1, "stages {stages}");
-                run(&t, &k).unwrap_or_else(|e| panic!("{}: {e}", s.to_json()));
-                // Without the barriers, a tile is read before other threads stored it.
-                let mut unsynced = k.clone();
-                unsynced.body = rewrite(&k.body, &mut |x| match x {
-                    Stmt::Sync => None,
-                    other => Some(other.clone()),
-                });
-                assert!(run(&t, &unsynced).is_err(), "stages {stages}: no barrier");
-            }
-        }
-    }
-}
-
 /// Split-K into a half output, with a bias and a ReLU: each block stores its partial
 /// sums and the last warps of a tile add them up and run the epilogue once. K = 200 in
 /// K tiles of 32 (7 tiles, the last short): splits of 2, 3, 4 and 7 leave chunks of 4,

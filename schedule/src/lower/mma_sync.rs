@@ -16,10 +16,7 @@
 //! landed"); iteration `t` waits for tile `t`, synchronizes (which also publishes that
 //! every warp is done with the stage that tile `t + stages - 1` overwrites), issues
 //! that tile, and multiplies tile `t`. One stage is the plain fill / wait / barrier /
-//! multiply / barrier loop. Where every copy is a 2-byte one (rows of odd length, which
-//! `cp.async` cannot copy), the loop loads tile `t + stages - 1` into registers before
-//! multiplying tile `t` and stores it after (`pipeline::Stages::defer`), so that the
-//! loads' latency hides behind the MMAs instead of stalling the stores.
+//! multiply / barrier loop.
 //!
 //! Per k-step each warp loads one A fragment per 16-row MMA tile and one B fragment
 //! per 8-column tile, then issues every (A, B) product; the epilogue writes each
@@ -33,8 +30,7 @@ use super::common::{
     split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
-use super::prefetch::through_registers;
-use crate::atom::{FillCopy, Index, MmaAtom, SharedTileLayout, fragment};
+use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, Param, Scope, SharedPool, SharedWrite, Stmt, Var};
 use crate::launch::LaunchConfig;
@@ -115,19 +111,6 @@ impl Stages for Tiles<'_, '_> {
     fn consume(&mut self, local: Expr, stage: Expr, out: &mut Vec<Stmt>) {
         self.lowering
             .compute(out, self.z, local, stage, self.wm, self.wn);
-    }
-    fn defer(&mut self, fill: Vec<Stmt>, out: &mut Vec<Stmt>) -> (Vec<Stmt>, Vec<Stmt>) {
-        let (t, dtype) = (self.lowering.t, self.lowering.c.dtype);
-        let synchronous = t
-            .vector
-            .iter()
-            .all(|&w| FillCopy::of(w * dtype.bytes(), dtype.bytes()) == Some(FillCopy::Element));
-        if !synchronous {
-            return (fill, Vec::new());
-        }
-        let (arrays, early, late) = through_registers(&self.lowering.scope, &fill, 0);
-        out.extend(arrays);
-        (early, late)
     }
 }
 

@@ -3,9 +3,7 @@
 //! tiles `0..stages-1`, then per iteration `t`: wait until tile `t` has landed (and
 //! every consumer is done with the buffer tile `t + stages - 1` overwrites), issue that
 //! tile, consume tile `t` from buffer `t % stages`. One stage is the plain loop: fill,
-//! wait, consume, and wait again before the next fill overwrites the buffer. A fill of
-//! synchronous copies (no `cp.async` for them) loads tile `t + stages - 1` into
-//! registers before consuming tile `t` and stores it to its buffer after (`Stages::defer`).
+//! wait, consume, and wait again before the next fill overwrites the buffer.
 //!
 //! How a stage is handed from the copies to the consumers is the [`Handoff`]: `cp.async`
 //! groups (commit after a stage's copies; `wait_group` on all but the newest in flight,
@@ -53,13 +51,6 @@ pub(super) trait Stages {
     fn fill(&mut self, local: Expr, out: &mut Vec<Stmt>);
     /// Consumes local tile `local` from buffer `stage`.
     fn consume(&mut self, local: Expr, stage: Expr, out: &mut Vec<Stmt>);
-    /// Splits the fill of the tile issued in the loop into what goes before consuming
-    /// the current tile and what after (declarations it needs in both go to `out`): a
-    /// fill of synchronous copies loads into registers before and stores after, so
-    /// that its latency hides behind the consumption. By default all goes before.
-    fn defer(&mut self, fill: Vec<Stmt>, _out: &mut Vec<Stmt>) -> (Vec<Stmt>, Vec<Stmt>) {
-        (fill, Vec::new())
-    }
 }
 
 /// The ring over `tiles` local tiles with `stages` buffers: the prologue goes to
@@ -92,16 +83,10 @@ pub(super) fn ring(
         let mut issue = Vec::new();
         lowering.fill(next.clone(), &mut issue);
         let exists = lowering.scope().bound(&next, 0, tiles);
-        let (early, late) = lowering.defer(issue, &mut iteration);
-        // Both halves bind the fill's coordinates: each in a scope of its own.
-        let scoped = !late.is_empty();
-        guarded(&mut iteration, exists.clone(), early, scoped);
+        guarded(&mut iteration, exists, issue, false);
         handoff.issued(&mut iteration);
         let stage = lowering.scope().rem(ktv.clone(), stages);
         lowering.consume(ktv, stage, &mut iteration);
-        if scoped {
-            guarded(&mut iteration, exists, late, true);
-        }
     }
     wrap_loops(&[kt], &[tiles], |_| false, iteration)
 }

@@ -26,10 +26,6 @@
 //! that rebinds the loop counter (`Stmt::Block` ends the shadowing), so the loads cannot
 //! drift from the fetches they replace.
 //!
-//! The same split serves the tensor-core ring (`through_registers`), whose fills of
-//! 2-byte copies (no `cp.async` for them) load the next tile before the MMAs and store
-//! it after.
-//!
 //! It is a pass over the IR rather than a way of printing it so that the CPU interpreter
 //! runs exactly the kernel that is compiled (registers, barriers and all). Validation
 //! (`prefetch_feasible`) guarantees what the pass needs: the fetch loops are unrolled
@@ -84,21 +80,6 @@ fn transform(scope: &mut Scope, stmts: &[Stmt], arrays: &mut usize) -> Vec<Stmt>
     out
 }
 
-/// A stage's fill split into its global half and its shared half, for a pipeline that
-/// places them itself (the tensor-core ring, `pipeline::Stages::defer`): the register
-/// arrays to declare, then the loads, then the stores, one array per copy statement
-/// from `first`.
-pub(super) fn through_registers(
-    scope: &Scope,
-    fill: &[Stmt],
-    first: usize,
-) -> (Vec<Stmt>, Vec<Stmt>, Vec<Stmt>) {
-    let arrays = register_arrays(fill, first);
-    let loads = phase(scope, fill, Phase::Load, &mut Vec::new(), &mut { first });
-    let stores = phase(scope, fill, Phase::Store, &mut Vec::new(), &mut { first });
-    (arrays, loads, stores)
-}
-
 /// What a fetch statement becomes in one copy of the stage's fetch part.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -118,8 +99,18 @@ fn prefetch_loop(
     arrays: &mut usize,
 ) -> Vec<Stmt> {
     let first = *arrays;
-    let mut out = register_arrays(body, first);
-    *arrays += out.len();
+    let mut slots = Vec::new();
+    fetch_slots(body, 1, &mut slots);
+    *arrays += slots.len();
+    let mut out: Vec<Stmt> = slots
+        .iter()
+        .enumerate()
+        .map(|(k, &(width, len))| Stmt::Registers {
+            array: first + k,
+            width,
+            len,
+        })
+        .collect();
 
     let mut prelude = vec![Stmt::Let {
         var,
@@ -219,7 +210,7 @@ fn phase(
         match stmt {
             Stmt::Sync => break,
             Stmt::Let { .. } => out.push(stmt.clone()),
-            Stmt::Fetch { read, write } | Stmt::AsyncCopy { read, write } => {
+            Stmt::Fetch { read, write } => {
                 let slot = slot(scope, loops);
                 out.push(match which {
                     Phase::Load => Stmt::RegisterLoad {
@@ -257,30 +248,11 @@ fn phase(
                     body: phase(scope, body, which, loops, array),
                 });
             }
-            Stmt::Block { body } if contains_fetch(body) => out.push(Stmt::Block {
-                body: phase(scope, body, which, loops, array),
-            }),
             _ if which == Phase::Store => out.push(stmt.clone()),
             _ => {}
         }
     }
     out
-}
-
-/// The register arrays of a stage's fetch part: one per copy statement, numbered from
-/// `first`, with a slot per iteration of its fetch loops.
-fn register_arrays(stmts: &[Stmt], first: usize) -> Vec<Stmt> {
-    let mut slots = Vec::new();
-    fetch_slots(stmts, 1, &mut slots);
-    slots
-        .iter()
-        .enumerate()
-        .map(|(k, &(width, len))| Stmt::Registers {
-            array: first + k,
-            width,
-            len,
-        })
-        .collect()
 }
 
 /// The register slot of a fetch inside `loops`: their iteration, row-major.
@@ -296,16 +268,13 @@ fn fetch_slots(stmts: &[Stmt], loops: i64, out: &mut Vec<(u32, i64)>) {
     for stmt in stmts {
         match stmt {
             Stmt::Sync => return,
-            Stmt::Fetch { read, .. } | Stmt::AsyncCopy { read, .. } => {
-                out.push((read.width, loops))
-            }
+            Stmt::Fetch { read, .. } => out.push((read.width, loops)),
             Stmt::For { extent, body, .. } if contains_fetch(body) => {
                 fetch_slots(body, loops * extent, out);
             }
             Stmt::If { body, .. } if contains_fetch(body) || contains_sync(body) => {
                 fetch_slots(body, loops, out);
             }
-            Stmt::Block { body } if contains_fetch(body) => fetch_slots(body, loops, out),
             _ => {}
         }
     }
@@ -320,12 +289,8 @@ fn contains_sync(stmts: &[Stmt]) -> bool {
     })
 }
 
-/// Whether a copy into shared memory (a fetch, or a `cp.async` of a tensor-core fill)
-/// is among `stmts` or nested in them.
 fn contains_fetch(stmts: &[Stmt]) -> bool {
     let mut found = false;
-    Stmt::walk(stmts, &mut |s| {
-        found |= matches!(s, Stmt::Fetch { .. } | Stmt::AsyncCopy { .. })
-    });
+    Stmt::walk(stmts, &mut |s| found |= matches!(s, Stmt::Fetch { .. }));
     found
 }
