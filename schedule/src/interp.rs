@@ -884,33 +884,14 @@ impl Block<'_> {
         let (_, input, tensor) = self.kernel.tensor_map(map);
         let tensor = tensor.clone();
         let origin: Vec<i64> = coords.iter().map(|c| self.eval(c, t)).collect();
-        let bytes = i64::from(tensor.dtype.bytes());
-        // Element strides: the innermost dimension is contiguous.
-        let strides: Vec<i64> = std::iter::once(1)
-            .chain(tensor.strides.iter().map(|&s| s as i64 / bytes))
-            .collect();
-        let layout = tensor.shared_layout();
         let base = self.eval(at, t);
         let phase = self.barriers[barrier].phase();
-        let elements: i64 = tensor.boxed.iter().map(|&b| i64::from(b)).product();
-        for e in 0..elements {
-            // Box coordinates, innermost first; the row is the outer ones flattened.
-            let (mut rest, mut global, mut inside) = (e, 0, true);
-            for (d, &extent) in tensor.boxed.iter().enumerate() {
-                let x = origin[d] + rest % i64::from(extent);
-                rest /= i64::from(extent);
-                inside &= (0..tensor.dims[d] as i64).contains(&x);
-                global += x * strides[d];
-            }
-            let inner = i64::from(tensor.boxed[0]);
-            let (row, column) = (e / inner, e % inner);
-            let value = if inside {
-                self.read_global(inputs, input, global, t)?
-            } else {
-                0.0
+        for (offset, global) in tensor.elements(&origin) {
+            let value = match global {
+                Some(g) => self.read_global(inputs, input, g, t)?,
+                None => 0.0,
             };
-            let index = base + layout.offset(row, column);
-            let cell = self.write_shared((input, rank, index), t, value)?;
+            let cell = self.write_shared((input, rank, base + offset), t, value)?;
             self.tiles[input][cell].landed_in = Some((barrier, phase));
         }
         self.barriers[barrier].land(tensor.box_bytes() as i64);
@@ -930,32 +911,19 @@ impl Block<'_> {
     ) -> Result<(), InterpError> {
         let (_, _, tensor) = self.kernel.tensor_map(map);
         let origin: Vec<i64> = coords.iter().map(|c| self.eval(c, t)).collect();
-        let bytes = i64::from(tensor.dtype.bytes());
-        let strides: Vec<i64> = std::iter::once(1)
-            .chain(tensor.strides.iter().map(|&s| s as i64 / bytes))
-            .collect();
-        let layout = tensor.shared_layout();
         let len = self.kernel.staging.map_or(0, |s| s.elements);
         let base = self.rank(t) as i64 * len + self.eval(from, t);
-        let elements: i64 = tensor.boxed.iter().map(|&b| i64::from(b)).product();
-        let staging_error = |error| InterpError::Staging {
-            block: self.index,
-            error,
-        };
-        for e in 0..elements {
-            let (mut rest, mut global, mut inside) = (e, 0, true);
-            for (d, &extent) in tensor.boxed.iter().enumerate() {
-                let x = origin[d] + rest % i64::from(extent);
-                rest /= i64::from(extent);
-                inside &= (0..tensor.dims[d] as i64).contains(&x);
-                global += x * strides[d];
-            }
-            if !inside {
+        for (offset, global) in tensor.elements(&origin) {
+            let Some(global) = global else {
                 continue;
-            }
-            let inner = i64::from(tensor.boxed[0]);
-            let at = base + layout.offset(e / inner, e % inner);
-            let value = self.staging.read(t, at).map_err(staging_error)?;
+            };
+            let value =
+                self.staging
+                    .read(t, base + offset)
+                    .map_err(|error| InterpError::Staging {
+                        block: self.index,
+                        error,
+                    })?;
             let o = usize::try_from(global)
                 .ok()
                 .filter(|&o| o < out.len())

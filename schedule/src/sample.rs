@@ -344,31 +344,29 @@ impl Sampler {
         if rng.next_u64().is_multiple_of(2) && !bands.is_empty() {
             tiling.raster = bands[(rng.next_u64() % bands.len() as u64) as usize];
         }
-        // Half the time, clusters of two, where the state allows them.
-        if rng.next_u64().is_multiple_of(2) {
-            let clustered = State {
+        // Half the time each, clusters of two, then TMA stores, where the state allows.
+        let valid = |tiling: WgmmaTiling| {
+            let state = State {
                 split_k,
-                ..State::hopper(WgmmaTiling {
-                    cluster: 2,
-                    ..tiling
-                })
+                ..State::hopper(tiling)
             };
-            if crate::validate::validate(&self.contraction, &clustered, &self.gpu).is_ok() {
-                tiling.cluster = 2;
-            }
+            crate::validate::validate(&self.contraction, &state, &self.gpu).is_ok()
+        };
+        if rng.next_u64().is_multiple_of(2)
+            && valid(WgmmaTiling {
+                cluster: 2,
+                ..tiling
+            })
+        {
+            tiling.cluster = 2;
         }
-        // Half the time, an epilogue of TMA stores, where the state allows one.
-        if rng.next_u64().is_multiple_of(2) {
-            let stored = State {
-                split_k,
-                ..State::hopper(WgmmaTiling {
-                    tma_store: 1,
-                    ..tiling
-                })
-            };
-            if crate::validate::validate(&self.contraction, &stored, &self.gpu).is_ok() {
-                tiling.tma_store = 1;
-            }
+        if rng.next_u64().is_multiple_of(2)
+            && valid(WgmmaTiling {
+                tma_store: 1,
+                ..tiling
+            })
+        {
+            tiling.tma_store = 1;
         }
         state.wgmma = Some(tiling);
         state.split_k = split_k;

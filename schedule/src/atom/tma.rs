@@ -128,6 +128,36 @@ impl TensorBox {
         self.boxed.iter().map(|&b| u64::from(b)).product::<u64>() * u64::from(self.dtype.bytes())
     }
 
+    /// Every element of the box at `origin` (tensor coordinates, innermost first): its
+    /// element offset in shared memory from the box's start (as `shared_layout` lays it
+    /// out) and its element offset in the tensor, None outside the tensor (a load
+    /// fills zeros there, a store skips it).
+    pub fn elements(&self, origin: &[i64]) -> impl Iterator<Item = (i64, Option<i64>)> + '_ {
+        let bytes = i64::from(self.dtype.bytes());
+        // Element strides: the innermost dimension is contiguous.
+        let strides: Vec<i64> = std::iter::once(1)
+            .chain(self.strides.iter().map(move |&s| s as i64 / bytes))
+            .collect();
+        let layout = self.shared_layout();
+        let inner = i64::from(self.boxed[0]);
+        let count: i64 = self.boxed.iter().map(|&b| i64::from(b)).product();
+        let origin = origin.to_vec();
+        (0..count).map(move |e| {
+            // Box coordinates, innermost first; the row is the outer ones flattened.
+            let (mut rest, mut global, mut inside) = (e, 0, true);
+            for (d, &extent) in self.boxed.iter().enumerate() {
+                let x = origin[d] + rest % i64::from(extent);
+                rest /= i64::from(extent);
+                inside &= (0..self.dims[d] as i64).contains(&x);
+                global += x * strides[d];
+            }
+            (
+                layout.offset(e / inner, e % inner),
+                inside.then_some(global),
+            )
+        })
+    }
+
     /// Where the box lands in shared memory: rows of its inner extent, swizzled as the
     /// tensor map says.
     pub fn shared_layout(&self) -> SharedTileLayout {
