@@ -78,9 +78,9 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         ..t
     };
     let banded = |t: WgmmaTiling, raster| WgmmaTiling { raster, ..t };
+    let stored = |t: WgmmaTiling| WgmmaTiling { tma_store: 1, ..t };
     let paired = |t: WgmmaTiling, raster| WgmmaTiling {
         cluster: 2,
-        tma_store: 0,
         raster,
         ..t
     };
@@ -97,6 +97,10 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         specialized(tiling(2, 2, 128, 4)),
         specialized(persistent(tiling(2, 1, 256, 4))),
         specialized(persistent(tiling(2, 2, 128, 4))),
+        // The epilogue of TMA stores.
+        stored(tiling(2, 1, 256, 4)),
+        stored(specialized(persistent(tiling(2, 1, 256, 4)))),
+        stored(specialized(persistent(tiling(2, 2, 128, 4)))),
         // Grouped rasterization, plain and persistent.
         banded(tiling(2, 2, 128, 4), 4),
         banded(persistent(tiling(2, 2, 128, 4)), 8),

@@ -169,8 +169,8 @@ fn snapshot_matmul_tails() {
 /// `wgmma` kernels: a matmul (N-major B in 64-column boxes) with persistent blocks,
 /// an NHWC 1×1 convolution (K-major B) with bias and ReLU and a producer warp, a
 /// bf16 batch matmul in 32-byte K rows (the 32B swizzle) with tails, a matmul split
-/// four ways with bias and ReLU, a clustered matmul multicasting B, and a TF32 1×1
-/// convolution.
+/// four ways with bias and ReLU, a clustered matmul multicasting B, a warp-specialized
+/// matmul whose epilogue is TMA stores, and a TF32 1×1 convolution.
 #[test]
 fn snapshot_wgmma_kernels() {
     let tiling = |consumers, m_atoms, block_n, k_bytes| schedule::state::WgmmaTiling {
@@ -231,11 +231,20 @@ fn snapshot_wgmma_kernels() {
     let clustered = State::hopper(schedule::state::WgmmaTiling {
         raster: 4,
         cluster: 2,
-        tma_store: 0,
         ..tiling(2, 1, 128, 128)
     });
     let k = generate(&matmul, &clustered, &gpu).unwrap();
     insta::assert_snapshot!("wgmma_matmul_cluster_multicast", k.source);
+    // The epilogue of TMA stores, warp-specialized and persistent, with bias and ReLU.
+    let fused = typed(task("matmul", "1024,512,256", bias_relu), DType::Fp16);
+    let stored = State::hopper(schedule::state::WgmmaTiling {
+        persistent: 16,
+        producer_warp: 1,
+        tma_store: 1,
+        ..tiling(2, 1, 128, 128)
+    });
+    let k = generate(&fused, &stored, &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_matmul_tma_store", k.source);
     let tf32 = task("conv2d", "1,64,28,28,96,1,1,1,0", Epilogue::default())
         .with_types(DType::Tf32, DType::F32, Layout::Nhwc)
         .unwrap();
