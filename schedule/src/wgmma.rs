@@ -739,6 +739,51 @@ mod tests {
         assert!(g.view.b_k_major);
         assert_eq!(g.a, matrix(72, 24, 24, 1, 1));
         assert_eq!(g.b, matrix(40, 24, 24, 1, 1));
+        assert_eq!(g.out, Some(matrix(72, 40, 40, 1, 1)));
+    }
+
+    /// The output's map for TMA stores: the `M × N` output (a third dimension per
+    /// batch), boxes of 64 rows of the widest swizzle span that divides the tile's N.
+    #[test]
+    fn the_output_map_is_the_tasks_output() {
+        let stored = |block_n| WgmmaTiling {
+            consumers: 1,
+            m_atoms: 1,
+            block_n,
+            k_bytes: 64,
+            stages: 2,
+            in_flight: 1,
+            persistent: 0,
+            producer_warp: 0,
+            raster: 0,
+            cluster: 0,
+            tma_store: 1,
+        };
+        let c = contraction("matmul", "100,80,120");
+        let g = TmaGemm::of(&c).unwrap();
+        assert_eq!(g.out, Some(matrix(100, 80, 80, 1, 1)));
+        let out = g.output_box(&c, &stored(128)).unwrap();
+        assert_eq!(
+            (out.dims, out.strides, out.boxed, out.swizzle),
+            (vec![80, 100], vec![160], vec![64, 64], Swizzle::B128)
+        );
+        // 48 columns: chunks of 16 (32 bytes), the 32-byte swizzle.
+        let t = stored(48);
+        assert_eq!((t.store_columns(2), t.store_swizzle(2)), (16, Swizzle::B32));
+        assert_eq!(t.staging_bytes(2), 2 * 64 * 16 * 2);
+        // f32: 32 columns span 128 bytes.
+        assert_eq!(stored(96).store_columns(4), 32);
+        let c = contraction("batch_matmul", "3,40,48,32");
+        let g = TmaGemm::of(&c).unwrap();
+        let out = g.output_box(&c, &stored(48)).unwrap();
+        assert_eq!(
+            (out.dims, out.strides, out.boxed),
+            (vec![48, 40, 3], vec![96, 40 * 48 * 2], vec![16, 64, 1])
+        );
+        // Output rows of 36 halves (72 bytes) are no TMA matrix.
+        let c = contraction("conv2d", "2,24,6,6,36,1,1,1,0");
+        let g = TmaGemm::of(&c).unwrap();
+        assert!(g.output_box(&c, &stored(48)).is_none());
     }
 
     #[test]
