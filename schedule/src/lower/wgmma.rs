@@ -730,6 +730,7 @@ impl WgmmaLowering<'_> {
             )
         })
     }
+
     /// The epilogue through TMA stores: each warpgroup stages its results, 64 rows of
     /// one MMA by `store_columns` at a time, through the fused bias and ReLU into one of
     /// its two staging buffers (as the output map's box lays it out: swizzled, so that
