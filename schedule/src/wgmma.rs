@@ -689,6 +689,24 @@ mod tests {
         }
     }
 
+    /// `consumers` warpgroups of one 64-row MMA by `block_n`, K rows of `k_bytes`, two
+    /// stages, nothing else.
+    fn plain(consumers: u32, block_n: u32, k_bytes: u32) -> WgmmaTiling {
+        WgmmaTiling {
+            consumers,
+            m_atoms: 1,
+            block_n,
+            k_bytes,
+            stages: 2,
+            in_flight: 1,
+            persistent: 0,
+            producer_warp: 0,
+            raster: 0,
+            cluster: 0,
+            tma_store: 0,
+        }
+    }
+
     /// The TMA views of each operator's inputs are the tensors as they lie in memory,
     /// and the maps' boxes are the tiling's.
     #[test]
@@ -698,19 +716,7 @@ mod tests {
         let g = TmaGemm::of(&c).unwrap();
         assert_eq!(g.a, matrix(100, 120, 120, 1, 1));
         assert_eq!(g.b, matrix(120, 80, 80, 1, 1));
-        let t = WgmmaTiling {
-            consumers: 2,
-            m_atoms: 1,
-            block_n: 80,
-            k_bytes: 128,
-            stages: 2,
-            in_flight: 1,
-            persistent: 0,
-            producer_warp: 0,
-            raster: 0,
-            cluster: 0,
-            tma_store: 0,
-        };
+        let t = plain(2, 80, 128);
         let a = g.tensor_box(&c, &t, 0).unwrap();
         assert_eq!(
             (a.dims, a.strides, a.boxed),
@@ -747,17 +753,8 @@ mod tests {
     #[test]
     fn the_output_map_is_the_tasks_output() {
         let stored = |block_n| WgmmaTiling {
-            consumers: 1,
-            m_atoms: 1,
-            block_n,
-            k_bytes: 64,
-            stages: 2,
-            in_flight: 1,
-            persistent: 0,
-            producer_warp: 0,
-            raster: 0,
-            cluster: 0,
             tma_store: 1,
+            ..plain(1, block_n, 64)
         };
         let c = contraction("matmul", "100,80,120");
         let g = TmaGemm::of(&c).unwrap();

@@ -126,13 +126,14 @@ pub(super) fn guarded(out: &mut Vec<Stmt>, cond: Option<Cond>, body: Vec<Stmt>, 
 /// The epilogue's store of accumulator `acc` to output element `out` (at output
 /// coordinates `coords`, written where `valid` holds), with the contraction's bias; under
 /// split-K (`split`: the block's split coordinate) an atomic add, the bias from chunk 0
-/// only.
+/// only; with `staged`, `out` is an element of the staging buffers.
 pub(super) fn epilogue_store(
     scope: &Scope,
     c: &Contraction,
     coords: &[Expr],
     split: Option<&Expr>,
     (acc, out, valid, width): (Expr, Expr, Vec<Cond>, u32),
+    staged: bool,
 ) -> Stmt {
     let bias = c
         .bias
@@ -150,7 +151,7 @@ pub(super) fn epilogue_store(
         valid,
         atomic: split.is_some(),
         width,
-        staged: false,
+        staged,
     }
 }
 
@@ -206,17 +207,14 @@ pub(super) fn gemm_store(
             .map(|(x, st)| scope.mul(x.clone(), st)),
     );
     let to_staging = staged.is_some();
-    let mut store = epilogue_store(
+    body.push(epilogue_store(
         scope,
         c,
         &coords,
         split,
         (acc, staged.unwrap_or(out), valid, width),
-    );
-    if let Stmt::Store { staged, .. } = &mut store {
-        *staged = to_staging;
-    }
-    body.push(store);
+        to_staging,
+    ));
     body
 }
 

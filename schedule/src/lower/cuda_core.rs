@@ -497,6 +497,7 @@ impl<'a> Lowering<'a> {
             &coords,
             split,
             (acc, out, valid, 1),
+            false,
         ));
         let (vars, extents) = self.register_nest(&reg);
         wrap_loops(&vars, &extents, |_| true, body)
