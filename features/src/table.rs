@@ -72,7 +72,7 @@ feature_table! {
 
     // Structure of the schedule.
     thread_blocks: "thread blocks in the grid: output tiles x split_k (count)",
-    split_k: "blocks sharing one output tile's reduction (split-K; 1 = none): added into the output with atomics, or in the wgmma sketch summed from workspace partial sums by the last (count)",
+    split_k: "blocks sharing one output tile's reduction (split-K; 1 = none): added into the output with atomics, or in the tensor-core sketches into the tile's sums in the workspace, which the last arrival takes (count)",
     prefetch: "1 when the next stage's global loads are prefetched into registers during this stage's inner product, else 0",
     prefetch_floats: "floats per thread held in registers by the prefetch through the inner product (0 without prefetch)",
     threads_per_block: "threads per block: product of the thread factors (count)",
@@ -121,7 +121,7 @@ feature_table! {
     output_store_coalescing: "ideal / actual sectors of the output stores (1 = fully coalesced)",
     output_sectors_per_block: "32-byte sectors the output stores write per block (count)",
     output_sectors: "32-byte sectors the output stores (split-K: atomic adds) write over the grid (count)",
-    atomic_output_sectors: "32-byte sectors of the split-K blocks' atomic adds into the output over the grid: output_sectors under split-K, else 0 (count)",
+    atomic_output_sectors: "32-byte sectors of the split-K blocks' atomic adds over the grid, into the output (CUDA cores: output_sectors) or the workspace's tile sums (tensor cores), else 0 (count)",
     zeroed_output_sectors: "32-byte sectors of the output zeroed (timed memset) before a split-K launch, else 0 (count)",
     bias_sectors: "32-byte sectors the epilogue's bias loads touch over the grid, by chunk 0 only under split-K (count; 0 without bias)",
     global_sectors: "all global-memory sectors: input, weight and bias loads, output stores or atomic adds, and the output's zeroing under split-K (count)",

@@ -135,13 +135,14 @@ fn split_k_multiplies_the_blocks_and_adds_partial_sums_but_not_mmas() {
     assert_eq!(f2("mma_instructions"), f1("mma_instructions"));
     assert_eq!(f2("mma_cp_async_bytes"), f1("mma_cp_async_bytes"));
     assert_eq!(f2("mma_pipeline_fill"), 2.0 / 9.0);
-    // Each of the 50 blocks stores its 128 x 64 f32 partial sums (1024 sectors) and
-    // the fixup reads them back; nothing is added atomically or zeroed.
+    // Each of the 50 blocks adds its 128 x 64 f32 partial sums (1024 sectors) into
+    // its tile's sums atomically, and each of the 25 tiles' fixups reads and clears
+    // them; the output is not zeroed.
+    assert_eq!(f2("atomic_output_sectors"), 50.0 * 1024.0);
     assert_eq!(
         f2("output_sectors") - f1("output_sectors"),
-        50.0 * 2.0 * 1024.0
+        50.0 * 1024.0 + 25.0 * 2.0 * 1024.0
     );
-    assert_eq!(f2("atomic_output_sectors"), 0.0);
     assert_eq!(f2("zeroed_output_sectors"), 0.0);
 }
 

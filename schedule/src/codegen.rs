@@ -748,14 +748,19 @@ impl Printer<'_> {
                 let _ = writeln!(out, "{pad}{}", tma::arrive_c(&bar));
             }
             Stmt::PartialStore { acc, at, valid } => {
-                let store = format!("partial[{}] = acc[{}];", self.expr(at), self.expr(acc));
+                // The result unused, the atomic compiles to a reduction (`RED`).
+                let store = format!(
+                    "atomicAdd(&partial[{}], acc[{}]);",
+                    self.expr(at),
+                    self.expr(acc)
+                );
                 let _ = writeln!(out, "{pad}{}", self.when(valid, &store));
             }
             Stmt::PartialAdd { acc, at, valid } => {
+                let at = self.expr(at);
                 let add = format!(
-                    "acc[{}] += __ldcg(&partial[{}]);",
+                    "{{ acc[{}] += __ldcg(&partial[{at}]); __stcg(&partial[{at}], 0.0f); }}",
                     self.expr(acc),
-                    self.expr(at)
                 );
                 let _ = writeln!(out, "{pad}{}", self.when(valid, &add));
             }

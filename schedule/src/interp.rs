@@ -45,11 +45,12 @@
 //! learnt through the arrivals on its empty barrier that that block's MMAs retired.
 //!
 //! Split-K through scratch (`Stmt::LastArrival`): the workspace outlives the blocks,
-//! which run in grid order, so a tile's last arrival is its last block's. A warp's
-//! arrival publishes the partial sums it stored before it; a fixup may add only those
-//! published by arrivals on the semaphore it is the last arrival of (a partial stored
-//! after its warp arrived, or never stored, is an error), and every semaphore must be
-//! back at zero when the launch ends, as the next launch expects it.
+//! which run in grid order, so a tile's last arrival is its last block's. Partial sums
+//! are added into a tile's sums (atomically on the GPU); a warp's arrival publishes the
+//! ones it added before it, and a fixup may take (read and clear) only a sum whose every
+//! addition an arrival on the semaphore it is the last arrival of published (one added
+//! after its warp arrived, or never added, is an error). Every semaphore and every sum
+//! must be back at zero when the launch ends, as the next launch expects them.
 //!
 //! It runs the nest exactly as it is printed, transforms included (register prefetch,
 //! see `prefetch`): register arrays are per thread, and reading a slot that no load
@@ -194,7 +195,7 @@ pub enum InterpError {
         warpgroup: usize,
     },
     #[error(
-        "block {block} thread {thread}: partial sum {index} read by a fixup that no arrival on its semaphore published it to (stored after its warp arrived, or never stored)"
+        "block {block} thread {thread}: workspace sum {index} taken by a fixup before every partial sum added into it was published by an arrival on its semaphore (added after its warp arrived, or never added, or taken twice)"
     )]
     PartialUnpublished {
         block: usize,
@@ -207,6 +208,10 @@ pub enum InterpError {
         "workspace semaphore {semaphore} left at {value} after the launch: its arrivals were miscounted, and the next launch would misread it"
     )]
     SemaphoreLeft { semaphore: usize, value: u32 },
+    #[error(
+        "workspace sum {index} left non-zero after the launch: no fixup took it, and the next launch would add onto it"
+    )]
+    PartialLeft { index: usize },
     #[error("block {block}: {error}")]
     Staging { block: usize, error: StagingError },
     #[error(
@@ -248,11 +253,13 @@ struct Cell {
     wgmma_read: Option<(usize, u64)>,
 }
 
-/// One partial sum in the workspace: its value and the semaphore whose arrival
-/// published it.
+/// One slot of a tile's sums in the workspace: the sum of the partial sums added into
+/// it, how many of those no arrival has published yet, and the semaphore whose
+/// arrival published the others.
 #[derive(Clone, Copy)]
 struct Partial {
     value: f32,
+    unpublished: u32,
     published: Option<usize>,
 }
 
@@ -569,6 +576,9 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         .find(|(_, v)| **v != 0)
     {
         return Err(InterpError::SemaphoreLeft { semaphore, value });
+    }
+    if let Some(index) = workspace.partials.iter().position(Option::is_some) {
+        return Err(InterpError::PartialLeft { index });
     }
     let expected = kernel.split_k.max(1);
     if let Some((index, &count)) = writes.iter().enumerate().find(|(_, c)| **c != expected) {
@@ -1441,10 +1451,13 @@ impl Block<'_> {
                         let i = self.settled(acc, t)?;
                         let p = self.partial_index(at, t)?;
                         let writer = (self.index, t / 32);
-                        self.workspace.partials[p] = Some(Partial {
-                            value: self.acc[t][i],
+                        let slot = self.workspace.partials[p].get_or_insert(Partial {
+                            value: 0.0,
+                            unpublished: 0,
                             published: None,
                         });
+                        slot.value += self.acc[t][i];
+                        slot.unpublished += 1;
                         self.workspace
                             .unpublished
                             .entry(writer)
@@ -1461,7 +1474,12 @@ impl Block<'_> {
                         let i = self.settled(acc, t)?;
                         let p = self.partial_index(at, t)?;
                         let partial = self.workspace.partials[p]
-                            .filter(|x| x.published.is_some() && x.published == self.acquired[t])
+                            .take()
+                            .filter(|x| {
+                                x.unpublished == 0
+                                    && x.published.is_some()
+                                    && x.published == self.acquired[t]
+                            })
                             .ok_or(InterpError::PartialUnpublished {
                                 block: self.index,
                                 thread: t,
@@ -1731,6 +1749,7 @@ impl Block<'_> {
             let ws = &mut self.workspace;
             for i in ws.unpublished.remove(&(self.index, w)).unwrap_or_default() {
                 if let Some(p) = &mut ws.partials[i] {
+                    p.unpublished = p.unpublished.saturating_sub(1);
                     p.published = Some(c);
                 }
             }

@@ -187,15 +187,19 @@ pub enum Stmt {
     WgmmaCommit,
     /// `wgmma.wait_group pending`: all but the `pending` newest groups have completed.
     WgmmaWait { pending: u32 },
-    /// Split-K through scratch (`lower::wgmma`): `if (valid) partial[at] = acc[acc]`, a
-    /// block's partial sum of one accumulator into the workspace's partial sums.
+    /// Split-K through scratch (`lower::common::split_fixup`): `if (valid)
+    /// atomicAdd(&partial[at], acc[acc])`, a block's partial sum of one accumulator
+    /// added into its output tile's sum in the workspace (a `red.global.add.f32`, done
+    /// in L2, so every chunk's sums meet in one slot).
     PartialStore {
         acc: Expr,
         at: Expr,
         valid: Vec<Cond>,
     },
-    /// `if (valid) acc[acc] += partial[at]`, read past the L1 cache (`ld.global.cg`):
-    /// the fixup adding a partial sum that another block stored and published.
+    /// `if (valid) { acc[acc] += partial[at]; partial[at] = 0; }`, read and cleared
+    /// past the L1 cache (`ld.global.cg`, `st.global.cg`): the fixup taking a tile's
+    /// sum that every arrival published, and leaving the slot zeroed for the next
+    /// launch.
     PartialAdd {
         acc: Expr,
         at: Expr,

@@ -602,21 +602,22 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
         assert!(mutate(&mut k.body), "the mutation applies");
         run(t, &k)
     };
-    // No fixup: the epilogue stores zeros.
+    // No fixup takes the sums: they are left in the workspace (and the epilogue
+    // stores zeros).
     let e = broken(&|b| without(b, &|s| matches!(s, Stmt::PartialAdd { .. }))).unwrap_err();
-    assert!(e.starts_with("output "), "{e}");
+    assert!(e.contains("left non-zero"), "{e}");
     // The fixup adds onto the last block's own sum instead of from zero.
     let e = broken(&|b| remove_in_fixup(b, &|s| matches!(s, Stmt::ZeroAcc))).unwrap_err();
     assert!(e.starts_with("output "), "{e}");
-    // Arrived before storing (the semaphore released early): the fixup reads partial
-    // sums no arrival published.
+    // Arrived before adding (the semaphore released early): the fixup takes sums
+    // whose additions no arrival published.
     let e = broken(&|b| store_after_arrival(b)).unwrap_err();
-    assert!(e.contains("no arrival on its semaphore published"), "{e}");
+    assert!(e.contains("before every partial sum"), "{e}");
     // One arrival too few counted: the fixup runs before the last chunk is stored, and
     // that chunk's arrival leaves the semaphore set for the next launch.
     let e = broken(&|b| arrivals(b, |n| n - 1)).unwrap_err();
     assert!(
-        e.contains("no arrival on its semaphore published") || e.contains("left at"),
+        e.contains("before every partial sum") || e.contains("left at"),
         "{e}"
     );
     // One too many: no block runs the epilogue.

@@ -225,46 +225,32 @@ pub(super) fn gemm_valid(scope: &Scope, view: &GemmView, row: &Expr, col: &Expr)
     valid
 }
 
-/// Most partial sums a thread's fixup adds in one unrolled loop.
-const MAX_UNROLLED_ADDS: i64 = 512;
-
-/// Split-K through the workspace, as the tensor-core sketches run it: unit `unit` (an
-/// output tile's reduction chunk) keeps accumulator `acc` of each of its `threads`
-/// threads at this index of the partial sums, so that a warp's stores and loads are
-/// coalesced.
+/// Split-K through the workspace, as the tensor-core sketches run it: every chunk of
+/// output tile `tile` adds accumulator `acc` of each of its `threads` threads into
+/// this index of the tile's sums, so that a warp's atomics and loads are coalesced.
 pub(super) fn partial_index(
     scope: &Scope,
-    unit: Expr,
+    tile: Expr,
     acc: Expr,
     (accumulators, threads): (i64, i64),
 ) -> Expr {
-    let slot = scope.add(scope.mul(unit, accumulators), acc);
+    let slot = scope.add(scope.mul(tile, accumulators), acc);
     scope.add(scope.mul(slot, threads), Expr::ThreadIdx)
 }
 
-/// The end of a split unit, after its partial sums were stored: each warp arrives on
-/// its tile's semaphore `counter` (one per tile and warp, as a warp's lanes read back
-/// only their own partial sums); the warp whose arrival is the `split`-th adds the
-/// tile's partial sums (`adds`, over chunk `chunk`) up in chunk order, so that the sum
-/// does not depend on which block came last, and runs `epilogue`. Its arrival resets
-/// the semaphore, so the workspace is zeroed once, not per launch.
-pub(super) fn split_fixup(
-    (split, accumulators): (i64, i64),
-    counter: Expr,
-    (chunk, adds): (Var, Vec<Stmt>),
-    epilogue: Vec<Stmt>,
-) -> Stmt {
-    let mut fixup = vec![
-        Stmt::ZeroAcc,
-        Stmt::For {
-            var: chunk,
-            extent: split,
-            // Unrolled, every chunk's loads are in flight at once (the fixup is
-            // otherwise a chain of L2 round trips), up to a bound on code size.
-            unroll: split * accumulators <= MAX_UNROLLED_ADDS,
-            body: adds,
-        },
-    ];
+/// The end of a split unit, after its partial sums were added into its tile's sums:
+/// each warp arrives on its tile's semaphore `counter` (one per tile and warp, as a
+/// warp's lanes read back only their own slots); the warp whose arrival is the
+/// `split`-th takes the tile's sums (`take`: one read and clear per accumulator,
+/// however deep the split) and runs `epilogue`. Its arrival resets the semaphore and
+/// its reads clear the sums, so the workspace is zeroed once, not per launch. The
+/// sums meet in L2 in whatever order the chunks arrive (the last bits of a sum of
+/// non-integer values may differ between launches, as the CUDA-core sketch's atomic
+/// split does); kept per chunk instead, the last arrival read `split` times the tile,
+/// which made deep splits slower than shallow ones.
+pub(super) fn split_fixup(split: i64, counter: Expr, take: Vec<Stmt>, epilogue: Vec<Stmt>) -> Stmt {
+    let mut fixup = vec![Stmt::ZeroAcc];
+    fixup.extend(take);
     fixup.extend(epilogue);
     Stmt::LastArrival {
         counter,

@@ -21,9 +21,9 @@
 //! Per k-step each warp loads one A fragment per 16-row MMA tile and one B fragment
 //! per 8-column tile, then issues every (A, B) product; the epilogue writes each
 //! thread's four accumulators per MMA tile through the fused epilogue (f32). Under
-//! split-K each block stores its partial sums to the workspace and the last warp of a
-//! tile to arrive adds them up and runs the epilogue (`common::split_fixup`), so any
-//! output type and a ReLU work, and the sum's order is fixed.
+//! split-K each block adds its partial sums into its tile's sums in the workspace (in
+//! L2) and the last warp of a tile to arrive takes them and runs the epilogue
+//! (`common::split_fixup`), so any output type and a ReLU work.
 
 use super::common::{
     affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index,
@@ -449,8 +449,8 @@ impl<'a> MmaLowering<'a> {
     }
 
     /// The epilogue: each thread's accumulators of every MMA tile of its warp through
-    /// the fused epilogue; split, the block's partial sums into the workspace, then
-    /// `split_fixup` (the block's unit is its index, a tile's chunks `tiles` apart).
+    /// the fused epilogue; split, the block's partial sums added into its tile's sums
+    /// in the workspace, then `split_fixup` (a tile's chunks are `tiles` blocks apart).
     #[allow(clippy::too_many_arguments)]
     fn store(
         &mut self,
@@ -483,33 +483,27 @@ impl<'a> MmaLowering<'a> {
         }
         let sums = (i64::from(t.accumulators()), i64::from(t.threads()));
         let tiles = self.scope.grid / self.split;
-        let stores = self.values(&origin, |scope, (row, col, acc)| {
-            let at = partial_index(scope, Expr::BlockIdx, acc.clone(), sums);
-            let valid = gemm_valid(scope, view, &row, &col);
-            vec![Stmt::PartialStore { acc, at, valid }]
-        });
-        head.extend(stores);
         let tile = self.scope.rem(Expr::BlockIdx, tiles);
         let tile = bind(&mut self.scope, &mut head, "tile", tile);
-        let chunk = self.scope.var("chunk", 0, self.split - 1);
-        let unit_of_chunk = self
-            .scope
-            .add(self.scope.mul(Expr::Var(chunk), tiles), tile.clone());
-        let adds = self.values(&origin, |scope, (row, col, acc)| {
-            let at = partial_index(scope, unit_of_chunk.clone(), acc.clone(), sums);
-            let valid = gemm_valid(scope, view, &row, &col);
-            vec![Stmt::PartialAdd { acc, at, valid }]
-        });
+        let partial = |l: &mut Self, take: bool| {
+            l.values(&origin, |scope, (row, col, acc)| {
+                let at = partial_index(scope, tile.clone(), acc.clone(), sums);
+                let valid = gemm_valid(scope, view, &row, &col);
+                vec![if take {
+                    Stmt::PartialAdd { acc, at, valid }
+                } else {
+                    Stmt::PartialStore { acc, at, valid }
+                }]
+            })
+        };
+        let stores = partial(self, false);
+        head.extend(stores);
+        let take = partial(self, true);
         let epilogue = epilogue(self);
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
-        let counter = s.add(s.mul(tile, i64::from(t.warps_m * t.warps_n)), warp);
-        head.push(split_fixup(
-            (self.split, sums.0),
-            counter,
-            (chunk, adds),
-            epilogue,
-        ));
+        let counter = s.add(s.mul(tile.clone(), i64::from(t.warps_m * t.warps_n)), warp);
+        head.push(split_fixup(self.split, counter, take, epilogue));
         head
     }
 

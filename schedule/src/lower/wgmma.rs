@@ -42,13 +42,12 @@
 //! With split-K the block works on units, not tiles: unit `u` is K chunk `u % split_k`
 //! of output tile `u / split_k` (a tile's chunks neighbour in the grid, so they run
 //! together and their partial sums stay in L2), a chunk's K tiles past K read zeros.
-//! Step 5 then stores the thread's accumulators to the unit's partial sums in the
-//! workspace (`(unit · accumulators + i) · consumer threads + thread`, coalesced), and
-//! each consumer warp arrives on its tile's semaphore (one per tile and warp, as a
-//! warp's partial sums are the only ones its lanes read back). The last warp to arrive
-//! adds up the tile's partial sums in chunk order, so the sums do not depend on which
-//! block came last, and runs the epilogue; its arrival resets the semaphore, so the
-//! workspace is zeroed once, not per launch.
+//! Step 5 then adds the thread's accumulators into the tile's sums in the workspace
+//! (`(tile · accumulators + i) · consumer threads + thread`, coalesced `red.global.add`
+//! in L2), and each consumer warp arrives on its tile's semaphore (one per tile and
+//! warp, as a warp's sums are the only ones its lanes read back). The last warp to
+//! arrive takes the sums, clearing them, and runs the epilogue; its arrival resets the
+//! semaphore, so the workspace is zeroed once, not per launch.
 
 use super::common::{
     axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index, split_fixup,
@@ -595,7 +594,7 @@ impl WgmmaLowering<'_> {
     }
 
     /// A unit's results: without a split, the epilogue; with one, the unit's partial
-    /// sums into the workspace, then `split_fixup`.
+    /// sums added into its tile's sums in the workspace, then `split_fixup`.
     fn results(&mut self, unit: Expr) -> Vec<Stmt> {
         let mut out = Vec::new();
         if self.split_k == 1 {
@@ -615,30 +614,25 @@ impl WgmmaLowering<'_> {
         let tile = self.scope.div(unit.clone(), self.split_k);
         let tile = bind(&mut self.scope, &mut out, "tile", tile);
         let place = self.place(&mut out, tile.clone());
-        let stores = self.values(&place, 1, |l, (row, col, acc)| {
-            let at = partial_index(&l.scope, unit.clone(), acc.clone(), sums);
-            let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
-            vec![Stmt::PartialStore { acc, at, valid }]
-        });
+        let partial = |l: &mut Self, take: bool| {
+            l.values(&place, 1, |l, (row, col, acc)| {
+                let at = partial_index(&l.scope, tile.clone(), acc.clone(), sums);
+                let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
+                vec![if take {
+                    Stmt::PartialAdd { acc, at, valid }
+                } else {
+                    Stmt::PartialStore { acc, at, valid }
+                }]
+            })
+        };
+        let stores = partial(self, false);
         out.extend(stores);
-        let chunk = self.scope.var("chunk", 0, self.split_k - 1);
-        let first = self.scope.mul(tile.clone(), self.split_k);
-        let unit_of_chunk = self.scope.add(first, Expr::Var(chunk));
-        let adds = self.values(&place, 1, |l, (row, col, acc)| {
-            let at = partial_index(&l.scope, unit_of_chunk.clone(), acc.clone(), sums);
-            let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
-            vec![Stmt::PartialAdd { acc, at, valid }]
-        });
+        let take = partial(self, true);
         let epilogue = self.epilogue(&place);
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
         let counter = s.add(s.mul(tile, i64::from(self.t.consumer_warps())), warp);
-        out.push(split_fixup(
-            (self.split_k, sums.0),
-            counter,
-            (chunk, adds),
-            epilogue,
-        ));
+        out.push(split_fixup(self.split_k, counter, take, epilogue));
         out
     }
 
