@@ -1,11 +1,49 @@
 //! What both sketches' features share: the register and occupancy features of a block's
-//! resources (one model of the SM for CUDA-core and tensor-core states), and how raw
-//! quantities become row values (flags, log scales, ratios that are 0 over 0).
+//! resources (one model of the SM for CUDA-core and tensor-core states), the
+//! tensor-core sketches' split-K workspace traffic, and how raw quantities become row
+//! values (flags, log scales, ratios that are 0 over 0).
 
 use crate::occupancy::{Occupancy, SCHEDULERS_PER_SM, waves};
 use crate::table::FeatureRow;
-use schedule::GpuSpec;
+use schedule::state::SplitSums;
 use schedule::validate::register_cap;
+use schedule::{GpuSpec, State};
+
+/// A tensor-core split's workspace traffic, in 32-byte sectors.
+pub(crate) struct SplitTraffic {
+    /// Of the unit that also runs the fixup.
+    pub per_unit: f64,
+    /// Over the grid.
+    pub total: f64,
+}
+
+/// The workspace traffic of tensor-core state `state`, whose block tile's f32 partial
+/// sums take `partial` sectors (0 unsplit), over `tiles` output tiles; sets the
+/// `split_atomic` flag and, for atomic sums, the atomics' sectors.
+pub(crate) fn split_traffic(
+    row: &mut FeatureRow,
+    state: &State,
+    partial: f64,
+    tiles: f64,
+) -> SplitTraffic {
+    let split = f64::from(state.split_k.max(1));
+    let atomic = state.split_sums == SplitSums::Atomic;
+    row.split_atomic = flag(atomic);
+    if atomic {
+        // Every chunk adds its tile atomically; the last arrival reads and clears one.
+        row.atomic_output_sectors = partial * split * tiles;
+        SplitTraffic {
+            per_unit: 3.0 * partial,
+            total: row.atomic_output_sectors + 2.0 * partial * tiles,
+        }
+    } else {
+        // Every chunk stores its tile; the last arrival reads back every chunk's.
+        SplitTraffic {
+            per_unit: 2.0 * partial,
+            total: 2.0 * partial * split * tiles,
+        }
+    }
+}
 
 /// The register features from the estimate for blocks of `threads`; returns the
 /// registers per thread assumed for occupancy.

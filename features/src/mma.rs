@@ -18,8 +18,8 @@
 //! shared loads per tile instead), and issues `tiles_m x tiles_n` `mma.sync`. The
 //! epilogue stores each MMA tile's four accumulators per thread as two 2-element
 //! stores, rows 8 apart; tails are predicated off. Under split-K each block first
-//! adds its f32 partial sums into its tile's sums (atomics in L2) and the last warps
-//! of a tile read and clear them.
+//! stores its f32 partial sums (or adds them atomically into its tile's) and the last
+//! warps of a tile read them back.
 //!
 //! The instruction counts (`mma.sync`, fragment loads, `cp.async` copies) follow from
 //! the tiling and the atoms here rather than from lowering each state, which would
@@ -36,7 +36,7 @@
 //! group, chunk) pair is read equally often, so their mean over the tile is the exact
 //! conflict degree.
 
-use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
+use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic};
 use crate::fetch::{FetchCost, InstructionCost, Weighted, ratio_or_one, summarize};
 use crate::geometry::{Coords, MAX_AXES};
 use crate::sample::{R2, R3, scattered, warp_instructions};
@@ -654,20 +654,19 @@ pub(crate) fn fill(
 
     // The epilogue: each tile's stores and one bias load per warp and 8-column MMA
     // tile (8 elements: one sector), once per tile; under split-K every block also
-    // adds its f32 partial sums into the tile's sums (coalesced atomics), and the
-    // tile's last warps read and clear them.
+    // stores its f32 partial sums (coalesced) and the tile's last warps read them back
+    // (`split_traffic`).
     let out = epilogue(task, &grid, t);
     let partial_sectors = if split_k > 1 {
         row.block_tile_elements * 4.0 / SECTOR_BYTES as f64
     } else {
         0.0
     };
+    let split = split_traffic(row, state, partial_sectors, grid.tiles as f64);
     row.output_sectors_per_store = out.sectors_per_instruction;
     row.output_store_coalescing = out.coalescing;
-    row.output_sectors_per_block = out.sectors_per_block + 3.0 * partial_sectors;
-    row.atomic_output_sectors = partial_sectors * (split_k * grid.tiles) as f64;
-    row.output_sectors = (out.sectors_per_block + 2.0 * partial_sectors) * grid.tiles as f64
-        + row.atomic_output_sectors;
+    row.output_sectors_per_block = out.sectors_per_block + split.per_unit;
+    row.output_sectors = out.sectors_per_block * grid.tiles as f64 + split.total;
     let bias_per_block = if c.bias.is_some() {
         warps * tiles_n
     } else {

@@ -72,7 +72,8 @@ feature_table! {
 
     // Structure of the schedule.
     thread_blocks: "thread blocks in the grid: output tiles x split_k (count)",
-    split_k: "blocks sharing one output tile's reduction (split-K; 1 = none): added into the output with atomics, or in the tensor-core sketches into the tile's sums in the workspace, which the last arrival takes (count)",
+    split_k: "blocks sharing one output tile's reduction (split-K; 1 = none): added into the output with atomics, or in the tensor-core sketches stored to the workspace and summed by the last arrival (count)",
+    split_atomic: "1 when a tensor-core split adds its partial sums atomically into one tile of sums in the workspace, which the last arrival reads once, else 0 (each chunk stores its own and the last arrival reads every chunk's)",
     prefetch: "1 when the next stage's global loads are prefetched into registers during this stage's inner product, else 0",
     prefetch_floats: "floats per thread held in registers by the prefetch through the inner product (0 without prefetch)",
     threads_per_block: "threads per block: product of the thread factors (count)",

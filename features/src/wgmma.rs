@@ -4,7 +4,7 @@
 //! intensities). Shared-memory wavefronts stay 0: TMA writes and the MMAs read shared
 //! memory through the async proxy, not through load and store instructions.
 
-use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
+use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic};
 use crate::table::FeatureRow;
 use schedule::atom::wgmma::K_STEP_BYTES;
 use schedule::state::WgmmaTiling;
@@ -75,8 +75,8 @@ pub(crate) fn fill(
     // Global traffic: every box's bytes (tails included) and the epilogue's stores, a
     // warp's store of one value per lane covering 8 rows of 4 elements (a sector each),
     // or with TMA stores the tile's bytes;
-    // split, each unit also adds its f32 partial sums into its tile's sums (atomics)
-    // and the fixup reads and clears them.
+    // split, each unit also stores its f32 partial sums (or adds them atomically into
+    // its tile's) and the fixup reads them back (`split_traffic`).
     let element_bytes = f64::from(c.dtype.bytes());
     // A tile the cluster shares is read from L2 once per cluster.
     let stage_sectors = |input: usize| {
@@ -102,10 +102,9 @@ pub(crate) fn fill(
     } else {
         row.block_tile_elements / 4.0
     };
-    row.output_sectors_per_block = (tile_sectors + 3.0 * partial_sectors) * units_per_block;
-    row.atomic_output_sectors = partial_sectors * units_f;
-    row.output_sectors =
-        (tile_sectors + 2.0 * partial_sectors) * tiles_f + row.atomic_output_sectors;
+    let split = split_traffic(row, state, partial_sectors, tiles_f);
+    row.output_sectors_per_block = (tile_sectors + split.per_unit) * units_per_block;
+    row.output_sectors = tile_sectors * tiles_f + split.total;
     row.bias_sectors = if c.bias.is_some() {
         tiles_f * row.wgmma_block_n * element_bytes / SECTOR_BYTES
     } else {

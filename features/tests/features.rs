@@ -33,6 +33,7 @@ fn rd(middle: u32, inner: u32) -> ReductionSplit {
 fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u32; 2]) -> State {
     State {
         prefetch: false,
+        split_sums: Default::default(),
         mma: None,
         wgmma: None,
         spatial,
@@ -479,6 +480,7 @@ proptest! {
         let mut next = || f.next().unwrap_or(1);
         let state = State {
             prefetch: false,
+            split_sums: Default::default(),
             mma: None,
             wgmma: None,
             spatial: (0..c.spatial.len() + spatial_extra)
@@ -534,6 +536,7 @@ fn every_feature_varies_over_states_and_tasks() {
         let c = task.contraction();
         states.push(State {
             prefetch: false,
+            split_sums: Default::default(),
             mma: None,
             wgmma: None,
             spatial: (0..c.spatial.len())

@@ -15,6 +15,7 @@ use schedule::census::Census;
 use schedule::gemm::GemmView;
 use schedule::lower::lower;
 use schedule::mma::MmaTiling;
+use schedule::state::SplitSums;
 use schedule::validate::validate;
 use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, network, parse_shape};
 use std::time::Instant;
@@ -135,15 +136,29 @@ fn split_k_multiplies_the_blocks_and_adds_partial_sums_but_not_mmas() {
     assert_eq!(f2("mma_instructions"), f1("mma_instructions"));
     assert_eq!(f2("mma_cp_async_bytes"), f1("mma_cp_async_bytes"));
     assert_eq!(f2("mma_pipeline_fill"), 2.0 / 9.0);
-    // Each of the 50 blocks adds its 128 x 64 f32 partial sums (1024 sectors) into
-    // its tile's sums atomically, and each of the 25 tiles' fixups reads and clears
-    // them; the output is not zeroed.
-    assert_eq!(f2("atomic_output_sectors"), 50.0 * 1024.0);
+    // Each of the 50 blocks stores its 128 x 64 f32 partial sums (1024 sectors) and
+    // the fixup reads them back; nothing is added atomically or zeroed.
     assert_eq!(
         f2("output_sectors") - f1("output_sectors"),
+        50.0 * 2.0 * 1024.0
+    );
+    assert_eq!(f2("split_atomic"), 0.0);
+    assert_eq!(f2("atomic_output_sectors"), 0.0);
+    assert_eq!(f2("zeroed_output_sectors"), 0.0);
+    // With atomic sums each block adds its partial sums into its tile's, and each of
+    // the 25 tiles' fixups reads and clears one tile of them.
+    let atomic = State {
+        split_sums: SplitSums::Atomic,
+        ..State::tensor_core(t, 2)
+    };
+    let fa = features(&task, &atomic);
+    assert_eq!(fa("split_atomic"), 1.0);
+    assert_eq!(fa("atomic_output_sectors"), 50.0 * 1024.0);
+    assert_eq!(
+        fa("output_sectors") - f1("output_sectors"),
         50.0 * 1024.0 + 25.0 * 2.0 * 1024.0
     );
-    assert_eq!(f2("zeroed_output_sectors"), 0.0);
+    assert_eq!(fa("zeroed_output_sectors"), 0.0);
 }
 
 #[test]

@@ -747,21 +747,35 @@ impl Printer<'_> {
                 let bar = barrier_address(&self.expr(barrier));
                 let _ = writeln!(out, "{pad}{}", tma::arrive_c(&bar));
             }
-            Stmt::PartialStore { acc, at, valid } => {
-                // The result unused, the atomic compiles to a reduction (`RED`).
-                let store = format!(
-                    "atomicAdd(&partial[{}], acc[{}]);",
-                    self.expr(at),
-                    self.expr(acc)
-                );
+            Stmt::PartialStore {
+                acc,
+                at,
+                valid,
+                atomic,
+            } => {
+                let (at, acc) = (self.expr(at), self.expr(acc));
+                // The result unused, the atomic compiles to a reduction.
+                let store = if *atomic {
+                    format!("atomicAdd(&partial[{at}], acc[{acc}]);")
+                } else {
+                    format!("partial[{at}] = acc[{acc}];")
+                };
                 let _ = writeln!(out, "{pad}{}", self.when(valid, &store));
             }
-            Stmt::PartialAdd { acc, at, valid } => {
-                let at = self.expr(at);
-                let add = format!(
-                    "{{ acc[{}] += __ldcg(&partial[{at}]); __stcg(&partial[{at}], 0.0f); }}",
-                    self.expr(acc),
-                );
+            Stmt::PartialAdd {
+                acc,
+                at,
+                valid,
+                clear,
+            } => {
+                let (at, acc) = (self.expr(at), self.expr(acc));
+                let add = if *clear {
+                    format!(
+                        "{{ acc[{acc}] += __ldcg(&partial[{at}]); __stcg(&partial[{at}], 0.0f); }}"
+                    )
+                } else {
+                    format!("acc[{acc}] += __ldcg(&partial[{at}]);")
+                };
                 let _ = writeln!(out, "{pad}{}", self.when(valid, &add));
             }
             Stmt::LastArrival {

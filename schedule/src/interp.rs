@@ -46,11 +46,12 @@
 //!
 //! Split-K through scratch (`Stmt::LastArrival`): the workspace outlives the blocks,
 //! which run in grid order, so a tile's last arrival is its last block's. Partial sums
-//! are added into a tile's sums (atomically on the GPU); a warp's arrival publishes the
-//! ones it added before it, and a fixup may take (read and clear) only a sum whose every
-//! addition an arrival on the semaphore it is the last arrival of published (one added
-//! after its warp arrived, or never added, is an error). Every semaphore and every sum
-//! must be back at zero when the launch ends, as the next launch expects them.
+//! are stored to a chunk's own slots, or added into a tile's sums (atomically on the
+//! GPU); a warp's arrival publishes the ones it stored or added before it, and a fixup
+//! may read only a slot whose every store or addition an arrival on the semaphore it is
+//! the last arrival of published (one made after its warp arrived, or never made, is
+//! an error). Every semaphore, and every slot atomics added into, must be back at zero
+//! when the launch ends, as the next launch expects them.
 //!
 //! It runs the nest exactly as it is printed, transforms included (register prefetch,
 //! see `prefetch`): register arrays are per thread, and reading a slot that no load
@@ -195,7 +196,7 @@ pub enum InterpError {
         warpgroup: usize,
     },
     #[error(
-        "block {block} thread {thread}: workspace sum {index} taken by a fixup before every partial sum added into it was published by an arrival on its semaphore (added after its warp arrived, or never added, or taken twice)"
+        "block {block} thread {thread}: workspace slot {index} read by a fixup before every partial sum stored or added into it was published by an arrival on its semaphore (made after its warp arrived, never made, or cleared already)"
     )]
     PartialUnpublished {
         block: usize,
@@ -209,7 +210,7 @@ pub enum InterpError {
     )]
     SemaphoreLeft { semaphore: usize, value: u32 },
     #[error(
-        "workspace sum {index} left non-zero after the launch: no fixup took it, and the next launch would add onto it"
+        "workspace sum {index} left non-zero after the launch: no fixup cleared it, and the next launch's atomics would add onto it"
     )]
     PartialLeft { index: usize },
     #[error("block {block}: {error}")]
@@ -253,14 +254,16 @@ struct Cell {
     wgmma_read: Option<(usize, u64)>,
 }
 
-/// One slot of a tile's sums in the workspace: the sum of the partial sums added into
-/// it, how many of those no arrival has published yet, and the semaphore whose
-/// arrival published the others.
+/// One slot of partial sums in the workspace: the value stored or the sum of those
+/// added into it, how many of those no arrival has published yet, the semaphore whose
+/// arrival published the others, and whether atomics added into it (so that it must
+/// be cleared before the launch ends).
 #[derive(Clone, Copy)]
 struct Partial {
     value: f32,
     unpublished: u32,
     published: Option<usize>,
+    atomic: bool,
 }
 
 /// The launch's scratch, which outlives the blocks: its semaphores, its partial sums,
@@ -577,7 +580,11 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
     {
         return Err(InterpError::SemaphoreLeft { semaphore, value });
     }
-    if let Some(index) = workspace.partials.iter().position(Option::is_some) {
+    if let Some(index) = workspace
+        .partials
+        .iter()
+        .position(|p| p.is_some_and(|p| p.atomic))
+    {
         return Err(InterpError::PartialLeft { index });
     }
     let expected = kernel.split_k.max(1);
@@ -1442,7 +1449,12 @@ impl Block<'_> {
                         self.acc[t][i] = x.mul_add(y, self.acc[t][i]);
                     }
                 }
-                Stmt::PartialStore { acc, at, valid } => {
+                Stmt::PartialStore {
+                    acc,
+                    at,
+                    valid,
+                    atomic,
+                } => {
                     let storing: Vec<usize> = threads
                         .clone()
                         .filter(|&t| active[t] && self.holds(valid, t))
@@ -1451,12 +1463,20 @@ impl Block<'_> {
                         let i = self.settled(acc, t)?;
                         let p = self.partial_index(at, t)?;
                         let writer = (self.index, t / 32);
-                        let slot = self.workspace.partials[p].get_or_insert(Partial {
+                        let fresh = Partial {
                             value: 0.0,
                             unpublished: 0,
                             published: None,
-                        });
+                            atomic: *atomic,
+                        };
+                        let slot = &mut self.workspace.partials[p];
+                        // A plain store replaces the slot; an atomic adds onto it.
+                        let slot = match slot {
+                            Some(x) if *atomic => x,
+                            _ => slot.insert(fresh),
+                        };
                         slot.value += self.acc[t][i];
+                        slot.atomic |= *atomic;
                         slot.unpublished += 1;
                         self.workspace
                             .unpublished
@@ -1465,7 +1485,12 @@ impl Block<'_> {
                             .push(p);
                     }
                 }
-                Stmt::PartialAdd { acc, at, valid } => {
+                Stmt::PartialAdd {
+                    acc,
+                    at,
+                    valid,
+                    clear,
+                } => {
                     let adding: Vec<usize> = threads
                         .clone()
                         .filter(|&t| active[t] && self.holds(valid, t))
@@ -1473,8 +1498,9 @@ impl Block<'_> {
                     for t in adding {
                         let i = self.settled(acc, t)?;
                         let p = self.partial_index(at, t)?;
-                        let partial = self.workspace.partials[p]
-                            .take()
+                        let slot = &mut self.workspace.partials[p];
+                        let partial = if *clear { slot.take() } else { *slot };
+                        let partial = partial
                             .filter(|x| {
                                 x.unpublished == 0
                                     && x.published.is_some()

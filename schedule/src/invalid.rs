@@ -55,6 +55,10 @@ pub enum InvalidState {
     )]
     SplitKRelu { split_k: u32 },
     #[error(
+        "atomic split sums without a tensor-core split: use split_k > 1 in the mma.sync or wgmma sketch, or ordered sums"
+    )]
+    SplitSums,
+    #[error(
         "shared layout of input {input}: innermost dimension {innermost} is not one of its first {dims} (the tensor's last dimension is the natural order, written without `innermost`)"
     )]
     LayoutDimension {

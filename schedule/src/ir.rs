@@ -188,22 +188,25 @@ pub enum Stmt {
     /// `wgmma.wait_group pending`: all but the `pending` newest groups have completed.
     WgmmaWait { pending: u32 },
     /// Split-K through scratch (`lower::common::split_fixup`): `if (valid)
-    /// atomicAdd(&partial[at], acc[acc])`, a block's partial sum of one accumulator
-    /// added into its output tile's sum in the workspace (a `red.global.add.f32`, done
-    /// in L2, so every chunk's sums meet in one slot).
+    /// partial[at] = acc[acc]`, a block's partial sum of one accumulator into its own
+    /// slot of the workspace; `atomic`, `atomicAdd(&partial[at], acc[acc])` instead, added
+    /// into its output tile's sum (a reduction done in L2, where every chunk's sums
+    /// meet in one slot).
     PartialStore {
         acc: Expr,
         at: Expr,
         valid: Vec<Cond>,
+        atomic: bool,
     },
-    /// `if (valid) { acc[acc] += partial[at]; partial[at] = 0; }`, read and cleared
-    /// past the L1 cache (`ld.global.cg`, `st.global.cg`): the fixup taking a tile's
-    /// sum that every arrival published, and leaving the slot zeroed for the next
-    /// launch.
+    /// `if (valid) acc[acc] += partial[at]`, read past the L1 cache (`ld.global.cg`):
+    /// the fixup adding a partial sum that arrivals published; `clear` also zeroes the
+    /// slot (`st.global.cg`), as a slot that atomics add into must start the next
+    /// launch at zero.
     PartialAdd {
         acc: Expr,
         at: Expr,
         valid: Vec<Cond>,
+        clear: bool,
     },
     /// Each warp (whole warps only) publishes its partial stores (`__threadfence`) and
     /// arrives once on workspace semaphore `counter`; the warp whose arrival is the

@@ -116,15 +116,16 @@ impl MmaTiling {
     }
 
     /// The workspace of a `split_k` reduction (none without a split): one semaphore
-    /// per output tile and warp, then every tile's sums (each thread's accumulators),
-    /// in f32. Semaphores and bytes.
+    /// per output tile and warp, then every block's partial sums (each thread's
+    /// accumulators), in f32. Semaphores and bytes.
     pub fn workspace(&self, view: &GemmView, split_k: u32) -> (u64, u64) {
         if split_k <= 1 {
             return (0, 0);
         }
         let tiles = self.tiles(view);
         let semaphores = tiles * u64::from(self.warps_m * self.warps_n);
-        let partials = tiles * u64::from(self.accumulators()) * u64::from(self.threads());
+        let partials =
+            tiles * u64::from(split_k) * u64::from(self.accumulators()) * u64::from(self.threads());
         (semaphores, crate::ir::workspace_bytes(semaphores, partials))
     }
 

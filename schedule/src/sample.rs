@@ -21,7 +21,9 @@
 //! tensor-core sketches, whose fixup runs the epilogue on the whole sum (the CUDA-core
 //! sketch adds partial sums atomically, and validation forbids it). The split comes from a second
 //! ChaCha8 stream of the same seed, so the tiles drawn for a seed are those drawn
-//! before split-K existed; a `wgmma` draw takes it from the sketch's own stream.
+//! before split-K existed; a `wgmma` draw takes it from the sketch's own stream. A
+//! tensor-core split's partial sums are atomic (`SplitSums`) half the time, drawn from
+//! a stream of their own (stream 5, one draw per tensor-core state).
 //!
 //! Shared layouts come from a third stream (stream 2), two draws per input and state:
 //! the tensor's own order with probability 1/2, else one of the input's spatial
@@ -37,8 +39,8 @@ use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MMA_M, MMA_N, MmaTiling};
 use crate::state::{
-    MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit, State, UNROLL_STEPS,
-    VECTOR_WIDTHS,
+    MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit, SplitSums, State,
+    UNROLL_STEPS, VECTOR_WIDTHS,
 };
 use crate::task::{Contraction, Task};
 use crate::tiling::{Tiling, innermost_choices};
@@ -69,6 +71,8 @@ pub struct Sampler {
     wgmma_rng: ChaCha8Rng,
     /// The task's TMA view, when the `wgmma` sketch applies to it on this GPU.
     tma: Option<TmaGemm>,
+    /// The split sums' stream (stream 5): one draw per tensor-core state.
+    sums_rng: ChaCha8Rng,
     /// Innermost-dimension choices per input (`tiling::innermost_choices`).
     innermost: [Vec<Option<u8>>; 2],
     /// Factorizations per (tiled extent, parts), computed once.
@@ -92,7 +96,10 @@ impl Sampler {
         let tma = TmaGemm::of(&contraction)
             .ok()
             .filter(|_| wgmma_applies(&contraction, gpu));
+        let mut sums_rng = ChaCha8Rng::seed_from_u64(seed);
+        sums_rng.set_stream(5);
         Sampler {
+            sums_rng,
             mma_rng,
             gemm,
             wgmma_rng,
@@ -111,6 +118,17 @@ impl Sampler {
     /// the split stream.
     fn split_k(&mut self, state: &State) -> u32 {
         draw_split(&mut self.split_rng, &self.contraction, &self.gpu, state)
+    }
+
+    /// How a tensor-core state split `split_k` ways meets its partial sums: atomic half
+    /// the time there is a split; always one draw.
+    fn split_sums(&mut self, split_k: u32) -> SplitSums {
+        let atomic = self.sums_rng.next_u64().is_multiple_of(2);
+        if split_k > 1 && atomic {
+            SplitSums::Atomic
+        } else {
+            SplitSums::Ordered
+        }
     }
 
     /// A shared layout for input `input` (see the module docs); always two draws.
@@ -195,6 +213,7 @@ impl Sampler {
         let unroll_max_step = UNROLL_STEPS[self.pick(UNROLL_STEPS.len())];
         let mut state = State {
             prefetch: false,
+            split_sums: SplitSums::Ordered,
             mma: None,
             wgmma: None,
             spatial,
@@ -290,6 +309,7 @@ impl Sampler {
         }
         let mut state = State::tensor_core(tiling, 1);
         state.split_k = self.split_k(&state);
+        state.split_sums = self.split_sums(state.split_k);
         state
     }
 
@@ -370,6 +390,7 @@ impl Sampler {
         }
         state.wgmma = Some(tiling);
         state.split_k = split_k;
+        state.split_sums = self.split_sums(split_k);
         state
     }
 

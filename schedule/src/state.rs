@@ -265,6 +265,28 @@ fn is_false(value: &bool) -> bool {
     !*value
 }
 
+/// How the blocks of a split tile meet their partial sums in the workspace (the
+/// tensor-core sketches; `lower::common`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitSums {
+    /// Each chunk stores its own partial sums and the tile's last arrival adds them up
+    /// in chunk order: the same bits every launch, but the last arrival reads
+    /// `split_k` tiles of sums.
+    #[default]
+    Ordered,
+    /// Each chunk adds its partial sums into one tile of sums in L2 (`red.global.add`)
+    /// and the last arrival takes that one tile: cheap however deep the split, but a
+    /// sum of non-integer values may differ in its last bits between launches.
+    Atomic,
+}
+
+impl SplitSums {
+    pub fn is_ordered(&self) -> bool {
+        *self == SplitSums::Ordered
+    }
+}
+
 /// A concrete schedule of a task.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct State {
@@ -297,6 +319,11 @@ pub struct State {
     /// states keep their ids).
     #[serde(default, skip_serializing_if = "is_false")]
     pub prefetch: bool,
+    /// How the tensor-core sketches' split-K meets its partial sums (`SplitSums`);
+    /// ordered unless `split_k` > 1 in the `mma.sync` or `wgmma` sketch. Left out of
+    /// the JSON when ordered (older states keep their ids).
+    #[serde(default, skip_serializing_if = "SplitSums::is_ordered")]
+    pub split_sums: SplitSums,
     /// The tensor-core sketch (see `mma`): when set, the state tiles the contraction's
     /// GEMM view with `mma.sync` and these tile sizes, `spatial` and `reduction` are
     /// empty and `unroll_max_step`, `vector_width`, `shared_layout` and `prefetch`
@@ -380,6 +407,7 @@ impl State {
             split_k: 1,
             shared_layout: Default::default(),
             prefetch: false,
+            split_sums: SplitSums::Ordered,
             mma: None,
             wgmma: None,
         }
@@ -572,6 +600,7 @@ mod tests {
             vector_width: [1, 2],
             split_k: 1,
             shared_layout: Default::default(),
+            split_sums: SplitSums::Ordered,
             mma: None,
             wgmma: None,
         };
@@ -605,6 +634,21 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<State>(&transposed.to_json()).unwrap(),
             transposed
+        );
+        // Atomic split sums are written, ordered ones are not.
+        let atomic = State {
+            split_sums: SplitSums::Atomic,
+            ..split.clone()
+        };
+        assert!(
+            atomic
+                .to_json()
+                .ends_with(r#","split_k":8,"split_sums":"atomic"}"#)
+        );
+        assert_ne!(atomic.id(), split.id());
+        assert_eq!(
+            serde_json::from_str::<State>(&atomic.to_json()).unwrap(),
+            atomic
         );
     }
 }

@@ -154,26 +154,44 @@ pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), Inv
     state.sketch(
         || validate_cuda_core(c, state, gpu),
         |mma| {
-            let cuda_core_defaults = State::tensor_core(*mma, state.split_k);
+            let cuda_core_defaults = State {
+                split_sums: state.split_sums,
+                ..State::tensor_core(*mma, state.split_k)
+            };
             if *state != cuda_core_defaults {
                 return Err(InvalidState::MixedSketch);
             }
+            validate_split_sums(state)?;
             validate_mma(c, mma, state.split_k, gpu)
         },
         |tiling| {
             let hopper = State {
                 split_k: state.split_k,
+                split_sums: state.split_sums,
                 ..State::hopper(*tiling)
             };
             if *state != hopper {
                 return Err(InvalidState::MixedSketch);
             }
+            validate_split_sums(state)?;
             validate_wgmma(c, tiling, state.split_k, gpu)
         },
     )
 }
 
+/// Atomic sums only where there is a split to sum (one spelling per kernel).
+fn validate_split_sums(state: &State) -> Result<(), InvalidState> {
+    if state.split_k <= 1 && !state.split_sums.is_ordered() {
+        return Err(InvalidState::SplitSums);
+    }
+    Ok(())
+}
+
 fn validate_cuda_core(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), InvalidState> {
+    // The CUDA-core sketch adds its partial sums into the output; it has no workspace.
+    if !state.split_sums.is_ordered() {
+        return Err(InvalidState::SplitSums);
+    }
     check_structure(c, state)?;
     let threads: u64 = state.spatial.iter().map(|s| u64::from(s.thread)).product();
     let min_threads = u64::from(gpu.warp_size).min(c.output_elements());

@@ -512,15 +512,16 @@ impl WgmmaTiling {
     }
 
     /// The workspace of a `split_k` reduction (none without a split): one semaphore
-    /// per output tile and consumer warp, then every tile's sums (each consumer
-    /// thread's accumulators), in f32. Semaphores and bytes.
+    /// per output tile and consumer warp, then every unit's partial sums (each
+    /// consumer thread's accumulators), in f32. Semaphores and bytes.
     pub fn workspace(&self, view: &GemmView, split_k: u32) -> (u64, u64) {
         if split_k <= 1 {
             return (0, 0);
         }
         let semaphores = self.tiles(view) * u64::from(self.consumer_warps());
-        let partials =
-            self.tiles(view) * u64::from(self.accumulators()) * u64::from(self.consumer_threads());
+        let partials = self.grid(view, split_k).0
+            * u64::from(self.accumulators())
+            * u64::from(self.consumer_threads());
         (semaphores, crate::ir::workspace_bytes(semaphores, partials))
     }
 

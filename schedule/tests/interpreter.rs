@@ -366,6 +366,7 @@ fn split_k_with_short_and_empty_chunks() {
     for split_k in [1, 2, 3, 4, 5] {
         let state = State {
             prefetch: false,
+            split_sums: Default::default(),
             mma: None,
             wgmma: None,
             spatial: vec![

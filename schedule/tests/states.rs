@@ -77,6 +77,7 @@ fn json_round_trip_replays_byte_identical_source() {
 fn snapshot_conv2d_deep_layer() {
     let t = task("conv2d", "1,512,7,7,512,3,3,1,1", Epilogue::default());
     let state = State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,
@@ -103,6 +104,7 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
         },
     );
     let state = State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,
@@ -132,6 +134,7 @@ fn snapshot_depthwise_fp16_nhwc() {
     .with_types(DType::Fp16, DType::Fp16, Layout::Nhwc)
     .unwrap();
     let state = State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,
@@ -152,6 +155,7 @@ fn snapshot_depthwise_fp16_nhwc() {
 fn snapshot_matmul_tails() {
     let t = task("matmul", "333,777,555", Epilogue::default());
     let state = State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,
@@ -226,6 +230,13 @@ fn snapshot_wgmma_kernels() {
     };
     let k = generate(&decode, &split, &gpu).unwrap();
     insta::assert_snapshot!("wgmma_matmul_split_k", k.source);
+    // The same with atomic sums: added into the tile's slots, taken once and cleared.
+    let atomic = State {
+        split_sums: schedule::state::SplitSums::Atomic,
+        ..split
+    };
+    let k = generate(&decode, &atomic, &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_matmul_split_k_atomic", k.source);
     // Pairs of blocks down a raster band of 4 M tiles sharing B by TMA multicast, and a
     // TF32 1×1 convolution (k8 instructions, both operands K-major).
     let clustered = State::hopper(schedule::state::WgmmaTiling {
@@ -255,6 +266,7 @@ fn snapshot_wgmma_kernels() {
 /// The 128x128x8 tile of `snapshot_matmul_transposed_padded_a`.
 fn cublas_like_tile() -> State {
     State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,
@@ -299,6 +311,7 @@ fn snapshot_matmul_transposed_padded_a() {
 fn snapshot_batch_matmul() {
     let t = task("batch_matmul", "12,128,128,64", Epilogue::default());
     let state = State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,
@@ -327,6 +340,7 @@ fn snapshot_conv2d_deep_layer_split_k() {
         },
     );
     let state = State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,
@@ -380,6 +394,7 @@ fn validation_rejects_what_the_gpu_cannot_run() {
     let t = task("matmul", "1024,1024,1024", Epilogue::default());
     let c = t.contraction();
     let base = State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,
@@ -501,6 +516,7 @@ fn split_k_with_relu_is_rejected_with_a_reason() {
     };
     let t = task("matmul", "256,256,1024", relu);
     let state = State {
+        split_sums: Default::default(),
         prefetch: false,
         mma: None,
         wgmma: None,

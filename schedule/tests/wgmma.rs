@@ -22,7 +22,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
 use schedule::ir::{Kernel, Stmt};
 use schedule::mma::MmaTiling;
-use schedule::state::WgmmaTiling;
+use schedule::state::{SplitSums, WgmmaTiling};
 use schedule::{
     DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, lower::lower, parse_shape, validate,
 };
@@ -590,7 +590,15 @@ fn broken_split_k_fixups_are_caught() {
         split_state(tiling(1, 1, 48, 32, 2), 4),
         State::tensor_core(mma, 4),
     ] {
-        broken_split_k_fixup_is_caught(&t, &state);
+        for split_sums in [SplitSums::Ordered, SplitSums::Atomic] {
+            broken_split_k_fixup_is_caught(
+                &t,
+                &State {
+                    split_sums,
+                    ..state.clone()
+                },
+            );
+        }
     }
 }
 
@@ -602,10 +610,23 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
         assert!(mutate(&mut k.body), "the mutation applies");
         run(t, &k)
     };
-    // No fixup takes the sums: they are left in the workspace (and the epilogue
-    // stores zeros).
+    // No fixup: the epilogue stores zeros, and atomic sums are left in the workspace.
     let e = broken(&|b| without(b, &|s| matches!(s, Stmt::PartialAdd { .. }))).unwrap_err();
-    assert!(e.contains("left non-zero"), "{e}");
+    let left = state.split_sums == SplitSums::Atomic;
+    assert!(
+        if left {
+            e.contains("left non-zero")
+        } else {
+            e.starts_with("output ")
+        },
+        "{e}"
+    );
+    // A fixup that reads atomic sums without clearing them leaves them for the next
+    // launch to add onto.
+    if left {
+        let e = broken(&|b| keep_sums(b)).unwrap_err();
+        assert!(e.contains("left non-zero"), "{e}");
+    }
     // The fixup adds onto the last block's own sum instead of from zero.
     let e = broken(&|b| remove_in_fixup(b, &|s| matches!(s, Stmt::ZeroAcc))).unwrap_err();
     assert!(e.starts_with("output "), "{e}");
@@ -626,6 +647,19 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
         e.contains("written 0 times") || e.contains("left at"),
         "{e}"
     );
+}
+
+/// Makes every fixup read leave its slot as it was (no clear).
+fn keep_sums(body: &mut [Stmt]) -> bool {
+    let mut kept = false;
+    for s in body.iter_mut() {
+        if let Stmt::PartialAdd { clear, .. } = s {
+            kept |= std::mem::take(clear);
+        } else if let Some(inner) = s.body_mut() {
+            kept |= keep_sums(inner);
+        }
+    }
+    kept
 }
 
 /// Removes the first statement `hit` selects inside a `LastArrival`'s body.

@@ -80,9 +80,9 @@ fn divisors(n: u32) -> Vec<u32> {
 /// thread, outer, inner, then reduction axes' middle, inner), the unroll depth, the
 /// vector widths, the split, each input's layout (innermost dimension + 1, or 0 for
 /// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
-/// warps_m, warps_n, k_steps, stages, both copy widths, swizzle and split. `wgmma`
-/// (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight, persistent,
-/// producer_warp, split, raster, cluster and tma_store.
+/// warps_m, warps_n, k_steps, stages, both copy widths, swizzle, split and atomic
+/// split sums. `wgmma` (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight,
+/// persistent, producer_warp, split, raster, cluster, tma_store and atomic split sums.
 pub fn tile_vector(s: &State) -> Vec<u32> {
     s.sketch(
         || cuda_core_vector(s),
@@ -99,6 +99,7 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 t.vector[1],
                 u32::from(t.swizzle),
                 s.split_k,
+                u32::from(!s.split_sums.is_ordered()),
             ]
         },
         |t| {
@@ -116,6 +117,7 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 t.raster,
                 t.cluster,
                 t.tma_store,
+                u32::from(!s.split_sums.is_ordered()),
             ]
         },
     )
@@ -513,10 +515,9 @@ mod tests {
             let s = State::tensor_core(t, 2);
             assert!(validate(&c, &s, &gpu).is_ok());
             let distance = |n: &State| {
-                let tn = n.mma.unwrap();
                 MmaCoordinate::ALL
                     .into_iter()
-                    .filter(|k| k.get(&t, s.split_k) != k.get(&tn, n.split_k))
+                    .filter(|k| k.get(&s) != k.get(n))
                     .count()
             };
             let n1 = neighbours(&s, &space);
@@ -576,7 +577,10 @@ mod tests {
             },
             1,
         );
-        assert_eq!(tile_vector(&mma), vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1]);
+        assert_eq!(
+            tile_vector(&mma),
+            vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1, 0]
+        );
     }
 
     #[test]

@@ -22,9 +22,8 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::Rng;
-use schedule::mma::MmaTiling;
 use schedule::state::{
-    MAX_SPLIT_K, SHARED_PADS, SharedLayout, UNROLL_STEPS, VECTOR_WIDTHS, WgmmaTiling,
+    MAX_SPLIT_K, SHARED_PADS, SharedLayout, SplitSums, UNROLL_STEPS, VECTOR_WIDTHS, WgmmaTiling,
 };
 use schedule::task::Contraction;
 use schedule::tiling::{Tiling, innermost_choices};
@@ -185,10 +184,12 @@ pub enum MmaCoordinate {
     Vector(usize),
     Swizzle,
     SplitK,
+    /// The split's partial sums: 0 ordered, 1 atomic (`SplitSums`).
+    SplitSums,
 }
 
 impl MmaCoordinate {
-    pub const ALL: [MmaCoordinate; 10] = [
+    pub const ALL: [MmaCoordinate; 11] = [
         MmaCoordinate::BlockM,
         MmaCoordinate::BlockN,
         MmaCoordinate::WarpsM,
@@ -199,10 +200,15 @@ impl MmaCoordinate {
         MmaCoordinate::Vector(1),
         MmaCoordinate::Swizzle,
         MmaCoordinate::SplitK,
+        MmaCoordinate::SplitSums,
     ];
 
-    /// The coordinate's value in `t` (and `split_k`); the swizzle as 0 or 1.
-    pub fn get(self, t: &MmaTiling, split_k: u32) -> u32 {
+    /// The coordinate's value in tensor-core state `s` (0 for another sketch's); the
+    /// swizzle and the split sums as 0 or 1.
+    pub fn get(self, s: &State) -> u32 {
+        let Some(t) = &s.mma else {
+            return 0;
+        };
         match self {
             MmaCoordinate::BlockM => t.block_m,
             MmaCoordinate::BlockN => t.block_n,
@@ -212,7 +218,8 @@ impl MmaCoordinate {
             MmaCoordinate::Stages => t.stages,
             MmaCoordinate::Vector(i) => t.vector[i],
             MmaCoordinate::Swizzle => u32::from(t.swizzle),
-            MmaCoordinate::SplitK => split_k,
+            MmaCoordinate::SplitK => s.split_k,
+            MmaCoordinate::SplitSums => u32::from(s.split_sums == SplitSums::Atomic),
         }
     }
 
@@ -224,7 +231,7 @@ impl MmaCoordinate {
         let candidates = match self {
             // Shared rows are a power of two of chunks: k-steps double or halve.
             MmaCoordinate::Stages => [value.checked_sub(1), value.checked_add(1)],
-            MmaCoordinate::Swizzle => [Some(1 - value.min(1)), None],
+            MmaCoordinate::Swizzle | MmaCoordinate::SplitSums => [Some(1 - value.min(1)), None],
             _ => [
                 value.is_multiple_of(2).then_some(value / 2),
                 value.checked_mul(2),
@@ -233,14 +240,22 @@ impl MmaCoordinate {
         candidates
             .into_iter()
             .flatten()
-            .filter(|&v| v != value && (v > 0 || self == MmaCoordinate::Swizzle))
+            .filter(|&v| {
+                v != value
+                    && (v > 0 || matches!(self, MmaCoordinate::Swizzle | MmaCoordinate::SplitSums))
+            })
             .collect()
     }
 
     /// `s` with this coordinate set to `value` (unchanged for a CUDA-core state).
     fn set(self, s: &State, value: u32) -> State {
         let mut n = s.clone();
-        let State { mma, split_k, .. } = &mut n;
+        let State {
+            mma,
+            split_k,
+            split_sums,
+            ..
+        } = &mut n;
         if let Some(t) = mma {
             match self {
                 MmaCoordinate::BlockM => t.block_m = value,
@@ -252,6 +267,13 @@ impl MmaCoordinate {
                 MmaCoordinate::Vector(i) => t.vector[i] = value,
                 MmaCoordinate::Swizzle => t.swizzle = value != 0,
                 MmaCoordinate::SplitK => *split_k = value,
+                MmaCoordinate::SplitSums => {
+                    *split_sums = if value == 0 {
+                        SplitSums::Ordered
+                    } else {
+                        SplitSums::Atomic
+                    }
+                }
             }
         }
         n
@@ -262,7 +284,7 @@ impl MmaCoordinate {
 /// (`MmaCoordinate`) to a neighbouring value, nothing else changed, in the order of
 /// `MmaCoordinate::ALL` (smaller value first). Empty for a CUDA-core state.
 pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
-    s.sketch(Vec::new, |t| mma_moves(c, s, t, gpu), |_| Vec::new())
+    s.sketch(Vec::new, |_| mma_moves(c, s, gpu), |_| Vec::new())
 }
 
 /// Every valid state one move from `wgmma` state `s`: one coordinate of its tiling to
@@ -270,7 +292,8 @@ pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
 /// doubled, stages ± 1, the MMA groups in flight 0 ↔ 1, persistent blocks off ↔ one per
 /// SM, the producer warp off ↔ on, the raster band halved or doubled, 2 ↔ 0, clusters
 /// off ↔ pairs, TMA stores off ↔ on), then the reduction split doubled or halved
-/// (`split_steps`), nothing else changed, in that order. Empty for the other sketches.
+/// (`split_steps`), then the split's sums ordered ↔ atomic, nothing else changed, in
+/// that order. Empty for the other sketches.
 pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
     let Some(t) = s.wgmma else {
         return Vec::new();
@@ -338,25 +361,36 @@ pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
             ..t
         },
     ];
-    let split_k = s.split_k;
+    let (split_k, split_sums) = (s.split_k, s.split_sums);
     let tilings = moves.into_iter().map(|t| State {
         split_k,
+        split_sums,
         ..State::hopper(t)
     });
     let splits = split_steps(c, s).into_iter().map(|split_k| State {
         split_k,
+        split_sums,
         ..State::hopper(t)
     });
+    let sums = State {
+        split_k,
+        split_sums: match split_sums {
+            SplitSums::Ordered => SplitSums::Atomic,
+            SplitSums::Atomic => SplitSums::Ordered,
+        },
+        ..State::hopper(t)
+    };
     tilings
         .chain(splits)
+        .chain([sums])
         .filter(|n| n != s && validate(c, n, gpu).is_ok())
         .collect()
 }
 
-fn mma_moves(c: &Contraction, s: &State, t: &MmaTiling, gpu: &GpuSpec) -> Vec<State> {
+fn mma_moves(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
     let mut out = Vec::new();
     for coordinate in MmaCoordinate::ALL {
-        for value in coordinate.steps(coordinate.get(t, s.split_k)) {
+        for value in coordinate.steps(coordinate.get(s)) {
             let n = coordinate.set(s, value);
             if n != *s && validate(c, &n, gpu).is_ok() {
                 out.push(n);
@@ -436,6 +470,7 @@ fn mutate_cuda_core(
 mod tests {
     use super::*;
     use rand_chacha::rand_core::SeedableRng;
+    use schedule::mma::MmaTiling;
     use schedule::{Sampler, Task, parse_shape};
 
     #[test]
@@ -578,10 +613,9 @@ mod tests {
 
     /// The coordinates in which two tensor-core states differ.
     fn changed(a: &State, b: &State) -> Vec<MmaCoordinate> {
-        let (ta, tb) = (a.mma.unwrap(), b.mma.unwrap());
         MmaCoordinate::ALL
             .into_iter()
-            .filter(|k| k.get(&ta, a.split_k) != k.get(&tb, b.split_k))
+            .filter(|k| k.get(a) != k.get(b))
             .collect()
     }
 
@@ -600,13 +634,10 @@ mod tests {
                 let moved = changed(&s, &m);
                 assert_eq!(moved.len(), 1, "{s:?} -> {m:?}");
                 let k = moved[0];
-                let (from, to) = (
-                    k.get(&s.mma.unwrap(), s.split_k),
-                    k.get(&m.mma.unwrap(), m.split_k),
-                );
+                let (from, to) = (k.get(&s), k.get(&m));
                 let neighbouring = match k {
                     MmaCoordinate::Stages => from.abs_diff(to) == 1,
-                    MmaCoordinate::Swizzle => true,
+                    MmaCoordinate::Swizzle | MmaCoordinate::SplitSums => true,
                     _ => to == 2 * from || 2 * to == from,
                 };
                 assert!(neighbouring, "{k:?}: {from} -> {to}");
@@ -630,8 +661,9 @@ mod tests {
         for (task, s) in tensor_core_cases() {
             let c = task.contraction();
             let steps = mma_steps(&c, &s, &gpu);
-            // 10 coordinates, two directions each but the swizzle's one.
-            assert!(steps.len() >= 12 && steps.len() <= 19, "{}", steps.len());
+            // 11 coordinates, two directions each but the swizzle's and the split
+            // sums' one.
+            assert!(steps.len() >= 12 && steps.len() <= 20, "{}", steps.len());
             for n in &steps {
                 assert_eq!(changed(&s, n).len(), 1);
                 assert!(validate(&c, n, &gpu).is_ok());

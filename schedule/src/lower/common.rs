@@ -225,32 +225,55 @@ pub(super) fn gemm_valid(scope: &Scope, view: &GemmView, row: &Expr, col: &Expr)
     valid
 }
 
-/// Split-K through the workspace, as the tensor-core sketches run it: every chunk of
-/// output tile `tile` adds accumulator `acc` of each of its `threads` threads into
-/// this index of the tile's sums, so that a warp's atomics and loads are coalesced.
+/// Most partial sums a thread's ordered fixup adds in one unrolled loop.
+const MAX_UNROLLED_ADDS: i64 = 512;
+
+/// Split-K through the workspace, as the tensor-core sketches run it: the slot of
+/// accumulator `acc` of each of a block's `threads` threads in the partial sums of
+/// `unit` (a chunk's own, or with atomic sums its tile's), so that a warp's stores
+/// and loads are coalesced.
 pub(super) fn partial_index(
     scope: &Scope,
-    tile: Expr,
+    unit: Expr,
     acc: Expr,
     (accumulators, threads): (i64, i64),
 ) -> Expr {
-    let slot = scope.add(scope.mul(tile, accumulators), acc);
+    let slot = scope.add(scope.mul(unit, accumulators), acc);
     scope.add(scope.mul(slot, threads), Expr::ThreadIdx)
 }
 
-/// The end of a split unit, after its partial sums were added into its tile's sums:
-/// each warp arrives on its tile's semaphore `counter` (one per tile and warp, as a
-/// warp's lanes read back only their own slots); the warp whose arrival is the
-/// `split`-th takes the tile's sums (`take`: one read and clear per accumulator,
-/// however deep the split) and runs `epilogue`. Its arrival resets the semaphore and
-/// its reads clear the sums, so the workspace is zeroed once, not per launch. The
-/// sums meet in L2 in whatever order the chunks arrive (the last bits of a sum of
-/// non-integer values may differ between launches, as the CUDA-core sketch's atomic
-/// split does); kept per chunk instead, the last arrival read `split` times the tile,
-/// which made deep splits slower than shallow ones.
-pub(super) fn split_fixup(split: i64, counter: Expr, take: Vec<Stmt>, epilogue: Vec<Stmt>) -> Stmt {
+/// How a split tile's last arrival reads its partial sums.
+pub(super) enum FixupReads {
+    /// Atomic sums: the tile's one slot per accumulator, read and cleared.
+    Take(Vec<Stmt>),
+    /// Ordered sums: every chunk's slots (`adds`, over chunk `chunk`) in chunk order,
+    /// so that the sum does not depend on which block came last.
+    Chunks { chunk: Var, adds: Vec<Stmt> },
+}
+
+/// The end of a split unit, after its partial sums were stored or added: each warp
+/// arrives on its tile's semaphore `counter` (one per tile and warp, as a warp's lanes
+/// read back only their own slots); the warp whose arrival is the `split`-th reads the
+/// tile's sums (`reads`) and runs `epilogue`. Its arrival resets the semaphore (and a
+/// take clears the atomic sums), so the workspace is zeroed once, not per launch.
+pub(super) fn split_fixup(
+    (split, accumulators): (i64, i64),
+    counter: Expr,
+    reads: FixupReads,
+    epilogue: Vec<Stmt>,
+) -> Stmt {
     let mut fixup = vec![Stmt::ZeroAcc];
-    fixup.extend(take);
+    match reads {
+        FixupReads::Take(take) => fixup.extend(take),
+        FixupReads::Chunks { chunk, adds } => fixup.push(Stmt::For {
+            var: chunk,
+            extent: split,
+            // Unrolled, every chunk's loads are in flight at once (the fixup is
+            // otherwise a chain of L2 round trips), up to a bound on code size.
+            unroll: split * accumulators <= MAX_UNROLLED_ADDS,
+            body: adds,
+        }),
+    }
     fixup.extend(epilogue);
     Stmt::LastArrival {
         counter,

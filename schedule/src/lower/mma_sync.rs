@@ -21,13 +21,14 @@
 //! Per k-step each warp loads one A fragment per 16-row MMA tile and one B fragment
 //! per 8-column tile, then issues every (A, B) product; the epilogue writes each
 //! thread's four accumulators per MMA tile through the fused epilogue (f32). Under
-//! split-K each block adds its partial sums into its tile's sums in the workspace (in
-//! L2) and the last warp of a tile to arrive takes them and runs the epilogue
-//! (`common::split_fixup`), so any output type and a ReLU work.
+//! split-K each block stores its partial sums to the workspace (or adds them into its
+//! tile's sums there, `SplitSums::Atomic`) and the last warp of a tile to arrive adds
+//! them up and runs the epilogue (`common::split_fixup`), so any output type and a
+//! ReLU work.
 
 use super::common::{
-    affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index,
-    split_fixup, tensor_params, var_or_zero, wrap_loops,
+    FixupReads, affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded,
+    partial_index, split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
@@ -35,13 +36,15 @@ use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, Param, Scope, SharedPool, SharedWrite, Stmt, Var};
 use crate::launch::LaunchConfig;
 use crate::mma::MmaTiling;
+use crate::state::SplitSums;
 use crate::task::{Contraction, Task};
 
 /// Lowers a validated tensor-core state of `task`.
-pub(super) fn lower(task: &Task, tiling: &MmaTiling, split_k: u32) -> Kernel {
+pub(super) fn lower(task: &Task, tiling: &MmaTiling, split: (u32, SplitSums)) -> Kernel {
+    let split_k = split.0;
     let c = task.contraction();
     let view = GemmView::of(&c).expect("tensor-core states are validated");
-    let mut lowering = MmaLowering::new(&c, &view, tiling, split_k);
+    let mut lowering = MmaLowering::new(&c, &view, tiling, split);
     let body = lowering.body();
     let t = tiling;
     let elements = lowering.layouts.map(|l| l.elements() * i64::from(t.stages));
@@ -127,10 +130,17 @@ struct MmaLowering<'a> {
     ktiles: i64,
     /// K tiles per split chunk.
     chunk: i64,
+    /// The split's partial sums meet atomically (`SplitSums::Atomic`).
+    atomic: bool,
 }
 
 impl<'a> MmaLowering<'a> {
-    fn new(c: &'a Contraction, view: &'a GemmView, t: &'a MmaTiling, split_k: u32) -> Self {
+    fn new(
+        c: &'a Contraction,
+        view: &'a GemmView,
+        t: &'a MmaTiling,
+        (split_k, sums): (u32, SplitSums),
+    ) -> Self {
         let block_k = t.block_k(c.dtype) as i64;
         let ktiles = (view.k as i64 + block_k - 1) / block_k;
         let split = i64::from(split_k);
@@ -143,6 +153,7 @@ impl<'a> MmaLowering<'a> {
             view,
             t,
             split,
+            atomic: sums == SplitSums::Atomic,
             scope: Scope::new(grid, i64::from(t.threads())),
             layouts: [0, 1].map(|i| t.tile_layout(i, view, c.dtype)),
             atom: MmaAtom::sizing(c.dtype),
@@ -449,8 +460,9 @@ impl<'a> MmaLowering<'a> {
     }
 
     /// The epilogue: each thread's accumulators of every MMA tile of its warp through
-    /// the fused epilogue; split, the block's partial sums added into its tile's sums
-    /// in the workspace, then `split_fixup` (a tile's chunks are `tiles` blocks apart).
+    /// the fused epilogue; split, the block's partial sums into the workspace (its own
+    /// slots, or added into its tile's), then `split_fixup` (a tile's chunks are
+    /// `tiles` blocks apart).
     #[allow(clippy::too_many_arguments)]
     fn store(
         &mut self,
@@ -483,27 +495,58 @@ impl<'a> MmaLowering<'a> {
         }
         let sums = (i64::from(t.accumulators()), i64::from(t.threads()));
         let tiles = self.scope.grid / self.split;
-        let tile = self.scope.rem(Expr::BlockIdx, tiles);
-        let tile = bind(&mut self.scope, &mut head, "tile", tile);
-        let partial = |l: &mut Self, take: bool| {
+        let atomic = self.atomic;
+        let tile_of = |l: &mut Self, head: &mut Vec<Stmt>| {
+            let tile = l.scope.rem(Expr::BlockIdx, tiles);
+            bind(&mut l.scope, head, "tile", tile)
+        };
+        // A block stores to its own slots (its index), or adds into its tile's.
+        let atomic_tile = atomic.then(|| tile_of(self, &mut head));
+        let own = atomic_tile.clone().unwrap_or(Expr::BlockIdx);
+        let stores = self.values(&origin, |scope, (row, col, acc)| {
+            let at = partial_index(scope, own, acc.clone(), sums);
+            let valid = gemm_valid(scope, view, &row, &col);
+            vec![Stmt::PartialStore {
+                acc,
+                at,
+                valid,
+                atomic,
+            }]
+        });
+        head.extend(stores);
+        let tile = match atomic_tile {
+            Some(tile) => tile,
+            None => tile_of(self, &mut head),
+        };
+        let adds = |l: &mut Self, unit: Expr| {
             l.values(&origin, |scope, (row, col, acc)| {
-                let at = partial_index(scope, tile.clone(), acc.clone(), sums);
+                let at = partial_index(scope, unit, acc.clone(), sums);
                 let valid = gemm_valid(scope, view, &row, &col);
-                vec![if take {
-                    Stmt::PartialAdd { acc, at, valid }
-                } else {
-                    Stmt::PartialStore { acc, at, valid }
+                vec![Stmt::PartialAdd {
+                    acc,
+                    at,
+                    valid,
+                    clear: atomic,
                 }]
             })
         };
-        let stores = partial(self, false);
-        head.extend(stores);
-        let take = partial(self, true);
+        let reads = if atomic {
+            FixupReads::Take(adds(self, tile.clone()))
+        } else {
+            let chunk = self.scope.var("chunk", 0, self.split - 1);
+            let unit = self
+                .scope
+                .add(self.scope.mul(Expr::Var(chunk), tiles), tile.clone());
+            FixupReads::Chunks {
+                chunk,
+                adds: adds(self, unit),
+            }
+        };
         let epilogue = epilogue(self);
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
-        let counter = s.add(s.mul(tile.clone(), i64::from(t.warps_m * t.warps_n)), warp);
-        head.push(split_fixup(self.split, counter, take, epilogue));
+        let counter = s.add(s.mul(tile, i64::from(t.warps_m * t.warps_n)), warp);
+        head.push(split_fixup((self.split, sums.0), counter, reads, epilogue));
         head
     }
 

@@ -18,7 +18,7 @@ use crate::task::Task;
 pub fn lower(task: &Task, state: &State) -> Kernel {
     state.sketch(
         || cuda_core::lower(task, state),
-        |mma| mma_sync::lower(task, mma, state.split_k),
-        |tiling| wgmma::lower(task, tiling, state.split_k),
+        |mma| mma_sync::lower(task, mma, (state.split_k, state.split_sums)),
+        |tiling| wgmma::lower(task, tiling, (state.split_k, state.split_sums)),
     )
 }

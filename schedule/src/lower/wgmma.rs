@@ -42,16 +42,20 @@
 //! With split-K the block works on units, not tiles: unit `u` is K chunk `u % split_k`
 //! of output tile `u / split_k` (a tile's chunks neighbour in the grid, so they run
 //! together and their partial sums stay in L2), a chunk's K tiles past K read zeros.
-//! Step 5 then adds the thread's accumulators into the tile's sums in the workspace
-//! (`(tile · accumulators + i) · consumer threads + thread`, coalesced `red.global.add`
-//! in L2), and each consumer warp arrives on its tile's semaphore (one per tile and
-//! warp, as a warp's sums are the only ones its lanes read back). The last warp to
-//! arrive takes the sums, clearing them, and runs the epilogue; its arrival resets the
-//! semaphore, so the workspace is zeroed once, not per launch.
+//! Step 5 then stores the thread's accumulators to the unit's partial sums in the
+//! workspace (`(unit · accumulators + i) · consumer threads + thread`, coalesced), and
+//! each consumer warp arrives on its tile's semaphore (one per tile and warp, as a
+//! warp's partial sums are the only ones its lanes read back). The last warp to arrive
+//! adds up the tile's partial sums in chunk order, so the sums do not depend on which
+//! block came last, and runs the epilogue; its arrival resets the semaphore, so the
+//! workspace is zeroed once, not per launch. With atomic sums (`SplitSums::Atomic`)
+//! every unit adds into its tile's slots instead (`red.global.add` in L2), and the last
+//! arrival reads one tile of sums, not one per chunk, clearing them for the next
+//! launch.
 
 use super::common::{
-    axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index, split_fixup,
-    tensor_params, var_or_zero, wrap_loops,
+    FixupReads, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index,
+    split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use crate::atom::Index;
 use crate::atom::fragment;
@@ -60,11 +64,13 @@ use crate::ir::{
     Cond, Expr, Kernel, OUTPUT_MAP, Param, Role, Scope, SharedPool, Staging, Stmt, WgmmaOperand,
 };
 use crate::launch::{Dim3, LaunchConfig, Target, TensorMapArg};
+use crate::state::SplitSums;
 use crate::task::{Contraction, Task};
 use crate::wgmma::{ATOM_M, STAGING_BUFFERS, TmaGemm, WgmmaTiling};
 
-/// Lowers a validated `wgmma` state of `task` with its reduction split `split_k` ways.
-pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
+/// Lowers a validated `wgmma` state of `task` with its reduction split `split_k` ways,
+/// its partial sums meeting as `sums` says.
+pub(super) fn lower(task: &Task, t: &WgmmaTiling, (split_k, sums): (u32, SplitSums)) -> Kernel {
     let c = task.contraction();
     let gemm = TmaGemm::of(&c).expect("wgmma states are validated");
     let maps = [0, 1].map(|i| {
@@ -119,6 +125,7 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, split_k: u32) -> Kernel {
         first_map,
         chunk: t.chunk_ktiles(view, split_k) as i64,
         split_k: i64::from(split_k.max(1)),
+        atomic: sums == SplitSums::Atomic,
         warpgroup: Expr::Const(0),
     };
     let body = lowering.body();
@@ -168,6 +175,8 @@ struct WgmmaLowering<'a> {
     chunk: i64,
     /// Units of an output tile.
     split_k: i64,
+    /// The split's partial sums meet atomically (`SplitSums::Atomic`).
+    atomic: bool,
     /// The thread's warpgroup (`body` binds it first).
     warpgroup: Expr,
 }
@@ -594,7 +603,8 @@ impl WgmmaLowering<'_> {
     }
 
     /// A unit's results: without a split, the epilogue; with one, the unit's partial
-    /// sums added into its tile's sums in the workspace, then `split_fixup`.
+    /// sums into the workspace (its own slots, or added into its tile's), then
+    /// `split_fixup`.
     fn results(&mut self, unit: Expr) -> Vec<Stmt> {
         let mut out = Vec::new();
         if self.split_k == 1 {
@@ -614,25 +624,53 @@ impl WgmmaLowering<'_> {
         let tile = self.scope.div(unit.clone(), self.split_k);
         let tile = bind(&mut self.scope, &mut out, "tile", tile);
         let place = self.place(&mut out, tile.clone());
-        let partial = |l: &mut Self, take: bool| {
+        let atomic = self.atomic;
+        // A unit stores to its own slots, or adds into its tile's.
+        let own = if atomic { tile.clone() } else { unit };
+        let stores = self.values(&place, 1, |l, (row, col, acc)| {
+            let at = partial_index(&l.scope, own, acc.clone(), sums);
+            let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
+            vec![Stmt::PartialStore {
+                acc,
+                at,
+                valid,
+                atomic,
+            }]
+        });
+        out.extend(stores);
+        let adds = |l: &mut Self, unit: Expr| {
             l.values(&place, 1, |l, (row, col, acc)| {
-                let at = partial_index(&l.scope, tile.clone(), acc.clone(), sums);
+                let at = partial_index(&l.scope, unit, acc.clone(), sums);
                 let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
-                vec![if take {
-                    Stmt::PartialAdd { acc, at, valid }
-                } else {
-                    Stmt::PartialStore { acc, at, valid }
+                vec![Stmt::PartialAdd {
+                    acc,
+                    at,
+                    valid,
+                    clear: atomic,
                 }]
             })
         };
-        let stores = partial(self, false);
-        out.extend(stores);
-        let take = partial(self, true);
+        let reads = if atomic {
+            FixupReads::Take(adds(self, tile.clone()))
+        } else {
+            let chunk = self.scope.var("chunk", 0, self.split_k - 1);
+            let first = self.scope.mul(tile.clone(), self.split_k);
+            let unit = self.scope.add(first, Expr::Var(chunk));
+            FixupReads::Chunks {
+                chunk,
+                adds: adds(self, unit),
+            }
+        };
         let epilogue = self.epilogue(&place);
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
         let counter = s.add(s.mul(tile, i64::from(self.t.consumer_warps())), warp);
-        out.push(split_fixup(self.split_k, counter, take, epilogue));
+        out.push(split_fixup(
+            (self.split_k, sums.0),
+            counter,
+            reads,
+            epilogue,
+        ));
         out
     }
 
