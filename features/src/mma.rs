@@ -52,7 +52,7 @@ use schedule::validate::validate;
 use schedule::{DType, GpuSpec, State};
 
 /// Bounds of the tiling fields that are described at all. Validation accepts far less
-/// (at most 8 warps, 4 k-steps, 4 stages, a split of 64, 16-byte copies and a block
+/// (at most 8 warps, 8 k-steps, 8 stages, a split of 64, 16-byte copies and a block
 /// tile within shared memory), so a state beyond them is invalid anyway; within them
 /// no count below overflows, and the schedule crate's u32 arithmetic on the tiling
 /// (threads, accumulators, shared bytes) cannot either.

@@ -130,7 +130,7 @@ pub fn check_tile_split(split_k: u32, ktiles: u64) -> Result<(), crate::InvalidS
 }
 
 /// The tensor-core sketch's limits (`MmaTiling`). Deepest pipeline it builds:
-pub const MAX_STAGES: u32 = 4;
+pub const MAX_STAGES: u32 = 8;
 /// Most warps per block.
 pub const MAX_WARPS: u32 = 8;
 /// Most k-steps per shared tile.

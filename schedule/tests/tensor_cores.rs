@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
 use schedule::ir::{Kernel, Stmt};
-use schedule::mma::MmaTiling;
+use schedule::mma::{MAX_STAGES, MmaTiling};
 use schedule::{
     DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, lower::lower, parse_shape, validate,
 };
@@ -57,7 +57,7 @@ fn variants(task: &Task, state: &State) -> Vec<State> {
     let gpu = GpuSpec::h100();
     let mma = state.mma.expect("a tensor-core state");
     let mut out = vec![state.clone()];
-    for stages in 1..=4 {
+    for stages in 1..=MAX_STAGES {
         for swizzle in [true, false] {
             for split_k in [1, 3] {
                 let s = State::tensor_core(
