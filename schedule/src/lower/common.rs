@@ -242,6 +242,31 @@ pub(super) fn partial_index(
     scope.add(scope.mul(slot, threads), Expr::ThreadIdx)
 }
 
+/// One accumulator's partial-sum statement at workspace slot `at`: the unit's store
+/// (an atomic addition with atomic sums), or with `read` the fixup's read (clearing
+/// atomic sums for the next launch).
+pub(super) fn partial_sum(
+    read: bool,
+    atomic: bool,
+    (acc, at, valid): (Expr, Expr, Vec<Cond>),
+) -> Stmt {
+    if read {
+        Stmt::PartialAdd {
+            acc,
+            at,
+            valid,
+            clear: atomic,
+        }
+    } else {
+        Stmt::PartialStore {
+            acc,
+            at,
+            valid,
+            atomic,
+        }
+    }
+}
+
 /// How a split tile's last arrival reads its partial sums.
 pub(super) enum FixupReads {
     /// Atomic sums: the tile's one slot per accumulator, read and cleared.

@@ -28,7 +28,7 @@
 
 use super::common::{
     FixupReads, affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded,
-    partial_index, split_fixup, tensor_params, var_or_zero, wrap_loops,
+    partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
@@ -503,35 +503,21 @@ impl<'a> MmaLowering<'a> {
         // A block stores to its own slots (its index), or adds into its tile's.
         let atomic_tile = atomic.then(|| tile_of(self, &mut head));
         let own = atomic_tile.clone().unwrap_or(Expr::BlockIdx);
-        let stores = self.values(&origin, |scope, (row, col, acc)| {
-            let at = partial_index(scope, own, acc.clone(), sums);
-            let valid = gemm_valid(scope, view, &row, &col);
-            vec![Stmt::PartialStore {
-                acc,
-                at,
-                valid,
-                atomic,
-            }]
-        });
+        let partial = |l: &mut Self, unit: Expr, read: bool| {
+            l.values(&origin, |scope, (row, col, acc)| {
+                let at = partial_index(scope, unit, acc.clone(), sums);
+                let valid = gemm_valid(scope, view, &row, &col);
+                vec![partial_sum(read, atomic, (acc, at, valid))]
+            })
+        };
+        let stores = partial(self, own, false);
         head.extend(stores);
         let tile = match atomic_tile {
             Some(tile) => tile,
             None => tile_of(self, &mut head),
         };
-        let adds = |l: &mut Self, unit: Expr| {
-            l.values(&origin, |scope, (row, col, acc)| {
-                let at = partial_index(scope, unit, acc.clone(), sums);
-                let valid = gemm_valid(scope, view, &row, &col);
-                vec![Stmt::PartialAdd {
-                    acc,
-                    at,
-                    valid,
-                    clear: atomic,
-                }]
-            })
-        };
         let reads = if atomic {
-            FixupReads::Take(adds(self, tile.clone()))
+            FixupReads::Take(partial(self, tile.clone(), true))
         } else {
             let chunk = self.scope.var("chunk", 0, self.split - 1);
             let unit = self
@@ -539,7 +525,7 @@ impl<'a> MmaLowering<'a> {
                 .add(self.scope.mul(Expr::Var(chunk), tiles), tile.clone());
             FixupReads::Chunks {
                 chunk,
-                adds: adds(self, unit),
+                adds: partial(self, unit, true),
             }
         };
         let epilogue = epilogue(self);

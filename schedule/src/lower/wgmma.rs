@@ -55,7 +55,7 @@
 
 use super::common::{
     FixupReads, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index,
-    split_fixup, tensor_params, var_or_zero, wrap_loops,
+    partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use crate::atom::Index;
 use crate::atom::fragment;
@@ -627,38 +627,24 @@ impl WgmmaLowering<'_> {
         let atomic = self.atomic;
         // A unit stores to its own slots, or adds into its tile's.
         let own = if atomic { tile.clone() } else { unit };
-        let stores = self.values(&place, 1, |l, (row, col, acc)| {
-            let at = partial_index(&l.scope, own, acc.clone(), sums);
-            let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
-            vec![Stmt::PartialStore {
-                acc,
-                at,
-                valid,
-                atomic,
-            }]
-        });
-        out.extend(stores);
-        let adds = |l: &mut Self, unit: Expr| {
+        let partial = |l: &mut Self, unit: Expr, read: bool| {
             l.values(&place, 1, |l, (row, col, acc)| {
                 let at = partial_index(&l.scope, unit, acc.clone(), sums);
                 let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
-                vec![Stmt::PartialAdd {
-                    acc,
-                    at,
-                    valid,
-                    clear: atomic,
-                }]
+                vec![partial_sum(read, atomic, (acc, at, valid))]
             })
         };
+        let stores = partial(self, own, false);
+        out.extend(stores);
         let reads = if atomic {
-            FixupReads::Take(adds(self, tile.clone()))
+            FixupReads::Take(partial(self, tile.clone(), true))
         } else {
             let chunk = self.scope.var("chunk", 0, self.split_k - 1);
             let first = self.scope.mul(tile.clone(), self.split_k);
             let unit = self.scope.add(first, Expr::Var(chunk));
             FixupReads::Chunks {
                 chunk,
-                adds: adds(self, unit),
+                adds: partial(self, unit, true),
             }
         };
         let epilogue = self.epilogue(&place);
