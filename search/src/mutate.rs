@@ -13,9 +13,10 @@
 //!
 //! Tensor-core states (`State::mma`) have no factor lattice: their coordinates are the
 //! block tile's sides, the warps along each, the k-steps per K tile, the pipeline's
-//! stages, each input's copy width, the swizzle and the split. A mutation moves one of
-//! them to a neighbouring value (`mma_steps`: sides, warps, copy widths and split
-//! doubled or halved, k-steps and stages one up or down, the swizzle toggled), drawn
+//! stages, each input's copy width, the swizzle, the split and its sums. A mutation
+//! moves one of them to a neighbouring value (`mma_steps`: sides, warps, copy widths
+//! and split doubled or halved, k-steps and stages one up or down, the swizzle and the
+//! split sums toggled), drawn
 //! uniformly among the moves that give a valid state. Nothing is refitted afterwards,
 //! so a mutant differs from its parent in exactly one coordinate; the CUDA-core
 //! mutations above are untouched (the same seed draws the same CUDA-core mutants).
