@@ -254,6 +254,11 @@ struct Cell {
     wgmma_read: Option<(usize, u64)>,
 }
 
+/// A staging rule broken in block `block`, as the interpreter's error.
+fn staging_error(block: usize) -> impl Fn(StagingError) -> InterpError {
+    move |error| InterpError::Staging { block, error }
+}
+
 /// One slot of partial sums in the workspace: the value stored or the sum of those
 /// added into it, how many of those no arrival has published yet, the semaphore whose
 /// arrival published the others, and whether atomics added into it (so that it must
@@ -566,10 +571,7 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
         };
         let active: Vec<bool> = (0..threads).map(|t| t % stride < block_threads).collect();
         block.exec(&kernel.body, &active, inputs, &mut out, &mut writes)?;
-        block
-            .staging
-            .unwaited()
-            .map_err(|error| InterpError::Staging { block: b, error })?;
+        block.staging.unwaited().map_err(staging_error(b))?;
         workspace = block.workspace;
     }
     if let Some((semaphore, &value)) = workspace
@@ -934,13 +936,10 @@ impl Block<'_> {
             let Some(global) = global else {
                 continue;
             };
-            let value =
-                self.staging
-                    .read(t, base + offset)
-                    .map_err(|error| InterpError::Staging {
-                        block: self.index,
-                        error,
-                    })?;
+            let value = self
+                .staging
+                .read(t, base + offset)
+                .map_err(staging_error(self.index))?;
             let o = usize::try_from(global)
                 .ok()
                 .filter(|&o| o < out.len())
@@ -1563,12 +1562,9 @@ impl Block<'_> {
                                 let len = self.kernel.staging.map_or(0, |s| s.elements);
                                 let at = self.rank(t) as i64 * len + o;
                                 let o = if (0..len).contains(&o) { at } else { -1 };
-                                self.staging.write(t, o, v).map_err(|error| {
-                                    InterpError::Staging {
-                                        block: self.index,
-                                        error,
-                                    }
-                                })?;
+                                self.staging
+                                    .write(t, o, v)
+                                    .map_err(staging_error(self.index))?;
                                 continue;
                             }
                             let o = usize::try_from(o).ok().filter(|&o| o < out.len()).ok_or(

@@ -267,9 +267,7 @@ impl TmaGemm {
             })
         })
     }
-}
 
-impl TmaGemm {
     /// The tensor map of the output for `tiling`'s TMA stores: boxes of 64 rows of a
     /// staged chunk's columns. None where TMA cannot write the output.
     pub fn output_box(&self, c: &Contraction, tiling: &WgmmaTiling) -> Option<TensorBox> {
@@ -321,11 +319,7 @@ impl WgmmaTiling {
 
     /// The swizzle of K-major rows of `k_bytes`.
     pub fn k_swizzle(&self) -> Swizzle {
-        match self.k_bytes {
-            32 => Swizzle::B32,
-            64 => Swizzle::B64,
-            _ => Swizzle::B128,
-        }
+        Swizzle::spanning(i64::from(self.k_bytes)).unwrap_or(Swizzle::B128)
     }
 
     /// Columns of N per box of an N-major B (16-bit types only): the widest swizzle span
@@ -364,12 +358,9 @@ impl WgmmaTiling {
             0 => (share(self.block_m()), k, self.k_swizzle()),
             _ if view.b_k_major => (share(self.block_n), k, self.k_swizzle()),
             _ => {
+                // 16-bit elements: rows of 2 bytes per column.
                 let n_box = self.n_box();
-                let swizzle = match n_box {
-                    64 => Swizzle::B128,
-                    32 => Swizzle::B64,
-                    _ => Swizzle::B32,
-                };
+                let swizzle = Swizzle::spanning(2 * i64::from(n_box)).unwrap_or(Swizzle::B32);
                 (k, n_box, swizzle)
             }
         }
@@ -430,12 +421,8 @@ impl WgmmaTiling {
 
     /// The swizzle of a staged chunk's rows (the TMA store's).
     pub fn store_swizzle(&self, out_bytes: u32) -> Swizzle {
-        match self.store_columns(out_bytes) * out_bytes {
-            128 => Swizzle::B128,
-            64 => Swizzle::B64,
-            32 => Swizzle::B32,
-            _ => Swizzle::None,
-        }
+        Swizzle::spanning(i64::from(self.store_columns(out_bytes) * out_bytes))
+            .unwrap_or(Swizzle::None)
     }
 
     /// Elements of one staging buffer: 64 rows of a chunk's columns.

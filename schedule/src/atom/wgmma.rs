@@ -51,18 +51,20 @@ impl Swizzle {
         }
     }
 
+    /// The swizzle whose rows span `bytes` (32, 64 or 128); None for any other span.
+    pub fn spanning(bytes: i64) -> Option<Swizzle> {
+        [Swizzle::B32, Swizzle::B64, Swizzle::B128]
+            .into_iter()
+            .find(|s| s.row_bytes() == Some(bytes))
+    }
+
     /// The swizzle of a K-major shared tile, if the hardware has one for it: a swizzled
     /// tile of 32-, 64- or 128-byte rows.
     pub fn of(layout: &SharedTileLayout, element_bytes: i64) -> Option<Swizzle> {
         if !layout.swizzle {
             return Some(Swizzle::None);
         }
-        match layout.row_elements * element_bytes {
-            32 => Some(Swizzle::B32),
-            64 => Some(Swizzle::B64),
-            128 => Some(Swizzle::B128),
-            _ => None,
-        }
+        Swizzle::spanning(layout.row_elements * element_bytes)
     }
 }
 

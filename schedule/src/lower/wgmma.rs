@@ -207,6 +207,16 @@ impl WgmmaLowering<'_> {
         }
     }
 
+    /// The first thread of each warpgroup (which issues its MMAs' and stores' single
+    /// instructions).
+    fn warpgroup_leader(&self) -> Cond {
+        Cond {
+            expr: self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS),
+            lo: None,
+            hi: Some(1),
+        }
+    }
+
     /// The consumer warpgroups' threads (those before the producer warp's warpgroup),
     /// None when every thread is one.
     fn consumers(&self) -> Option<Cond> {
@@ -569,11 +579,7 @@ impl WgmmaLowering<'_> {
             .rem(self.scope.div(released.clone(), self.stages()), 2);
         let empty = self.empty(&stage);
         let leaders = vec![Stmt::If {
-            conds: vec![Cond {
-                expr: self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS),
-                lo: None,
-                hi: Some(1),
-            }],
+            conds: vec![self.warpgroup_leader()],
             body: vec![if self.t.cluster > 1 {
                 Stmt::ClusterArrive {
                     barrier: empty.clone(),
@@ -773,11 +779,7 @@ impl WgmmaLowering<'_> {
         let lane = self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS);
         let lane_row = part(&self.scope, layout.row, Index::Lane, &lane);
         let lane_col = part(&self.scope, layout.column, Index::Lane, &lane);
-        let leader = Cond {
-            expr: lane.clone(),
-            lo: None,
-            hi: Some(1),
-        };
+        let leader = self.warpgroup_leader();
         let sync = Stmt::NamedSync {
             id: self.scope.add(self.warpgroup.clone(), Expr::Const(1)),
             threads: WARPGROUP_THREADS as u32,
@@ -871,11 +873,7 @@ impl WgmmaLowering<'_> {
             return Vec::new();
         }
         let mut conds: Vec<Cond> = self.consumers().into_iter().collect();
-        conds.push(Cond {
-            expr: self.scope.rem(Expr::ThreadIdx, WARPGROUP_THREADS),
-            lo: None,
-            hi: Some(1),
-        });
+        conds.push(self.warpgroup_leader());
         vec![Stmt::If {
             conds,
             body: vec![Stmt::BulkWait { pending: 0 }],
