@@ -9,6 +9,9 @@ use schedule::state::SplitSums;
 use schedule::validate::register_cap;
 use schedule::{GpuSpec, State};
 
+/// Bytes of a global-memory sector, the unit the traffic features count in.
+pub(crate) const SECTOR_BYTES: f64 = 32.0;
+
 /// A tensor-core split's workspace traffic, in 32-byte sectors.
 pub(crate) struct SplitTraffic {
     /// Of the unit that also runs the fixup.
@@ -17,16 +20,16 @@ pub(crate) struct SplitTraffic {
     pub total: f64,
 }
 
-/// The workspace traffic of tensor-core state `state`, whose block tile's f32 partial
-/// sums take `partial` sectors (0 unsplit), over `tiles` output tiles; sets the
-/// `split_atomic` flag and, for atomic sums, the atomics' sectors.
-pub(crate) fn split_traffic(
-    row: &mut FeatureRow,
-    state: &State,
-    partial: f64,
-    tiles: f64,
-) -> SplitTraffic {
+/// The workspace traffic of tensor-core state `state` (its block tile's f32 partial
+/// sums, none unsplit) over `tiles` output tiles; sets the `split_atomic` flag and, for
+/// atomic sums, the atomics' sectors.
+pub(crate) fn split_traffic(row: &mut FeatureRow, state: &State, tiles: f64) -> SplitTraffic {
     let split = f64::from(state.split_k.max(1));
+    let partial = if state.split_k > 1 {
+        row.block_tile_elements * 4.0 / SECTOR_BYTES
+    } else {
+        0.0
+    };
     let atomic = state.split_sums == SplitSums::Atomic;
     row.split_atomic = flag(atomic);
     if atomic {

@@ -16,7 +16,7 @@
 //! features both sketches share are filled by the same helpers (`common`: registers,
 //! occupancy, waves), the CUDA-core-only ones stay 0 (see `table`).
 
-use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio};
+use crate::common::{SECTOR_BYTES, fill_occupancy, fill_registers, flag, log2_1p, ratio};
 use crate::fetch::{FetchCost, fetch_cost};
 use crate::geometry::Geometry;
 use crate::indexing::{Indexing, touched_elements};
@@ -30,9 +30,8 @@ use schedule::validate::{register_estimate, validate};
 use schedule::wgmma::TmaGemm;
 use schedule::{GpuSpec, State, Task};
 
-/// Bytes per float, per global-memory sector and per shared-memory wavefront.
+/// Bytes per float and per shared-memory wavefront (per sector: `SECTOR_BYTES`).
 const FLOAT_BYTES: f64 = 4.0;
-const SECTOR_BYTES: f64 = 32.0;
 const WAVEFRONT_BYTES: f64 = 128.0;
 
 /// FP32 multiply-add lanes per SM (sm_86 and later, Hopper included; 64 on sm_80).

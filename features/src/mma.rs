@@ -70,7 +70,7 @@ const STORE_SAMPLES: usize = 8;
 /// every distinct pattern.
 const LDMATRIX_ROW_GROUPS: i64 = 4;
 const LDMATRIX_CHUNKS: i64 = 16;
-const SECTOR_BYTES: i64 = 32;
+const SECTOR_BYTES: i64 = crate::common::SECTOR_BYTES as i64;
 const WAVEFRONT_BYTES: f64 = 128.0;
 
 /// A tensor's flat element offset as a linear function of the axis values: the
@@ -657,12 +657,7 @@ pub(crate) fn fill(
     // stores its f32 partial sums (coalesced) and the tile's last warps read them back
     // (`split_traffic`).
     let out = epilogue(task, &grid, t);
-    let partial_sectors = if split_k > 1 {
-        row.block_tile_elements * 4.0 / SECTOR_BYTES as f64
-    } else {
-        0.0
-    };
-    let split = split_traffic(row, state, partial_sectors, grid.tiles as f64);
+    let split = split_traffic(row, state, grid.tiles as f64);
     row.output_sectors_per_store = out.sectors_per_instruction;
     row.output_store_coalescing = out.coalescing;
     row.output_sectors_per_block = out.sectors_per_block + split.per_unit;

@@ -4,7 +4,9 @@
 //! intensities). Shared-memory wavefronts stay 0: TMA writes and the MMAs read shared
 //! memory through the async proxy, not through load and store instructions.
 
-use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic};
+use crate::common::{
+    SECTOR_BYTES, fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic,
+};
 use crate::table::FeatureRow;
 use schedule::atom::wgmma::K_STEP_BYTES;
 use schedule::state::WgmmaTiling;
@@ -12,9 +14,6 @@ use schedule::task::Contraction;
 use schedule::validate;
 use schedule::wgmma::TmaGemm;
 use schedule::{GpuSpec, State};
-
-/// Bytes of a global-memory sector.
-const SECTOR_BYTES: f64 = 32.0;
 
 /// Fills `row` for `state` (whose tiling is `t`); `gemm` is the task's TMA view,
 /// computed once per task (None: no state of the sketch is valid for it).
@@ -91,18 +90,13 @@ pub(crate) fn fill(
     row.weight_sectors_per_block = stage_sectors(1) * chunk * units_per_block;
     row.input_sectors = stage_sectors(0) * chunk * units_f;
     row.weight_sectors = stage_sectors(1) * chunk * units_f;
-    let partial_sectors = if split_k > 1 {
-        row.block_tile_elements * 4.0 / SECTOR_BYTES
-    } else {
-        0.0
-    };
     // TMA stores write whole sectors.
     let tile_sectors = if t.tma_store > 0 {
         row.block_tile_elements * f64::from(c.out_dtype.bytes()) / SECTOR_BYTES
     } else {
         row.block_tile_elements / 4.0
     };
-    let split = split_traffic(row, state, partial_sectors, tiles_f);
+    let split = split_traffic(row, state, tiles_f);
     row.output_sectors_per_block = (tile_sectors + split.per_unit) * units_per_block;
     row.output_sectors = tile_sectors * tiles_f + split.total;
     row.bias_sectors = if c.bias.is_some() {
