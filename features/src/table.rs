@@ -245,6 +245,7 @@ feature_table! {
     wgmma_tma_store: "1 when the epilogue stages its results in shared memory and writes them by TMA stores, else 0 (each thread stores its own)",
     wgmma_tiles_per_block: "units of work (an output tile's chunk of K tiles) the busiest block computes (count)",
     wgmma_weight_n_major: "1 when the weight is N-major in shared memory (transposed descriptor), else 0",
+    wgmma_im2col: "1 when TMA reads the activations in im2col mode (a convolution's window, walked by output pixel, a K tile per filter tap), else 0",
     wgmma_ktiles: "K tiles of the whole reduction (count)",
     wgmma_per_block: "wgmma instructions per block: k-steps x m_atoms x consumers per K tile, over the K tiles (count)",
     wgmma_tma_boxes_per_block: "TMA copies the producer issues per block (count)",

@@ -12,7 +12,7 @@ use schedule::atom::wgmma::K_STEP_BYTES;
 use schedule::state::WgmmaTiling;
 use schedule::task::Contraction;
 use schedule::validate;
-use schedule::wgmma::TmaGemm;
+use schedule::wgmma::{OperandView, TmaGemm};
 use schedule::{GpuSpec, State};
 
 /// Fills `row` for `state` (whose tiling is `t`); `gemm` is the task's TMA view,
@@ -46,6 +46,7 @@ pub(crate) fn fill(
     };
     let view = &gemm.view;
     row.wgmma_weight_n_major = flag(!view.b_k_major);
+    row.wgmma_im2col = flag(matches!(gemm.a, OperandView::Im2col(_)));
     // Units of work: an output tile's chunk of K tiles (the whole reduction unsplit).
     let split_k = state.split_k.max(1);
     let (units, grid) = t.grid(view, split_k);

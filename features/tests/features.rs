@@ -583,10 +583,12 @@ fn every_feature_varies_over_states_and_tasks() {
         }
     }
     // `wgmma` states of a matmul (an N-major weight), a 1×1 convolution (a K-major
-    // one) and a batch matmul, for the sketch's own features.
+    // one), a 3×3 convolution (an im2col walk) and a batch matmul, for the sketch's own
+    // features.
     for (op, shape, dtype) in [
         ("matmul", "1024,1024,1024", DType::Fp16),
         ("conv2d", "2,64,28,28,128,1,1,1,0", DType::Fp16),
+        ("conv2d", "1,64,56,56,64,3,3,1,1", DType::Fp16),
         ("batch_matmul", "12,128,128,64", DType::Bf16),
     ] {
         let task = common::typed_task(op, shape, dtype, dtype, Epilogue::default());

@@ -1,5 +1,6 @@
 //! TMA tensor maps: what a `cp.async.bulk.tensor` copy reads. The driver encodes one on
-//! the host (`cuTensorMapEncodeTiled`) from a [`TensorBox`] (the tensor's extents and
+//! the host (`cuTensorMapEncodeTiled`, or `cuTensorMapEncodeIm2col` for a convolution's
+//! activations) from a [`TensorBox`] (the tensor's extents and
 //! strides, the box one copy moves and the swizzle it lands in, checked against the
 //! hardware's rules by the atom first) and the tensor's address; a kernel receives it by
 //! value as a 128-byte `__grid_constant__` parameter (`KernelArg::Bytes128`). Copies
@@ -55,34 +56,73 @@ fn swizzle(s: Swizzle) -> sys::CUtensorMapSwizzle {
     }
 }
 
-/// The encoded map of `tensor` at device address `address`. The map holds the address:
-/// it is valid while that allocation lives.
+/// The encoded map of `tensor` at device address `address` (`cuTensorMapEncodeTiled`,
+/// or `cuTensorMapEncodeIm2col` for an im2col box). The map holds the address: it is
+/// valid while that allocation lives.
 pub fn encode(tensor: &TensorBox, address: u64) -> Result<Bytes128, TensorMapError> {
     tensor.check()?;
     let rank = tensor.dims.len();
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    let element_strides = vec![1u32; rank];
-    // SAFETY: `check` established that every array has `rank` values (strides:
-    // `rank - 1`); they live across the call, `map` is writable, and the driver only
-    // encodes the address into the map without touching the memory behind it.
-    unsafe {
-        sys::cuTensorMapEncodeTiled(
-            &mut map,
-            data_type(tensor.dtype),
-            rank as u32,
-            address as *mut std::ffi::c_void,
-            tensor.dims.as_ptr(),
-            tensor.strides.as_ptr(),
-            tensor.boxed.as_ptr(),
-            element_strides.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            swizzle(tensor.swizzle),
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    }
-    .result()
-    .map_err(err(format!("cuTensorMapEncodeTiled({tensor:?})")))?;
+    let interleave = sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE;
+    let promotion = sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    let fill = sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
+    let result = match &tensor.im2col {
+        None => {
+            let element_strides = vec![1u32; rank];
+            // SAFETY: `check` established that every array has `rank` values (strides:
+            // `rank - 1`); they live across the call, `map` is writable, and the driver
+            // only encodes the address into the map without touching the memory behind it.
+            unsafe {
+                sys::cuTensorMapEncodeTiled(
+                    &mut map,
+                    data_type(tensor.dtype),
+                    rank as u32,
+                    address as *mut std::ffi::c_void,
+                    tensor.dims.as_ptr(),
+                    tensor.strides.as_ptr(),
+                    tensor.boxed.as_ptr(),
+                    element_strides.as_ptr(),
+                    interleave,
+                    swizzle(tensor.swizzle),
+                    promotion,
+                    fill,
+                )
+            }
+        }
+        Some(im2col) => {
+            // The channels' entry is ignored without interleave; the image's is 1.
+            let element_strides: Vec<u32> = std::iter::once(1)
+                .chain(im2col.traversal.iter().copied())
+                .chain(std::iter::once(1))
+                .collect();
+            // SAFETY: `check` established `rank` dimensions, `rank - 1` strides, `rank -
+            // 2` corners of each kind and traversal strides (so `element_strides` has
+            // `rank`), and a box of channels and pixels; the arrays live across the call,
+            // `map` is writable, and the driver only encodes the address.
+            unsafe {
+                sys::cuTensorMapEncodeIm2col(
+                    &mut map,
+                    data_type(tensor.dtype),
+                    rank as u32,
+                    address as *mut std::ffi::c_void,
+                    tensor.dims.as_ptr(),
+                    tensor.strides.as_ptr(),
+                    im2col.lower.as_ptr(),
+                    im2col.upper.as_ptr(),
+                    tensor.boxed[0],
+                    tensor.boxed[1],
+                    element_strides.as_ptr(),
+                    interleave,
+                    swizzle(tensor.swizzle),
+                    promotion,
+                    fill,
+                )
+            }
+        }
+    };
+    result
+        .result()
+        .map_err(err(format!("cuTensorMapEncode({tensor:?})")))?;
     let mut bytes = Bytes128([0; 128]);
     for (chunk, word) in bytes.0.chunks_exact_mut(8).zip(map.opaque) {
         chunk.copy_from_slice(&word.to_ne_bytes());
@@ -102,6 +142,7 @@ mod tests {
             strides: vec![1110],
             boxed: vec![64, 64],
             swizzle: Swizzle::B128,
+            im2col: None,
         };
         let e = encode(&tensor, 0).unwrap_err();
         assert!(

@@ -1,5 +1,6 @@
 //! On a real Hopper GPU (ignored in CI): `wgmma` states of odd, batched, fused,
-//! bf16, TF32 and 1×1-convolution tasks (clusters and raster bands among them), compiled for `sm_90a`, launched with their tensor
+//! bf16, TF32 and convolution tasks (1×1, and im2col walks with stride, dilation,
+//! groups and split-K; clusters and raster bands among them), compiled for `sm_90a`, launched with their tensor
 //! maps through the one launch rule (`BufferSets::launch`), pass the exact check against
 //! the reference kernel, and again after they were timed (split-K states take a
 //! workspace that every launch must leave zeroed). Each state's time by the measurement protocol is printed
@@ -162,6 +163,54 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         ),
         (task("matmul", "16,4096,4096", Epilogue::default(), fp16), 2),
         (task("matmul", "128,768,3072", bias_relu, fp16), 2),
+        // Convolutions through TMA's im2col mode (issue 30): 3×3 at batch 1 and 8,
+        // stride 2, the deep 7×7 layer (split-K states among the fixed ones, into a half
+        // output), groups, dilation, a 1×1 stride-2 downsample.
+        (
+            task("conv2d", "1,64,56,56,64,3,3,1,1", Epilogue::default(), fp16),
+            3,
+        ),
+        (
+            task("conv2d", "1,128,56,56,128,3,3,2,1", bias_relu, fp16),
+            3,
+        ),
+        (task("conv2d", "1,512,7,7,512,3,3,1,1", bias_relu, fp16), 3),
+        (
+            task(
+                "conv2d",
+                "8,256,14,14,256,3,3,1,1",
+                Epilogue::default(),
+                fp16,
+            ),
+            3,
+        ),
+        (
+            task(
+                "conv2d",
+                "n=1,c=256,h=14,w=14,k=256,r=3,s=3,pad=1,groups=32",
+                Epilogue::default(),
+                (DType::Bf16, DType::Bf16),
+            ),
+            3,
+        ),
+        (
+            task(
+                "conv2d",
+                "n=1,c=64,h=28,w=28,k=64,r=3,s=3,pad=2,dilation=2",
+                Epilogue::default(),
+                fp16,
+            ),
+            2,
+        ),
+        (
+            task(
+                "conv2d",
+                "1,256,56,56,512,1,1,2,0",
+                Epilogue::default(),
+                fp16,
+            ),
+            2,
+        ),
         // TF32 (k8 on f32 data): 1×1 convolutions, whose weights are K-major.
         (task("conv2d", "2,72,14,14,96,1,1,1,0", bias_relu, tf32), 4),
         (

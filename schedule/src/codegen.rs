@@ -689,16 +689,15 @@ impl Printer<'_> {
                 barrier,
                 multicast,
             } => {
-                let (name, input, _) = self.kernel.tensor_map(*map);
+                let (name, input, tensor) = self.kernel.tensor_map(*map);
                 let coords: Vec<String> = coords.iter().map(|c| self.expr(c)).collect();
+                // An im2col map's filter offsets follow its coordinates.
+                let (coords, offsets) = coords.split_at(tensor.dims.len());
                 let dst = self.tile_address(input, &self.expr(at));
                 let bar = barrier_address(&self.expr(barrier));
-                let load = if *multicast {
-                    let mask = (1u64 << self.kernel.launch.cluster.count()) - 1;
-                    tma::load_multicast_c(name, &coords, &dst, &bar, mask as u16)
-                } else {
-                    tma::load_c(name, &coords, &dst, &bar)
-                };
+                let mask =
+                    multicast.then(|| ((1u64 << self.kernel.launch.cluster.count()) - 1) as u16);
+                let load = tma::load_c(name, (coords, offsets), &dst, &bar, mask);
                 let _ = writeln!(out, "{pad}{load}");
             }
             Stmt::ClusterArrive { barrier } => {

@@ -45,6 +45,9 @@ pub struct GemmView {
     pub n: u64,
     /// Length of the flattened reduction.
     pub k: u64,
+    /// Positions of the reduction axes other than the innermost (a convolution's filter
+    /// taps, `R·S`; 1 for a matmul): `k` is `taps` runs of the innermost axis.
+    pub taps: u64,
     pub batch: u64,
     /// Whether the second input is stored with the reduction contiguous (else its `N`).
     pub b_k_major: bool,
@@ -110,6 +113,10 @@ impl GemmView {
             n: product(&n_axes),
             batch: product(&batch_axes),
             k: c.reduction.iter().map(|r| u64::from(r.extent)).product(),
+            taps: c.reduction[..last_red]
+                .iter()
+                .map(|r| u64::from(r.extent))
+                .product(),
             m_axes,
             n_axes,
             batch_axes,
@@ -147,6 +154,7 @@ mod tests {
     fn nhwc_conv_is_an_implicit_gemm() {
         let v = view("conv2d", "2,64,56,56,128,3,3,1,1", Layout::Nhwc).unwrap();
         assert_eq!((v.m, v.n, v.k, v.batch), (2 * 56 * 56, 128, 9 * 64, 1));
+        assert_eq!(v.taps, 9);
         assert!(v.b_k_major);
         assert_eq!(v.contiguous, [64, 64]);
         // The stem's three channels: still a GEMM, with short contiguous runs.

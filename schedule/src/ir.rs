@@ -140,7 +140,8 @@ pub enum Stmt {
     /// also waits for `bytes` more bytes from copies.
     ArriveExpectTx { barrier: Expr, bytes: i64 },
     /// `cp.async.bulk.tensor`: the box of the tensor map `params[map]` (a
-    /// `Param::TensorMap`) at `coords` (innermost first) into its input's shared tile
+    /// `Param::TensorMap`) at `coords` (innermost first; an im2col map's filter offsets
+    /// after its tensor coordinates, `TensorBox::elements`) into its input's shared tile
     /// from element `at`, as the box lays itself out; its bytes complete on `barrier`.
     /// Elements outside the tensor are zeros. With `multicast`, the box lands at the
     /// same place in every block of the cluster and completes on each one's `barrier`.

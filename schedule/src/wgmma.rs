@@ -26,11 +26,15 @@
 //! and runs the epilogue (`lower::wgmma`).
 //!
 //! TMA needs each operand to be a strided matrix (at most a batch of them) with rows
-//! 16-byte aligned: a matmul, a batch matmul, or an NHWC 1×1 stride-1 unpadded
-//! convolution. Anything else is refused here (`InvalidState::NoTma`) and left to the
-//! other sketches.
+//! 16-byte aligned: a matmul, a batch matmul, an NHWC 1×1 stride-1 unpadded
+//! convolution; or, for a convolution's activations, TMA's im2col view (issue 30): the
+//! copy engine walks the output pixels of a row tile at the stride and reads each one's
+//! pixel under the filter tap (`Im2colView`), zeros in the padding, while the weights
+//! are a strided matrix with a dimension per tap axis (`MatrixView::taps`). A K tile is
+//! then one filter tap's run of `block_k` channels. Anything else is refused here
+//! (`InvalidState::NoTma`) and left to the other sketches.
 
-use crate::atom::tma::{TensorBox, TmaError};
+use crate::atom::tma::{Im2col, TensorBox, TmaError};
 use crate::atom::wgmma::{Major, OperandLayout, Swizzle, WARPGROUP_THREADS, WgmmaAtom};
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
@@ -70,6 +74,11 @@ pub enum TmaGemmError {
         tensor: &'static str,
         what: &'static str,
     },
+    #[error("{tensor}: not a convolution's window that TMA's im2col mode can walk ({why})")]
+    Im2col {
+        tensor: &'static str,
+        why: &'static str,
+    },
     #[error("{tensor}: {error}")]
     Rules {
         tensor: &'static str,
@@ -79,23 +88,60 @@ pub enum TmaGemmError {
 }
 
 /// One operand as TMA sees it: `batches` matrices of `rows` rows of `columns` contiguous
-/// elements, in elements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// elements, in elements; a K-major operand of a reduction with taps (a convolution's
+/// weights) also has a dimension per tap axis between its columns and its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MatrixView {
     pub rows: u64,
     pub columns: u64,
     pub row_stride: u64,
     pub batches: u64,
     pub batch_stride: u64,
+    /// Extent and element stride of each tap axis's dimension, innermost first (the
+    /// reverse of the reduction's order).
+    pub taps: Vec<(u64, u64)>,
 }
 
-/// Both operands of a GEMM-shaped contraction as TMA matrices: A is `M × K`, B is
-/// `N × K` when K-major, `K × N` when N-major; and the `M × N` output, where TMA can
-/// write it.
+/// A convolution's activations as TMA's im2col mode reads them (`atom::tma::Im2col`): a
+/// channels-last tensor walked by output pixel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Im2colView {
+    /// Extents, innermost first: the channels, the spatial dimensions, the images.
+    pub dims: Vec<u64>,
+    /// Element strides of every dimension but the channels.
+    pub strides: Vec<u64>,
+    /// The walk: base pixels from the padding's corner on, at the stride.
+    pub im2col: Im2col,
+    /// Per spatial dimension (innermost first): the reduction axis of its filter tap and
+    /// that axis's step in the offsets (the dilation), None without a tap.
+    pub taps: Vec<Option<(usize, i64)>>,
+    /// Per spatial dimension (innermost first): its output position's place in
+    /// `m_extents`, None where the output has one position.
+    pub positions: Vec<Option<usize>>,
+    /// Extents of the M axes, outer first (the image, then the spatial dimensions'
+    /// output positions), which a row's index decomposes into.
+    pub m_extents: Vec<i64>,
+    /// Whether the first M axis is the image (else there is one).
+    pub image: bool,
+    /// A grouped convolution's channels per group: group `g` starts at channel
+    /// `g · group_channels` (0 with one group).
+    pub group_channels: u64,
+}
+
+/// How TMA reads A: a matrix, or a convolution's activations in im2col mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperandView {
+    Matrix(MatrixView),
+    Im2col(Im2colView),
+}
+
+/// Both operands of a GEMM-shaped contraction as TMA sees them: A is `M × K` (or an
+/// im2col walk), B is `N × K` when K-major, `K × N` when N-major; and the `M × N`
+/// output, where TMA can write it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TmaGemm {
     pub view: GemmView,
-    pub a: MatrixView,
+    pub a: OperandView,
     pub b: MatrixView,
     pub out: Option<MatrixView>,
 }
@@ -163,7 +209,133 @@ fn output_matrix(c: &Contraction, view: &GemmView) -> Option<MatrixView> {
         row_stride: row_stride.max(view.n),
         batches: view.batch,
         batch_stride: batch_stride.max(1),
+        taps: Vec::new(),
     })
+}
+
+/// Input 0 of `c` as TMA's im2col view: a channels-last tensor whose outermost
+/// dimension is indexed by the first M axis (the image; absent for one image), each
+/// spatial one by `stride·(an M axis) + dilation·(a tap axis) - padding` (either term
+/// absent where its axis has extent 1), the M axes in the dimensions' order, and the
+/// channels by the innermost reduction axis (plus a group's first channel).
+fn im2col_view(c: &Contraction, view: &GemmView) -> Result<Im2colView, TmaGemmError> {
+    let access = &c.inputs[0];
+    let tensor = access.tensor;
+    let refuse = |why| TmaGemmError::Im2col { tensor, why };
+    let inner = c.reduction.len() - 1;
+    let strides = access.strides();
+    let dims = access.shape.len();
+    let image = access.index[0].offset == 0
+        && dims > 1
+        && matches!(access.index[0].terms[..], [(AxisRef::Spatial(a), 1)] if view.m_axes.first() == Some(&a));
+    let first_spatial = usize::from(image);
+    let spatial = dims - 1 - first_spatial;
+    // The tensor map always has an image dimension: rank 3 (one spatial dimension) to 5.
+    let rank = spatial + 2;
+    if !(3..=crate::atom::tma::MAX_RANK).contains(&rank) {
+        return Err(refuse("rank"));
+    }
+    let (_, offsets) = Im2col::ranges(rank);
+    let corner = |x: i64| i32::try_from(x).unwrap_or(i32::MAX);
+    let mut m_axes = Vec::new();
+    if image {
+        m_axes.push(view.m_axes[0]);
+    }
+    let mut out = Im2colView {
+        dims: vec![u64::from(access.shape[dims - 1])],
+        strides: Vec::new(),
+        im2col: Im2col {
+            lower: Vec::new(),
+            upper: Vec::new(),
+            traversal: Vec::new(),
+        },
+        taps: Vec::new(),
+        positions: Vec::new(),
+        m_extents: Vec::new(),
+        image,
+        group_channels: 0,
+    };
+    // Spatial dimensions, outermost first as the tensor stores them; each is inserted
+    // innermost first.
+    for (d, ix) in access
+        .index
+        .iter()
+        .enumerate()
+        .take(dims - 1)
+        .skip(first_spatial)
+    {
+        let (mut position, mut tap) = (None, None);
+        for &(axis, coeff) in &ix.terms {
+            match axis {
+                AxisRef::Spatial(a) if coeff > 0 && position.is_none() => {
+                    position = Some((a, coeff))
+                }
+                AxisRef::Reduction(r) if r != inner && coeff > 0 && tap.is_none() => {
+                    tap = Some((r, coeff))
+                }
+                _ => return Err(refuse("a spatial index")),
+            }
+        }
+        let extent = i64::from(access.shape[d]);
+        let (positions, stride) = position.map_or((1, 1), |(a, stride)| {
+            (i64::from(c.spatial[a].extent), stride)
+        });
+        let span = tap.map_or(0, |(r, dil)| dil * (i64::from(c.reduction[r].extent) - 1));
+        if !offsets.contains(&corner(span)) {
+            return Err(refuse("the filter's span"));
+        }
+        // The box ends at the last output position's base: `extent - 1 + upper`.
+        let last = ix.offset + (positions - 1) * stride;
+        out.im2col.lower.insert(0, corner(ix.offset));
+        out.im2col.upper.insert(0, corner(last - (extent - 1)));
+        out.im2col
+            .traversal
+            .insert(0, u32::try_from(stride).unwrap_or(u32::MAX));
+        out.taps.insert(0, tap);
+        out.positions.insert(
+            0,
+            position.map(|(a, _)| {
+                m_axes.push(a);
+                m_axes.len() - 1
+            }),
+        );
+        out.dims.insert(1, extent as u64);
+        out.strides
+            .insert(0, u64::try_from(strides[d]).unwrap_or(0));
+    }
+    if image {
+        out.dims.push(u64::from(access.shape[0]));
+        out.strides.push(u64::try_from(strides[0]).unwrap_or(0));
+    } else {
+        // One image: a dimension of extent 1 past the last pixel.
+        let outer = *out.strides.last().expect("a spatial dimension") * out.dims[rank - 2];
+        out.dims.push(1);
+        out.strides.push(outer);
+    }
+    if m_axes != view.m_axes {
+        return Err(refuse("the rows are not the output pixels in order"));
+    }
+    // Every tap axis reaches the tensor through exactly one spatial dimension.
+    let mut used: Vec<usize> = out.taps.iter().flatten().map(|&(r, _)| r).collect();
+    used.sort_unstable();
+    used.dedup();
+    if used.len() != inner || used.len() != out.taps.iter().flatten().count() {
+        return Err(refuse("a tap axis"));
+    }
+    let channel = access.index.last().expect("a dimension");
+    let mut groups = channel
+        .terms
+        .iter()
+        .filter_map(|&(axis, coeff)| matches!(axis, AxisRef::Spatial(_)).then_some(coeff));
+    out.group_channels = groups.next().map_or(0, |g| g as u64);
+    if groups.next().is_some() {
+        return Err(refuse("channels"));
+    }
+    out.m_extents = m_axes
+        .iter()
+        .map(|&a| i64::from(c.spatial[a].extent))
+        .collect();
+    Ok(out)
 }
 
 impl TmaGemm {
@@ -181,7 +353,18 @@ impl TmaGemm {
             if access.index.iter().any(|ix| ix.offset != 0) {
                 return Err(TmaGemmError::Offset { tensor });
             }
-            if c.reduction[..inner].iter().any(|r| r.extent > 1) {
+            // Taps: a dimension per reduction axis but the innermost, in a K-major B.
+            let taps: Vec<(u64, u64)> = c.reduction[..inner]
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(r, axis)| {
+                    let stride = coefficient(access, AxisRef::Reduction(r));
+                    (u64::from(axis.extent), u64::try_from(stride).unwrap_or(0))
+                })
+                .collect();
+            if !taps.is_empty() && (input == 0 || !view.b_k_major || taps.iter().any(|t| t.1 == 0))
+            {
                 return Err(TmaGemmError::Reduction { tensor });
             }
             // Every index within its dimension for every axis value.
@@ -217,7 +400,7 @@ impl TmaGemm {
                     (&view.n_axes, "N")
                 };
                 let stride = dense_stride(c, access, axes, what)?;
-                (product(axes), view.k, stride)
+                (product(axes), u64::from(view.contiguous[0]), stride)
             };
             let batch_stride = dense_stride(c, access, &view.batch_axes, "batch")?;
             if !fits || (rows > 1 && row_stride == 0) {
@@ -232,12 +415,34 @@ impl TmaGemm {
                 row_stride: row_stride.max(columns),
                 batches: view.batch,
                 batch_stride: batch_stride.max(1),
+                taps,
             })
         };
-        let a = matrix(0).map_err(InvalidState::NoTma)?;
+        // A matrix where it is one, else (a convolution's window) an im2col walk.
+        let a = match matrix(0) {
+            Ok(a) => OperandView::Matrix(a),
+            Err(matrix) => OperandView::Im2col(im2col_view(c, &view).map_err(|im2col| {
+                InvalidState::NoTma(
+                    if c.reduction.len() > 1 || matches!(matrix, TmaGemmError::Offset { .. }) {
+                        im2col
+                    } else {
+                        matrix
+                    },
+                )
+            })?),
+        };
         let b = matrix(1).map_err(InvalidState::NoTma)?;
         let out = output_matrix(c, &view);
         Ok(TmaGemm { view, a, b, out })
+    }
+
+    /// Input `input`'s matrix view (None for A read in im2col mode).
+    pub fn matrix(&self, input: usize) -> Option<&MatrixView> {
+        match (input, &self.a) {
+            (0, OperandView::Matrix(a)) => Some(a),
+            (0, OperandView::Im2col(_)) => None,
+            _ => Some(&self.b),
+        }
     }
 
     /// The tensor map of input `input` for `tiling`'s boxes.
@@ -247,20 +452,45 @@ impl TmaGemm {
         tiling: &WgmmaTiling,
         input: usize,
     ) -> Result<TensorBox, InvalidState> {
-        let m = if input == 0 { &self.a } else { &self.b };
         let (box_rows, box_columns, swizzle) = tiling.box_shape(input, &self.view);
-        TensorBox::matrix(
-            c.dtype,
-            m.rows,
-            m.columns,
-            m.row_stride,
-            m.batches,
-            m.batch_stride,
-            box_rows,
-            box_columns,
-            swizzle,
-        )
-        .map_err(|error| {
+        let bytes = u64::from(c.dtype.bytes());
+        let tensor = match (input, &self.a) {
+            (0, OperandView::Im2col(v)) => {
+                let tensor = TensorBox {
+                    dtype: c.dtype,
+                    dims: v.dims.clone(),
+                    strides: v.strides.iter().map(|s| s * bytes).collect(),
+                    boxed: vec![box_columns, box_rows],
+                    swizzle,
+                    im2col: Some(v.im2col.clone()),
+                };
+                tensor.check().map(|()| tensor)
+            }
+            _ => {
+                let m = self.matrix(input).expect("B and a matrix A");
+                TensorBox::matrix(
+                    c.dtype,
+                    m.rows,
+                    m.columns,
+                    m.row_stride,
+                    m.batches,
+                    m.batch_stride,
+                    box_rows,
+                    box_columns,
+                    swizzle,
+                )
+                .and_then(|mut tensor| {
+                    // Tap dimensions between the columns and the rows, one position each.
+                    for (i, &(extent, stride)) in m.taps.iter().enumerate() {
+                        tensor.dims.insert(1 + i, extent);
+                        tensor.strides.insert(i, stride * bytes);
+                        tensor.boxed.insert(1 + i, 1);
+                    }
+                    tensor.check().map(|()| tensor)
+                })
+            }
+        };
+        tensor.map_err(|error| {
             InvalidState::NoTma(TmaGemmError::Rules {
                 tensor: c.inputs[input].tensor,
                 error,
@@ -471,9 +701,15 @@ impl WgmmaTiling {
         )
     }
 
-    /// K tiles of `view`'s reduction.
+    /// K tiles of `view`'s reduction: per tap, the innermost axis in runs of `block_k`
+    /// (the last one's tail read as zeros).
     pub fn ktiles(&self, view: &GemmView) -> u64 {
-        view.k.div_ceil(self.block_k(view).max(1))
+        view.taps * self.kblocks(view)
+    }
+
+    /// K tiles of one tap: `block_k` runs of the innermost reduction axis.
+    pub fn kblocks(&self, view: &GemmView) -> u64 {
+        u64::from(view.contiguous[0]).div_ceil(self.block_k(view).max(1))
     }
 
     /// K tiles of each of `split_k` reduction chunks: the last may run past K, where
@@ -673,6 +909,7 @@ mod tests {
             row_stride,
             batches,
             batch_stride,
+            taps: Vec::new(),
         }
     }
 
@@ -701,7 +938,7 @@ mod tests {
         // matmul: A is M × K, B is K × N (N-major).
         let c = contraction("matmul", "100,80,120");
         let g = TmaGemm::of(&c).unwrap();
-        assert_eq!(g.a, matrix(100, 120, 120, 1, 1));
+        assert_eq!(g.a, OperandView::Matrix(matrix(100, 120, 120, 1, 1)));
         assert_eq!(g.b, matrix(120, 80, 80, 1, 1));
         let t = plain(2, 80, 128);
         let a = g.tensor_box(&c, &t, 0).unwrap();
@@ -720,7 +957,7 @@ mod tests {
         // batch matmul: a third dimension per operand.
         let c = contraction("batch_matmul", "3,40,48,32");
         let g = TmaGemm::of(&c).unwrap();
-        assert_eq!(g.a, matrix(40, 32, 32, 3, 40 * 32));
+        assert_eq!(g.a, OperandView::Matrix(matrix(40, 32, 32, 3, 40 * 32)));
         assert_eq!(g.b, matrix(32, 48, 48, 3, 32 * 48));
         let a = g.tensor_box(&c, &t, 0).unwrap();
         assert_eq!(a.dims, vec![32, 40, 3]);
@@ -730,7 +967,7 @@ mod tests {
         let c = contraction("conv2d", "2,24,6,6,40,1,1,1,0");
         let g = TmaGemm::of(&c).unwrap();
         assert!(g.view.b_k_major);
-        assert_eq!(g.a, matrix(72, 24, 24, 1, 1));
+        assert_eq!(g.a, OperandView::Matrix(matrix(72, 24, 24, 1, 1)));
         assert_eq!(g.b, matrix(40, 24, 24, 1, 1));
         assert_eq!(g.out, Some(matrix(72, 40, 40, 1, 1)));
     }
@@ -770,22 +1007,135 @@ mod tests {
         assert!(g.output_box(&c, &stored(48)).is_none());
     }
 
+    /// A convolution that is no plain matrix is an im2col walk of its activations, and
+    /// its weights a matrix with a dimension per filter tap; what the walk cannot
+    /// express says why.
     #[test]
-    fn what_is_no_plain_matrix_says_why() {
+    fn convolutions_are_im2col_walks() {
         let padded = contraction("conv2d", "1,16,8,8,16,3,3,1,1");
+        let g = TmaGemm::of(&padded).unwrap();
+        let OperandView::Im2col(a) = &g.a else {
+            panic!("{:?}", g.a)
+        };
+        // One image (a dimension of 1 past the pixels); the box of base pixels from the
+        // padding's corner to the last output's base, -1..=6 each way.
+        assert_eq!(
+            (a.dims.clone(), a.strides.clone()),
+            (vec![16, 8, 8, 1], vec![16, 128, 1024])
+        );
+        assert_eq!(
+            a.im2col,
+            Im2col {
+                lower: vec![-1, -1],
+                upper: vec![-1, -1],
+                traversal: vec![1, 1]
+            }
+        );
+        assert_eq!(
+            (a.taps.clone(), a.image),
+            (vec![Some((1, 1)), Some((0, 1))], false)
+        );
+        assert_eq!(g.view.taps, 9);
+        let mut b = matrix(16, 16, 144, 1, 1);
+        b.taps = vec![(3, 16), (3, 48)];
+        assert_eq!(g.b, b);
+        let t = plain(1, 16, 32);
+        let boxed = g.tensor_box(&padded, &t, 1).unwrap();
+        assert_eq!(
+            (boxed.dims, boxed.boxed),
+            (vec![16, 3, 3, 16], vec![16, 1, 1, 16])
+        );
+        assert_eq!(t.ktiles(&g.view), 9);
+        // A 1×1 stride-2 downsample: no taps, a walk two pixels at a time.
+        let strided = contraction("conv2d", "2,16,8,8,16,1,1,2,0");
+        let g = TmaGemm::of(&strided).unwrap();
+        let OperandView::Im2col(a) = &g.a else {
+            panic!("{:?}", g.a)
+        };
+        assert_eq!(
+            (a.im2col.upper.clone(), a.im2col.traversal.clone()),
+            (vec![-1, -1], vec![2, 2])
+        );
+        assert_eq!(
+            (a.taps.clone(), a.image, a.m_extents.clone()),
+            (vec![None, None], true, vec![2, 4, 4])
+        );
+        // Pixels 8 bytes apart (4 fp16 channels): TMA needs 16.
+        let narrow = contraction("conv2d", "1,4,8,8,16,3,3,1,1");
         assert!(matches!(
-            TmaGemm::of(&padded),
-            Err(InvalidState::NoTma(TmaGemmError::Offset { .. }))
+            TmaGemm::of(&narrow).unwrap().tensor_box(&narrow, &t, 0),
+            Err(InvalidState::NoTma(TmaGemmError::Rules {
+                error: TmaError::Stride { .. },
+                ..
+            }))
         ));
-        let strided = contraction("conv2d", "1,16,8,8,16,1,1,2,0");
+        // A filter reaching 256 pixels: its offsets need more than 8 bits.
+        let wide = contraction("conv2d", "n=1,c=16,h=300,w=8,k=16,r=3,s=1,dilation_h=128");
         assert!(matches!(
-            TmaGemm::of(&strided),
-            Err(InvalidState::NoTma(TmaGemmError::NotDense { .. }))
+            TmaGemm::of(&wide),
+            Err(InvalidState::NoTma(TmaGemmError::Im2col {
+                why: "the filter's span",
+                ..
+            }))
         ));
-        let three = contraction("conv2d", "1,16,8,8,16,3,3,1,0");
-        assert!(matches!(
-            TmaGemm::of(&three),
-            Err(InvalidState::NoTma(TmaGemmError::Reduction { .. }))
-        ));
+    }
+
+    /// Every row of every im2col box of a strided, dilated, asymmetrically padded
+    /// convolution over two images, at the coordinates the lowering gives each row tile,
+    /// tap and channel block, is the implicit GEMM's row: the pixel under the tap, zeros
+    /// in the padding, past the channels and past the last output pixel.
+    #[test]
+    fn im2col_boxes_are_the_implicit_gemms_rows() {
+        let shape = "n=2,c=24,h=9,w=8,k=16,r=3,s=2,stride_h=2,stride_w=1,pad_h=1,pad_w=0,pad_bottom=2,pad_right=1,dilation_w=2";
+        let c = contraction("conv2d", shape);
+        let (n, h, w, ch) = (2i64, 9i64, 8i64, 24i64);
+        let g = TmaGemm::of(&c).unwrap();
+        let OperandView::Im2col(a) = &g.a else {
+            panic!("{:?}", g.a)
+        };
+        let [_, p, q] = a.m_extents[..] else {
+            panic!("{:?}", a.m_extents)
+        };
+        // A box of 64 rows of 16 channels (32 bytes): 24 channels are one and a half.
+        let t = plain(1, 16, 32);
+        let tensor = g.tensor_box(&c, &t, 0).unwrap();
+        let layout = tensor.shared_layout();
+        let m = n * p * q;
+        for m0 in (0..m).step_by(64) {
+            let (image, row, column) = (m0 / (p * q), m0 / q % p, m0 % q);
+            for (r, s, cb) in (0..3i64)
+                .flat_map(|r| (0..2i64).flat_map(move |s| (0..2i64).map(move |cb| (r, s, cb))))
+            {
+                let lower: Vec<i64> = a.im2col.lower.iter().map(|&x| i64::from(x)).collect();
+                let origin: [i64; 6] = [
+                    cb * 16,
+                    lower[0] + column,
+                    lower[1] + 2 * row,
+                    image,
+                    2 * s,
+                    r,
+                ];
+                let mut expected = Vec::new();
+                for i in 0..64 {
+                    let m = m0 + i;
+                    let (ni, pi, qi) = (m / (p * q), m / q % p, m % q);
+                    let (hi, wi) = (pi * 2 - 1 + r, qi + 2 * s);
+                    for j in 0..16 {
+                        let cj = cb * 16 + j;
+                        let inside = m < n * p * q
+                            && (0..h).contains(&hi)
+                            && (0..w).contains(&wi)
+                            && cj < ch;
+                        let global = ((ni * h + hi) * w + wi) * ch + cj;
+                        expected.push((layout.offset(i, j), inside.then_some(global)));
+                    }
+                }
+                assert_eq!(
+                    tensor.elements(&origin),
+                    expected,
+                    "m0 {m0} tap ({r}, {s}) block {cb}"
+                );
+            }
+        }
     }
 }

@@ -237,6 +237,14 @@ fn snapshot_wgmma_kernels() {
     };
     let k = generate(&decode, &atomic, &gpu).unwrap();
     insta::assert_snapshot!("wgmma_matmul_split_k_atomic", k.source);
+    // A strided, padded 3×3 convolution: A through TMA's im2col walk (a row tile's
+    // first output pixel as the walk's base, the tap's filter offsets), B per tap.
+    let conv3 = typed(
+        task("conv2d", "2,64,28,28,128,3,3,2,1", bias_relu),
+        DType::Fp16,
+    );
+    let k = generate(&conv3, &State::hopper(tiling(2, 1, 128, 128)), &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_conv2d_3x3_im2col", k.source);
     // Pairs of blocks down a raster band of 4 M tiles sharing B by TMA multicast, and a
     // TF32 1×1 convolution (k8 instructions, both operands K-major).
     let clustered = State::hopper(schedule::state::WgmmaTiling {

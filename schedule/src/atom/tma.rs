@@ -11,6 +11,17 @@
 //! 64 or 128 bytes). The box lands in shared memory as rows of its inner extent, one row
 //! per combination of the outer coordinates, in the swizzle's layout
 //! ([`SharedTileLayout`]). Elements outside the tensor are filled with zeros.
+//!
+//! The im2col mode (`cuTensorMapEncodeIm2col`, [`Im2col`]) reads a convolution's
+//! activations as the rows of its implicit GEMM: a channels-last tensor (C, W, H[, D], N,
+//! innermost first) whose box is `pixels` rows of `channels` channels. The copy's
+//! coordinates name the first row's filter base pixel (`c, w, h, n`, the padding's shift
+//! included) and its filter offsets (`offW, offH`); the rows walk the bounding box of base
+//! pixels at the convolution's stride, wrapping to the box's first column, then row, then
+//! the next image, as the output pixels of a GEMM row tile follow one another. The pixel
+//! read is the base plus the offsets; outside the tensor it is zeros, which pads the
+//! convolution (PTX ISA 8.x, "Tensor im2col mode"; the corner and coordinate formulas are
+//! those CUTLASS 3's SM90 convolutions and Triton's im2col tests use).
 
 use super::swizzle::SharedTileLayout;
 use super::wgmma::Swizzle;
@@ -41,6 +52,38 @@ pub enum TmaError {
         "the box's inner extent is {bytes} bytes: not a multiple of 16, or wider than its swizzle"
     )]
     InnerBytes { bytes: u64 },
+    #[error(
+        "im2col: a corner, traversal stride or pixel count is out of the hardware's range ({what})"
+    )]
+    Im2col { what: &'static str },
+}
+
+/// The most rows (pixels) of an im2col box this project uses: the GEMM tiles are at
+/// most 256 rows (the driver takes up to 1024 on recent toolkits, 256 on older ones).
+pub const MAX_IM2COL_PIXELS: u32 = 256;
+
+/// The im2col mode of a tensor map: per spatial dimension, innermost first (W, H[, D]),
+/// the bounding box of the filter's base pixel, its `lower` corner counted from
+/// coordinate 0 and its `upper` corner from the dimension's last coordinate (the box
+/// covers `lower ..= extent - 1 + upper`), and the `traversal` stride of the walk (the
+/// convolution's stride).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Im2col {
+    pub lower: Vec<i32>,
+    pub upper: Vec<i32>,
+    pub traversal: Vec<u32>,
+}
+
+impl Im2col {
+    /// The corners' range for a tensor of `rank` dimensions (16 bits shared by its
+    /// spatial dimensions), and the filter offsets' (unsigned, as many bits).
+    pub fn ranges(rank: usize) -> (std::ops::RangeInclusive<i32>, std::ops::RangeInclusive<i32>) {
+        match rank {
+            3 => (-(1 << 15)..=(1 << 15) - 1, 0..=(1 << 16) - 1),
+            4 => (-(1 << 7)..=(1 << 7) - 1, 0..=(1 << 8) - 1),
+            _ => (-(1 << 4)..=(1 << 4) - 1, 0..=(1 << 5) - 1),
+        }
+    }
 }
 
 /// A tiled tensor map's description: the tensor, innermost dimension first, and the
@@ -55,6 +98,9 @@ pub struct TensorBox {
     /// Elements of each dimension one copy moves.
     pub boxed: Vec<u32>,
     pub swizzle: Swizzle,
+    /// The im2col mode; `boxed` is then `[channels, pixels]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub im2col: Option<Im2col>,
 }
 
 impl TensorBox {
@@ -80,6 +126,7 @@ impl TensorBox {
             strides: vec![row_stride * bytes],
             boxed: vec![box_columns, box_rows],
             swizzle,
+            im2col: None,
         };
         if batches > 1 {
             tensor.dims.push(batches);
@@ -93,11 +140,33 @@ impl TensorBox {
     /// The hardware's rules (see the module's documentation).
     pub fn check(&self) -> Result<(), TmaError> {
         let rank = self.dims.len();
-        if !(1..=MAX_RANK).contains(&rank)
-            || self.strides.len() + 1 != rank
-            || self.boxed.len() != rank
-        {
+        let (ranks, boxed) = match &self.im2col {
+            None => (1..=MAX_RANK, rank),
+            Some(_) => (3..=MAX_RANK, 2),
+        };
+        if !ranks.contains(&rank) || self.strides.len() + 1 != rank || self.boxed.len() != boxed {
             return Err(TmaError::Rank(rank));
+        }
+        if let Some(im2col) = &self.im2col {
+            let spatial = rank - 2;
+            let (corners, _) = Im2col::ranges(rank);
+            let what = if [&im2col.lower, &im2col.upper]
+                .iter()
+                .any(|c| c.len() != spatial || !c.iter().all(|x| corners.contains(x)))
+            {
+                Some("corners")
+            } else if im2col.traversal.len() != spatial
+                || !im2col.traversal.iter().all(|s| (1..=8).contains(s))
+            {
+                Some("traversal strides")
+            } else if self.boxed[1] > MAX_IM2COL_PIXELS {
+                Some("pixels")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                return Err(TmaError::Im2col { what });
+            }
         }
         for (dim, &extent) in self.dims.iter().enumerate() {
             if extent == 0 || extent > 1 << 32 {
@@ -128,11 +197,11 @@ impl TensorBox {
         self.boxed.iter().map(|&b| u64::from(b)).product::<u64>() * u64::from(self.dtype.bytes())
     }
 
-    /// Every element of the box at `origin` (tensor coordinates, innermost first): its
-    /// element offset in shared memory from the box's start (as `shared_layout` lays it
-    /// out) and its element offset in the tensor, None outside the tensor (a load
-    /// fills zeros there, a store skips it).
-    pub fn elements(&self, origin: &[i64]) -> impl Iterator<Item = (i64, Option<i64>)> + '_ {
+    /// Every element of the box at `origin` (tensor coordinates, innermost first, then
+    /// an im2col box's filter offsets): its element offset in shared memory from the
+    /// box's start (as `shared_layout` lays it out) and its element offset in the tensor,
+    /// None outside the tensor (a load fills zeros there, a store skips it).
+    pub fn elements(&self, origin: &[i64]) -> Vec<(i64, Option<i64>)> {
         let bytes = i64::from(self.dtype.bytes());
         // Element strides: the innermost dimension is contiguous.
         let strides: Vec<i64> = std::iter::once(1)
@@ -140,22 +209,62 @@ impl TensorBox {
             .collect();
         let layout = self.shared_layout();
         let inner = i64::from(self.boxed[0]);
-        let count: i64 = self.boxed.iter().map(|&b| i64::from(b)).product();
-        let origin = origin.to_vec();
-        (0..count).map(move |e| {
-            // Box coordinates, innermost first; the row is the outer ones flattened.
-            let (mut rest, mut global, mut inside) = (e, 0, true);
-            for (d, &extent) in self.boxed.iter().enumerate() {
-                let x = origin[d] + rest % i64::from(extent);
-                rest /= i64::from(extent);
-                inside &= (0..self.dims[d] as i64).contains(&x);
-                global += x * strides[d];
+        let within = |d: usize, x: i64| (0..self.dims[d] as i64).contains(&x);
+        let Some(im2col) = &self.im2col else {
+            let count: i64 = self.boxed.iter().map(|&b| i64::from(b)).product();
+            return (0..count)
+                .map(|e| {
+                    // Box coordinates, innermost first; the row is the outer ones flattened.
+                    let (mut rest, mut global, mut inside) = (e, 0, true);
+                    for (d, &extent) in self.boxed.iter().enumerate() {
+                        let x = origin[d] + rest % i64::from(extent);
+                        rest /= i64::from(extent);
+                        inside &= within(d, x);
+                        global += x * strides[d];
+                    }
+                    (
+                        layout.offset(e / inner, e % inner),
+                        inside.then_some(global),
+                    )
+                })
+                .collect();
+        };
+        let rank = self.dims.len();
+        let spatial = rank - 2;
+        let offsets = &origin[rank..rank + spatial];
+        // The walk of base pixels: spatial coordinates innermost first, then the image.
+        let mut base: Vec<i64> = origin[1..rank].to_vec();
+        let last = |d: usize| self.dims[d + 1] as i64 - 1 + i64::from(im2col.upper[d]);
+        let mut out = Vec::with_capacity((inner * i64::from(self.boxed[1])) as usize);
+        for row in 0..i64::from(self.boxed[1]) {
+            let mut pixel = base[spatial] * strides[rank - 1];
+            let mut inside = within(rank - 1, base[spatial]);
+            for d in 0..spatial {
+                let x = base[d] + offsets[d];
+                inside &= within(d + 1, x);
+                pixel += x * strides[d + 1];
             }
-            (
-                layout.offset(e / inner, e % inner),
-                inside.then_some(global),
-            )
-        })
+            for ch in 0..inner {
+                let c = origin[0] + ch;
+                let global = (inside && within(0, c)).then_some(pixel + c);
+                out.push((layout.offset(row, ch), global));
+            }
+            // The next base pixel: a traversal step, wrapping at the box's far corner
+            // into the next row, and past the last row into the next image.
+            let mut d = 0;
+            while d < spatial {
+                base[d] += i64::from(im2col.traversal[d]);
+                if base[d] <= last(d) {
+                    break;
+                }
+                base[d] = i64::from(im2col.lower[d]);
+                d += 1;
+            }
+            if d == spatial {
+                base[spatial] += 1;
+            }
+        }
+        out
     }
 
     /// Where the box lands in shared memory: rows of its inner extent, swizzled as the
@@ -198,15 +307,50 @@ pub fn arrive_c(bar: &str) -> String {
 }
 
 /// The copy of the box of the tensor map named `map` at `coords` (innermost first,
-/// 32-bit C expressions) to 32-bit shared address `dst`, completing on `bar`.
-pub fn load_c(map: &str, coords: &[String], dst: &str, bar: &str) -> String {
-    let slots: Vec<String> = (0..coords.len()).map(|i| format!("%{}", i + 3)).collect();
-    let operands: Vec<String> = coords.iter().map(|c| format!("\"r\"({c})")).collect();
+/// 32-bit C expressions; an im2col map's filter `offsets` after them, 16-bit) to 32-bit
+/// shared address `dst`, completing on `bar`; with a `multicast` mask, into the blocks
+/// of the cluster whose ranks are its bits, at `dst` and on `bar` in each.
+pub fn load_c(
+    map: &str,
+    (coords, offsets): (&[String], &[String]),
+    dst: &str,
+    bar: &str,
+    multicast: Option<u16>,
+) -> String {
+    let first = if multicast.is_some() { 4 } else { 3 };
+    let slots = |from: usize, n: usize| -> Vec<String> {
+        (from..from + n).map(|i| format!("%{i}")).collect()
+    };
+    let mut operands: Vec<String> = coords.iter().map(|c| format!("\"r\"({c})")).collect();
+    operands.extend(
+        offsets
+            .iter()
+            .map(|o| format!("\"h\"((unsigned short)({o}))")),
+    );
+    let (mode, offsets) = if offsets.is_empty() {
+        ("", String::new())
+    } else {
+        (
+            ".im2col",
+            format!(
+                ", {{{}}}",
+                slots(first + coords.len(), offsets.len()).join(", ")
+            ),
+        )
+    };
+    let (cast, mask, mask_operand) = match multicast {
+        Some(mask) => (
+            ".multicast::cluster",
+            ", %3",
+            format!("\"h\"((unsigned short){mask}), "),
+        ),
+        None => ("", "", String::new()),
+    };
     format!(
-        "asm volatile(\"cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%2];\" \
-         :: \"r\"({dst}), \"l\"((unsigned long long)&{map}), \"r\"({bar}), {} : \"memory\");",
+        "asm volatile(\"cp.async.bulk.tensor.{}d.shared::cluster.global{mode}.mbarrier::complete_tx::bytes{cast} [%0], [%1, {{{}}}], [%2]{offsets}{mask};\" \
+         :: \"r\"({dst}), \"l\"((unsigned long long)&{map}), \"r\"({bar}), {mask_operand}{} : \"memory\");",
         coords.len(),
-        slots.join(", "),
+        slots(first, coords.len()).join(", "),
         operands.join(", ")
     )
 }
@@ -236,20 +380,6 @@ pub fn store_wait_read_c(pending: u32) -> String {
 /// Makes the thread's generic-proxy writes of shared memory visible to TMA.
 pub const FENCE_PROXY_ASYNC_C: &str =
     "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");";
-
-/// `load_c` multicast to the blocks of the cluster whose ranks are the bits of `mask`:
-/// the box lands at `dst` in each and completes on the barrier at `bar` in each.
-pub fn load_multicast_c(map: &str, coords: &[String], dst: &str, bar: &str, mask: u16) -> String {
-    let slots: Vec<String> = (0..coords.len()).map(|i| format!("%{}", i + 4)).collect();
-    let operands: Vec<String> = coords.iter().map(|c| format!("\"r\"({c})")).collect();
-    format!(
-        "asm volatile(\"cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {{{}}}], [%2], %3;\" \
-         :: \"r\"({dst}), \"l\"((unsigned long long)&{map}), \"r\"({bar}), \"h\"((unsigned short){mask}), {} : \"memory\");",
-        coords.len(),
-        slots.join(", "),
-        operands.join(", ")
-    )
-}
 
 /// One arrival on the barrier at `bar` (this block's 32-bit shared address) of the
 /// cluster's block of rank `rank` (a C expression): `mapa` finds it in the cluster's

@@ -66,7 +66,7 @@ use crate::ir::{
 use crate::launch::{Dim3, LaunchConfig, Target, TensorMapArg};
 use crate::state::SplitSums;
 use crate::task::{Contraction, Task};
-use crate::wgmma::{ATOM_M, STAGING_BUFFERS, TmaGemm, WgmmaTiling};
+use crate::wgmma::{ATOM_M, OperandView, STAGING_BUFFERS, TmaGemm, WgmmaTiling};
 
 /// Lowers a validated `wgmma` state of `task` with its reduction split `split_k` ways,
 /// its partial sums meeting as `sums` says.
@@ -443,6 +443,11 @@ impl WgmmaLowering<'_> {
 
     /// The producer's copies of iteration `g` (a unit's K tile) into buffer `stage`:
     /// the full barrier armed with the tile's bytes, then A's box and B's boxes.
+    ///
+    /// K tile `kt` of a reduction with taps is run `kt % kblocks` of the innermost axis
+    /// at tap `kt / kblocks` (its digits over the tap axes, the outermost unbounded: a
+    /// split's last chunk past the end reads B's zeros there, and A, whose filter offsets
+    /// must stay in range, the tap wrapped back into the filter).
     fn issue(&mut self, out: &mut Vec<Stmt>, (g, stage): (&Expr, &Expr)) {
         let t = self.t;
         let unit = self.unit_of(g);
@@ -452,7 +457,18 @@ impl WgmmaLowering<'_> {
         let s = &self.scope;
         let chunk = s.mul(s.rem(unit, self.split_k), self.chunk);
         let kt = s.add(chunk, s.rem(g.clone(), self.chunk));
-        let k0 = s.mul(kt, t.block_k(view) as i64);
+        let bk = t.block_k(view) as i64;
+        let taps_extents: Vec<i64> = self.c.reduction[..self.c.reduction.len() - 1]
+            .iter()
+            .map(|r| i64::from(r.extent))
+            .collect();
+        let (k0, tap) = if taps_extents.is_empty() {
+            (s.mul(kt, bk), Vec::new())
+        } else {
+            let kblocks = t.kblocks(view) as i64;
+            let k0 = s.mul(s.rem(kt.clone(), kblocks), bk);
+            (k0, digits(s, s.div(kt, kblocks), &taps_extents))
+        };
         let bytes = (t.tile_bytes(0) + t.tile_bytes(1)) as i64;
         let full = self.full(stage);
         out.push(Stmt::ArriveExpectTx {
@@ -461,15 +477,45 @@ impl WgmmaLowering<'_> {
         });
         let stage_base = |input: usize| s.mul(stage.clone(), t.tile_elements(input, view) as i64);
         let batched = |mut coords: Vec<Expr>, input: usize| {
-            let m = if input == 0 {
-                &self.gemm.a
-            } else {
-                &self.gemm.b
-            };
-            if m.batches > 1 {
+            if self.gemm.matrix(input).is_some_and(|m| m.batches > 1) {
                 coords.push(batch.clone());
             }
             coords
+        };
+        // A's coordinates for its box from row `first`: a matrix's (K, row), or an
+        // im2col walk's (channel, base pixel, image, then the tap's filter offsets).
+        let a_coords = |first: Expr| match &self.gemm.a {
+            OperandView::Matrix(_) => batched(vec![k0.clone(), first], 0),
+            OperandView::Im2col(v) => {
+                let rows = digits(s, first, &v.m_extents);
+                let channel = s.add(s.mul(batch.clone(), v.group_channels as i64), k0.clone());
+                let mut coords = vec![channel];
+                for (d, position) in v.positions.iter().enumerate() {
+                    let at = position.map_or(Expr::Const(0), |p| {
+                        s.mul(rows[p].clone(), i64::from(v.im2col.traversal[d]))
+                    });
+                    coords.push(s.add(at, Expr::Const(i64::from(v.im2col.lower[d]))));
+                }
+                coords.push(if v.image {
+                    rows[0].clone()
+                } else {
+                    Expr::Const(0)
+                });
+                for tap_of in &v.taps {
+                    coords.push(tap_of.map_or(Expr::Const(0), |(r, dilation)| {
+                        s.mul(s.rem(tap[r].clone(), taps_extents[r]), dilation)
+                    }));
+                }
+                coords
+            }
+        };
+        // B's coordinates at its first row (or column): K, the tap's dimensions
+        // (innermost first), the row.
+        let b_coords = |first: Expr| {
+            let mut coords = vec![k0.clone()];
+            coords.extend(tap.iter().rev().cloned());
+            coords.push(first);
+            batched(coords, 1)
         };
         // A K-major operand is one box of rows; a tile the cluster shares is split into
         // one box of rows per block, each multicast to every block of the cluster.
@@ -490,7 +536,11 @@ impl WgmmaLowering<'_> {
             };
             Stmt::TmaLoad {
                 map: self.first_map + input,
-                coords: batched(vec![k0.clone(), first], input),
+                coords: if input == 0 {
+                    a_coords(first)
+                } else {
+                    b_coords(first)
+                },
                 at,
                 barrier: full.clone(),
                 multicast,
@@ -912,4 +962,16 @@ struct Place {
 /// The part of `x` that `terms` of a fragment layout make of index kind `index`.
 fn part(scope: &Scope, terms: &[crate::atom::Term], index: Index, x: &Expr) -> Expr {
     fragment::part(scope, terms, index, x.clone()).unwrap_or(Expr::Const(0))
+}
+
+/// The digits of `index` over `extents` (outer first), the outermost unbounded.
+fn digits(scope: &Scope, index: Expr, extents: &[i64]) -> Vec<Expr> {
+    let mut out = vec![Expr::Const(0); extents.len()];
+    let mut inner = 1;
+    for d in (0..extents.len()).rev() {
+        let q = scope.div(index.clone(), inner);
+        out[d] = if d == 0 { q } else { scope.rem(q, extents[d]) };
+        inner *= extents[d];
+    }
+    out
 }
