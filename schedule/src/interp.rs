@@ -215,6 +215,13 @@ pub enum InterpError {
     PartialLeft { index: usize },
     #[error("block {block}: {error}")]
     Staging { block: usize, error: StagingError },
+    #[error("block {block} thread {thread}: an im2col copy at {origin:?} would fault: {problem}")]
+    TmaOrigin {
+        block: usize,
+        thread: usize,
+        origin: Vec<i64>,
+        problem: &'static str,
+    },
     #[error(
         "block {block} thread {thread}: MMA fragment {frag} of input {input} used before it was loaded"
     )]
@@ -903,6 +910,14 @@ impl Block<'_> {
         let (_, input, tensor) = self.kernel.tensor_map(map);
         let tensor = tensor.clone();
         let origin: Vec<i64> = coords.iter().map(|c| self.eval(c, t)).collect();
+        if let Some(problem) = tensor.origin_error(&origin) {
+            return Err(InterpError::TmaOrigin {
+                block: self.index,
+                thread: t,
+                origin,
+                problem,
+            });
+        }
         let base = self.eval(at, t);
         let phase = self.barriers[barrier].phase();
         for (offset, global) in tensor.elements(&origin) {

@@ -118,11 +118,12 @@ pub struct Im2colView {
     /// Per spatial dimension (innermost first): its output position's place in
     /// `m_extents`, None where the output has one position.
     pub positions: Vec<Option<usize>>,
-    /// Extents of the M axes, outer first (the image, then the spatial dimensions'
-    /// output positions), which a row's index decomposes into.
+    /// Extents of the M axes, outer first: the image (1 where the task has one), then
+    /// the spatial dimensions' output positions. A row's index decomposes into them,
+    /// the image unbounded: a row past the last output pixel lies in an image past the
+    /// last, which TMA fills with zeros, while its base pixel stays inside the bounding
+    /// box, as the copy requires.
     pub m_extents: Vec<i64>,
-    /// Whether the first M axis is the image (else there is one).
-    pub image: bool,
     /// A grouped convolution's channels per group: group `g` starts at channel
     /// `g · group_channels` (0 with one group).
     pub group_channels: u64,
@@ -252,7 +253,6 @@ fn im2col_view(c: &Contraction, view: &GemmView) -> Result<Im2colView, TmaGemmEr
         taps: Vec::new(),
         positions: Vec::new(),
         m_extents: Vec::new(),
-        image,
         group_channels: 0,
     };
     // Spatial dimensions, outermost first as the tensor stores them; each is inserted
@@ -335,6 +335,12 @@ fn im2col_view(c: &Contraction, view: &GemmView) -> Result<Im2colView, TmaGemmEr
         .iter()
         .map(|&a| i64::from(c.spatial[a].extent))
         .collect();
+    if !image {
+        out.m_extents.insert(0, 1);
+        for p in out.positions.iter_mut().flatten() {
+            *p += 1;
+        }
+    }
     Ok(out)
 }
 
@@ -1032,8 +1038,8 @@ mod tests {
             }
         );
         assert_eq!(
-            (a.taps.clone(), a.image),
-            (vec![Some((1, 1)), Some((0, 1))], false)
+            (a.taps.clone(), a.m_extents.clone()),
+            (vec![Some((1, 1)), Some((0, 1))], vec![1, 8, 8])
         );
         assert_eq!(g.view.taps, 9);
         let mut b = matrix(16, 16, 144, 1, 1);
@@ -1057,8 +1063,8 @@ mod tests {
             (vec![-1, -1], vec![2, 2])
         );
         assert_eq!(
-            (a.taps.clone(), a.image, a.m_extents.clone()),
-            (vec![None, None], true, vec![2, 4, 4])
+            (a.taps.clone(), a.m_extents.clone()),
+            (vec![None, None], vec![2, 4, 4])
         );
         // Pixels 8 bytes apart (4 fp16 channels): TMA needs 16.
         let narrow = contraction("conv2d", "1,4,8,8,16,3,3,1,1");

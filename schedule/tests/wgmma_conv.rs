@@ -7,7 +7,8 @@
 //! several, tails in M and N, every pipeline depth, warp specialization, persistent
 //! blocks, clusters that multicast A's rows, and split-K (ordered and atomic), in fp16
 //! and bf16 with the fused epilogue. Mutation tests show that a walk without the filter
-//! offsets, or from the wrong corner, is caught.
+//! offsets, or from the wrong corner, is caught; the interpreter refuses a copy whose
+//! base pixel lies outside the bounding box (the GPU faults on it).
 
 use schedule::ir::{Expr, Stmt};
 use schedule::state::{SplitSums, WgmmaTiling};
@@ -89,6 +90,12 @@ fn persistent_clustered_and_split_convolutions() {
         clustered(tiling(1, 2, 24, 32, 3)),
     ];
     assert_eq!(check(&t, &tilings), tilings.len());
+    // One image of 81 output pixels in tiles of 64 rows: the second tile's second half
+    // starts past the last pixel, which must stay a base pixel inside the bounding box
+    // (an image past the last, zeros), or the copy faults.
+    let one = task("conv2d", "1,32,9,9,48,3,3,1,1", DType::Fp16, FUSED);
+    let paired = [clustered(tiling(1, 1, 24, 64, 2))];
+    assert_eq!(check(&one, &paired), 1);
     // 9 taps of one or two K tiles: splits of 2 to 9 (the last chunk of 2 and 5 runs
     // past the filter).
     let split = [

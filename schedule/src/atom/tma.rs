@@ -197,6 +197,28 @@ impl TensorBox {
         self.boxed.iter().map(|&b| u64::from(b)).product::<u64>() * u64::from(self.dtype.bytes())
     }
 
+    /// Why a copy of an im2col box at `origin` (its coordinates, then its filter
+    /// offsets) would fault, None where it is legal: the walk's first base pixel must lie
+    /// in the bounding box, and the offsets in their range. (A tiled box may start
+    /// anywhere; what lies outside the tensor is zeros.)
+    pub fn origin_error(&self, origin: &[i64]) -> Option<&'static str> {
+        let im2col = self.im2col.as_ref()?;
+        let rank = self.dims.len();
+        let (_, offsets) = Im2col::ranges(rank);
+        let spatial = rank - 2;
+        for d in 0..spatial {
+            let last = self.dims[d + 1] as i64 - 1 + i64::from(im2col.upper[d]);
+            if !(i64::from(im2col.lower[d])..=last).contains(&origin[d + 1]) {
+                return Some("the base pixel lies outside the bounding box");
+            }
+            let offset = origin[rank + d];
+            if !(i64::from(*offsets.start())..=i64::from(*offsets.end())).contains(&offset) {
+                return Some("a filter offset is out of range");
+            }
+        }
+        None
+    }
+
     /// Every element of the box at `origin` (tensor coordinates, innermost first, then
     /// an im2col box's filter offsets): its element offset in shared memory from the
     /// box's start (as `shared_layout` lays it out) and its element offset in the tensor,
@@ -476,5 +498,47 @@ mod tests {
             m(256, 128, Swizzle::None).is_ok(),
             "no swizzle: any 16-byte multiple"
         );
+    }
+
+    /// A 3×3 padding-1 walk over one 8×8 image of 16 channels: its bounding box of base
+    /// pixels is -1..=6 each way (the Triton and CUTLASS formulas), rows wrap at its
+    /// right edge into the next row and past its last row into the next image, and a
+    /// base outside it, or an offset past 8 bits, would fault.
+    #[test]
+    fn im2col_walks_wrap_at_the_bounding_box() {
+        let tensor = TensorBox {
+            dtype: DType::Fp16,
+            dims: vec![16, 8, 8, 1],
+            strides: vec![32, 256, 2048],
+            boxed: vec![16, 4],
+            swizzle: Swizzle::B32,
+            im2col: Some(Im2col {
+                lower: vec![-1, -1],
+                upper: vec![-1, -1],
+                traversal: vec![1, 1],
+            }),
+        };
+        tensor.check().unwrap();
+        // From the last base of row 0 (w 6, h -1) with offsets (1, 1): pixel (7, 0), then
+        // the next row's first base (-1, 0) reads (0, 1), then (1, 1), (2, 1).
+        let first_channel = |row: usize| tensor.elements(&[0, 6, -1, 0, 1, 1])[row * 16].1;
+        let pixel = |w: i64, h: i64| Some((h * 8 + w) * 16);
+        assert_eq!(
+            (0..4).map(first_channel).collect::<Vec<_>>(),
+            vec![pixel(7, 0), pixel(0, 1), pixel(1, 1), pixel(2, 1)]
+        );
+        // The last base of the image wraps into image 1: outside the tensor, zeros.
+        assert_eq!(tensor.elements(&[0, 6, 6, 0, 0, 0])[16].1, None);
+        assert_eq!(tensor.origin_error(&[0, 6, 6, 0, 0, 0]), None);
+        assert!(tensor.origin_error(&[0, 7, 0, 0, 0, 0]).is_some());
+        assert!(tensor.origin_error(&[0, 0, -2, 0, 0, 0]).is_some());
+        assert!(tensor.origin_error(&[0, 0, 0, 0, 256, 0]).is_some());
+        // Corners past the rank's 8 bits, or a traversal stride past 8, are refused.
+        let mut wide = tensor.clone();
+        wide.im2col.as_mut().unwrap().lower[0] = -129;
+        assert!(matches!(wide.check(), Err(TmaError::Im2col { .. })));
+        let mut long = tensor;
+        long.im2col.as_mut().unwrap().traversal[1] = 9;
+        assert!(matches!(long.check(), Err(TmaError::Im2col { .. })));
     }
 }

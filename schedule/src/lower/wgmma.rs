@@ -496,11 +496,7 @@ impl WgmmaLowering<'_> {
                     });
                     coords.push(s.add(at, Expr::Const(i64::from(v.im2col.lower[d]))));
                 }
-                coords.push(if v.image {
-                    rows[0].clone()
-                } else {
-                    Expr::Const(0)
-                });
+                coords.push(rows[0].clone());
                 for tap_of in &v.taps {
                     coords.push(tap_of.map_or(Expr::Const(0), |(r, dilation)| {
                         s.mul(s.rem(tap[r].clone(), taps_extents[r]), dilation)
