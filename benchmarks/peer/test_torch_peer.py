@@ -173,8 +173,34 @@ A_FP16 = box("fp16", [4096, 4096], [8192], [64, 128], "b128")
 A_BF16_BATCHED = box("bf16", [256, 512, 8], [512, 512 * 256 * 2], [64, 64, 1], "b128")
 
 
+# The activations of a 3×3 padding-1 stride-2 fp16 convolution over 2 images of 28×28
+# with 64 channels, read by im2col in boxes of 128 pixels of 64 channels
+# (schedule::wgmma::Im2colView's map: lower -1; the last output's base -1 + 13·2 = 25,
+# so upper 25 - 27 = -2; traversal 2).
+A_IM2COL = dict(box("fp16", [64, 28, 28, 2], [128, 128 * 28, 128 * 28 * 28], [64, 128],
+                    "b128"), im2col={"lower": [-1, -1], "upper": [-2, -2],
+                                     "traversal": [2, 2]})
+
+
 class TensorMaps(unittest.TestCase):
     ADDRESS = 0x7F00_0000_0200
+
+    def test_an_im2col_box(self):
+        self.assertEqual(
+            tp.tensor_map_im2col_encode_args(A_IM2COL, self.ADDRESS),
+            (6, 4, self.ADDRESS, (64, 28, 28, 2), (128, 3584, 100352), (-1, -1), (-2, -2),
+             64, 128, (1, 2, 2, 1), 0, 3, 2, 0))
+        # A tiled box is not an im2col one; corners past 8 bits at rank 4, a traversal
+        # past 8, a box of other than channels and pixels, or a rank below 3 are refused.
+        with self.assertRaises(ValueError):
+            tp.tensor_map_im2col_encode_args(A_FP16, self.ADDRESS)
+        for change in ({"im2col": {"lower": [-129, -1], "upper": [-2, -2],
+                                   "traversal": [2, 2]}},
+                       {"im2col": {"lower": [-1, -1], "upper": [-2, -2], "traversal": [9, 2]}},
+                       {"boxed": [64, 128, 1]},
+                       {"dims": [64, 28], "strides": [128]}):
+            with self.assertRaises(ValueError, msg=str(change)):
+                tp.parse_tensor_box(A_IM2COL | change)
 
     def test_a_2d_fp16_k_major_box(self):
         (dtype, rank, address, dims, strides, boxed, element_strides, interleave, swizzle,

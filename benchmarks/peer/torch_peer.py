@@ -14,7 +14,8 @@ already have in PyTorch?" in one process, on one GPU, on the same buffers:
   launches can be captured in a CUDA graph like any PyTorch work; a kernel takes one
   device pointer per buffer (inputs, bias if any, output), then, where its launch says
   so, a pointer to a workspace (`workspace_bytes`, zeroed once per loaded kernel) and
-  one 128-byte TMA tensor map by value per `tensor_maps` entry (the `wgmma` sketch's
+  one 128-byte TMA tensor map by value per `tensor_maps` entry (tiled, or im2col for
+  a convolution's activations; the `wgmma` sketch's
   sm_90a kernels), encoded for each buffer set's own buffers; a kernel whose launch has
   a thread block `cluster` other than [1, 1, 1] is launched with cuLaunchKernelEx, the
   cluster dimension its launch attribute;
@@ -306,6 +307,10 @@ CU_TENSOR_MAP_SWIZZLE = {"none": 0, "b32": 1, "b64": 2, "b128": 3}  # NONE, 32B,
 CU_TENSOR_MAP_INTERLEAVE_NONE = 0
 CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2
 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0  # out-of-bounds elements read as zeros
+TMA_MAX_IM2COL_PIXELS = 256  # rows of an im2col box (schedule's MAX_IM2COL_PIXELS)
+# The bounding box corners' range by rank: 16 bits shared by the spatial dimensions.
+IM2COL_CORNERS = {3: (-(1 << 15), (1 << 15) - 1), 4: (-(1 << 7), (1 << 7) - 1),
+                  5: (-(1 << 4), (1 << 4) - 1)}
 TENSOR_MAP_BYTES = 128  # a CUtensorMap: 16 opaque 64-bit words, passed by value
 TENSOR_MAP_ALIGN = 64
 
@@ -343,10 +348,21 @@ def parse_tensor_box(obj, where="tensor box"):
     strides = _uint_list(obj.get("strides"), "strides", where)
     boxed = _uint_list(obj.get("boxed"), "boxed", where)
     rank = len(dims)
-    if not 1 <= rank <= TMA_MAX_RANK or len(boxed) != rank or len(strides) + 1 != rank:
-        raise ValueError(f"{where}: a tensor map has 1 to {TMA_MAX_RANK} dimensions with one "
-                         f"box extent each and one stride fewer, got dims {list(dims)}, "
-                         f"strides {list(strides)}, boxed {list(boxed)}")
+    im2col = obj.get("im2col")
+    if im2col is None:
+        if not 1 <= rank <= TMA_MAX_RANK or len(boxed) != rank or len(strides) + 1 != rank:
+            raise ValueError(f"{where}: a tensor map has 1 to {TMA_MAX_RANK} dimensions with "
+                             f"one box extent each and one stride fewer, got dims "
+                             f"{list(dims)}, strides {list(strides)}, boxed {list(boxed)}")
+    else:
+        im2col = parse_im2col(im2col, rank, where)
+        if len(boxed) != 2 or len(strides) + 1 != rank:
+            raise ValueError(f"{where}: an im2col map's box is [channels, pixels] and its "
+                             f"strides one fewer than its dimensions, got boxed "
+                             f"{list(boxed)}, strides {list(strides)}")
+        if boxed[1] > TMA_MAX_IM2COL_PIXELS:
+            raise ValueError(f"{where}: {boxed[1]} pixels per im2col box, above "
+                             f"{TMA_MAX_IM2COL_PIXELS}")
     for dim, extent in enumerate(dims):
         if not 1 <= extent <= 1 << 32:
             raise ValueError(f"{where}: extent {extent} of dimension {dim} is 0 or above 2^32")
@@ -363,8 +379,37 @@ def parse_tensor_box(obj, where="tensor box"):
     if inner % TMA_ALIGNMENT or (span is not None and inner > span):
         raise ValueError(f"{where}: the box's inner extent is {inner} bytes: not a multiple "
                          f"of 16, or wider than its swizzle {swizzle}")
-    return {"dtype": dtype, "dims": dims, "strides": strides, "boxed": boxed,
-            "swizzle": swizzle}
+    out = {"dtype": dtype, "dims": dims, "strides": strides, "boxed": boxed,
+           "swizzle": swizzle}
+    if im2col is not None:
+        out["im2col"] = im2col
+    return out
+
+
+def parse_im2col(obj, rank, where):
+    """The im2col mode of a TensorBox (schedule/src/atom/tma.rs Im2col): per spatial
+    dimension, innermost first, the bounding box's "lower" and "upper" corners (signed,
+    within the rank's range) and the "traversal" stride (1 to 8), for a tensor of rank
+    3 to 5. Returns a normalized copy (tuples); a malformed one is a ValueError."""
+    if not isinstance(obj, dict) or not 3 <= rank <= TMA_MAX_RANK:
+        raise ValueError(f"{where}: im2col {obj!r} is not an im2col mode of a tensor of "
+                         f"rank 3 to {TMA_MAX_RANK}")
+    low, high = IM2COL_CORNERS[rank]
+    out = {}
+    for name in ("lower", "upper"):
+        corner = obj.get(name)
+        if not isinstance(corner, (list, tuple)) or len(corner) != rank - 2 or not all(
+                isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+                for v in corner):
+            raise ValueError(f"{where}: im2col {name} corner {corner!r} is not {rank - 2} "
+                             f"integers in [{low}, {high}]")
+        out[name] = tuple(corner)
+    traversal = _uint_list(obj.get("traversal"), "traversal", where)
+    if len(traversal) != rank - 2 or not all(1 <= t <= 8 for t in traversal):
+        raise ValueError(f"{where}: im2col traversal {list(traversal)} is not {rank - 2} "
+                         "strides of 1 to 8")
+    out["traversal"] = traversal
+    return out
 
 
 def parse_tensor_maps(value, buffers, where):
@@ -388,6 +433,13 @@ def parse_tensor_maps(value, buffers, where):
     return tuple(maps)
 
 
+def _check_address(address):
+    if isinstance(address, bool) or not isinstance(address, int) or address <= 0 \
+            or address % TMA_ALIGNMENT:
+        raise ValueError(f"tensor map address {address!r} is not a device address "
+                         f"aligned to {TMA_ALIGNMENT} bytes")
+
+
 def tensor_map_encode_args(tensor, address):
     """The arguments of cuTensorMapEncodeTiled after its first (the map written) for
     the TensorBox JSON `tensor` at device address `address`, as gpu/src/tensor_map.rs
@@ -396,13 +448,29 @@ def tensor_map_encode_args(tensor, address):
     Sequences are tuples of ints; a malformed box or a misaligned address is a
     ValueError."""
     tensor = parse_tensor_box(tensor)
-    if isinstance(address, bool) or not isinstance(address, int) or address <= 0 \
-            or address % TMA_ALIGNMENT:
-        raise ValueError(f"tensor map address {address!r} is not a device address "
-                         f"aligned to {TMA_ALIGNMENT} bytes")
+    _check_address(address)
     rank = len(tensor["dims"])
     return (CU_TENSOR_MAP_DATA_TYPE[tensor["dtype"]], rank, address, tensor["dims"],
             tensor["strides"], tensor["boxed"], (1,) * rank, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE[tensor["swizzle"]], CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+
+
+def tensor_map_im2col_encode_args(tensor, address):
+    """The arguments of cuTensorMapEncodeIm2col after its first for the im2col
+    TensorBox JSON `tensor` at `address`, as gpu/src/tensor_map.rs passes them: (data
+    type, rank, global address, dims, strides, lower corner, upper corner, channels per
+    pixel, pixels per column, element strides (1, the traversal, 1), interleave none,
+    swizzle, L2 promotion 128B, OOB fill none)."""
+    tensor = parse_tensor_box(tensor)
+    im2col = tensor.get("im2col")
+    if im2col is None:
+        raise ValueError("not an im2col tensor map")
+    _check_address(address)
+    rank = len(tensor["dims"])
+    return (CU_TENSOR_MAP_DATA_TYPE[tensor["dtype"]], rank, address, tensor["dims"], tensor["strides"], im2col["lower"],
+            im2col["upper"], tensor["boxed"][0], tensor["boxed"][1],
+            (1,) + im2col["traversal"] + (1,), CU_TENSOR_MAP_INTERLEAVE_NONE,
             CU_TENSOR_MAP_SWIZZLE[tensor["swizzle"]], CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
 
@@ -1068,6 +1136,14 @@ class CudaDriver:
                                       + [ctypes.c_uint] * 4,
             "cuLaunchKernelEx": [ctypes.POINTER(CUlaunchConfig), ctypes.c_void_p, c_void_pp,
                                  c_void_pp],
+            "cuTensorMapEncodeIm2col": [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint,
+                                        ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
+                                        ctypes.POINTER(ctypes.c_uint64),
+                                        ctypes.POINTER(ctypes.c_int),
+                                        ctypes.POINTER(ctypes.c_int),
+                                        ctypes.c_uint32, ctypes.c_uint32,
+                                        ctypes.POINTER(ctypes.c_uint32)]
+                                       + [ctypes.c_uint] * 4,
         }
         self.has_tensor_maps = hasattr(lib, "cuTensorMapEncodeTiled")
         self.has_launch_ex = hasattr(lib, "cuLaunchKernelEx")
@@ -1107,9 +1183,22 @@ class CudaDriver:
         if not self.has_tensor_maps:
             raise CudaError("cuTensorMapEncodeTiled: this driver predates tensor maps "
                             "(CUDA 12)")
+        u64, u32, i32 = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
+        if tensor.get("im2col") is not None:
+            (dtype, rank, address, dims, strides, lower, upper, channels, pixels,
+             element_strides, interleave, swizzle, l2_promotion,
+             oob_fill) = tensor_map_im2col_encode_args(tensor, address)
+            spatial = rank - 2
+            self.check(self.lib.cuTensorMapEncodeIm2col(
+                at, dtype, rank, address, (u64 * rank)(*dims), (u64 * (rank - 1))(*strides),
+                (i32 * spatial)(*lower), (i32 * spatial)(*upper), channels, pixels,
+                (u32 * rank)(*element_strides), interleave, swizzle, l2_promotion, oob_fill),
+                f"cuTensorMapEncodeIm2col({tensor['dtype']}, dims {list(tensor['dims'])}, "
+                f"strides {list(tensor['strides'])}, box {list(tensor['boxed'])}, "
+                f"{tensor['im2col']})")
+            return
         (dtype, rank, address, dims, strides, boxed, element_strides, interleave, swizzle,
          l2_promotion, oob_fill) = tensor_map_encode_args(tensor, address)
-        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
         self.check(self.lib.cuTensorMapEncodeTiled(
             at, dtype, rank, address, (u64 * rank)(*dims), (u64 * max(1, rank - 1))(*strides),
             (u32 * rank)(*boxed), (u32 * rank)(*element_strides), interleave, swizzle,
