@@ -59,6 +59,16 @@ fn convolutions_walk_their_windows() {
 }
 
 #[test]
+fn every_pipeline_depth() {
+    // 9 taps of one 16-channel K tile: rings of 1 to 8 buffers wrap within the filter.
+    let t = task("conv2d", "2,16,6,6,24,3,3,1,1", DType::Fp16, FUSED);
+    let depths: Vec<WgmmaTiling> = (1..=schedule::state::MAX_WGMMA_STAGES)
+        .map(|stages| tiling(1, 1, 24, 32, stages))
+        .collect();
+    assert_eq!(check(&t, &depths), depths.len());
+}
+
+#[test]
 fn dilation_asymmetric_padding_and_groups() {
     for shape in [
         // Dilation 2: offsets step two pixels.
