@@ -9,7 +9,8 @@ use sass_stage::legality::moves::Kind;
 use sass_stage::legality::order::Order;
 
 /// (cubin, kernel name) of sampled states of a few ResNet layers: float32 CUDA-core
-/// kernels, then fp16 NHWC tensor-core kernels (HMMA, LDSM, LDGSTS).
+/// kernels, then fp16 NHWC tensor-core kernels (HMMA, LDSM, LDGSTS; or HGMMA, UTMALDG
+/// and mbarriers).
 fn kernels() -> Vec<(Vec<u8>, String)> {
     use schedule::{DType, Layout};
     let gpu = schedule::GpuSpec::h100();
@@ -36,7 +37,9 @@ fn kernels() -> Vec<(Vec<u8>, String)> {
             .unwrap();
         for state in schedule::Sampler::new(&task, &gpu, seed).sample_distinct(2) {
             let k = schedule::generate(&task, &state, &gpu).unwrap();
-            let compiled = gpu::compile(&k.source, &k.name, "sm_90").unwrap();
+            // `wgmma` states (convolutions too, since issue 30) build for sm_90a.
+            let arch = k.launch.target.arch("sm_90");
+            let compiled = gpu::compile(&k.source, &k.name, &arch).unwrap();
             out.push((compiled.cubin, k.name));
         }
     }
@@ -70,7 +73,12 @@ fn real_kernels_analyse_and_random_legal_walks_verify() {
     for (bytes, name) in kernels() {
         let cubin = Cubin::parse(bytes).unwrap();
         let kernel = analyze(&cubin, &name);
-        tensor_core += usize::from(kernel.instructions.iter().any(|i| i.base == "HMMA"));
+        tensor_core += usize::from(
+            kernel
+                .instructions
+                .iter()
+                .any(|i| i.base == "HMMA" || i.base == "HGMMA"),
+        );
         assert_eq!(
             kernel.verify(&Order::identity(kernel.len())),
             Ok(()),
