@@ -242,6 +242,7 @@ feature_table! {
     wgmma_producer_warp: "1 when a producer warp of its own issues the copies (warp specialization), else 0",
     wgmma_raster: "M tiles per raster band: consecutive tiles walk down a band of this many M tiles before the next N column (0: row by row, N fastest) (count)",
     wgmma_cluster: "blocks per thread-block cluster sharing an operand tile by TMA multicast (0: no clusters) (count)",
+    wgmma_cluster_m: "a cluster's blocks along M, sharing B's tile; the others along N share A's (1 without clusters) (count)",
     wgmma_tma_store: "1 when the epilogue stages its results in shared memory and writes them by TMA stores, else 0 (each thread stores its own)",
     wgmma_tiles_per_block: "units of work (an output tile's chunk of K tiles) the busiest block computes (count)",
     wgmma_weight_n_major: "1 when the weight is N-major in shared memory (transposed descriptor), else 0",

@@ -60,6 +60,7 @@ pub(crate) fn fill(
     row.wgmma_producer_warp = f64::from(t.producer_warp);
     row.wgmma_raster = f64::from(t.raster);
     row.wgmma_cluster = f64::from(t.cluster);
+    row.wgmma_cluster_m = f64::from(t.cluster_shape().0);
     row.wgmma_tma_store = f64::from(t.tma_store);
     row.wgmma_tiles_per_block = units_per_block;
     row.reduction_stages = chunk;
@@ -79,14 +80,8 @@ pub(crate) fn fill(
     // its tile's) and the fixup reads them back (`split_traffic`).
     let element_bytes = f64::from(c.dtype.bytes());
     // A tile the cluster shares is read from L2 once per cluster.
-    let stage_sectors = |input: usize| {
-        let share = if t.shared_input() == Some(input) {
-            f64::from(t.cluster_blocks())
-        } else {
-            1.0
-        };
-        t.tile_bytes(input) as f64 / SECTOR_BYTES / share
-    };
+    let stage_sectors =
+        |input: usize| t.tile_bytes(input) as f64 / SECTOR_BYTES / f64::from(t.sharers(input));
     row.input_sectors_per_block = stage_sectors(0) * chunk * units_per_block;
     row.weight_sectors_per_block = stage_sectors(1) * chunk * units_per_block;
     row.input_sectors = stage_sectors(0) * chunk * units_f;

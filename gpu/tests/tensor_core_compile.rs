@@ -149,12 +149,21 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
             .into_iter()
             .flat_map(|(t, states)| states.into_iter().map(move |s| (t, s)))
             .collect();
-        // Clusters (multicast copies, remote arrivals, cluster barriers) among them.
+        // Clusters (multicast copies, remote arrivals, cluster barriers) among them, pairs
+        // and rectangles of a given shape.
         let clustered = jobs
             .iter()
             .filter(|(_, s)| s.wgmma.is_some_and(|t| t.cluster > 1))
             .count();
         assert!(clustered > 0, "{dtype}: no clustered state sampled");
+        let rectangles = jobs
+            .iter()
+            .filter(|(_, s)| s.wgmma.is_some_and(|t| t.cluster_m > 0))
+            .count();
+        assert!(
+            rectangles > 0,
+            "{dtype}: no cluster of a given shape sampled"
+        );
         compile_without_local_memory(dtype, &jobs);
     }
 }

@@ -157,7 +157,7 @@ fn ir_kernel() -> Kernel {
         coords: vec![Expr::Const(0), Expr::Const(0)],
         at: Expr::Const(0),
         barrier: Expr::Const(0),
-        multicast: false,
+        multicast: None,
     };
     let row = scope.div(Expr::ThreadIdx, LOADED_COLUMNS as i64);
     let column = scope.rem(Expr::ThreadIdx, LOADED_COLUMNS as i64);

@@ -1,7 +1,7 @@
 //! On a real Hopper GPU (ignored in CI): `wgmma` states of odd, batched, fused,
 //! bf16, TF32 and convolution tasks (1×1, and im2col walks with stride, dilation,
-//! groups and split-K; clusters and raster bands among them), compiled for `sm_90a`, launched with their tensor
-//! maps through the one launch rule (`BufferSets::launch`), pass the exact check against
+//! groups and split-K; clusters (pairs and rectangles) and raster bands among them),
+//! compiled for `sm_90a`, launched with their tensor maps through the one launch rule (`BufferSets::launch`), pass the exact check against
 //! the reference kernel, and again after they were timed (split-K states take a
 //! workspace that every launch must leave zeroed). Each state's time by the measurement protocol is printed
 //! (TFLOP/s), with ptxas's registers and local memory. Needs NVRTC and an sm_90 GPU.
@@ -54,6 +54,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, stages: u32) -> WgmmaTilin
         producer_warp: 0,
         raster: 0,
         cluster: 0,
+        cluster_m: 0,
         tma_store: 0,
     }
 }
@@ -126,6 +127,14 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         split(tiling(1, 1, 32, 8), 2),
         split(persistent(tiling(1, 1, 64, 4)), 8),
         split(tiling(2, 1, 64, 4), 3),
+        // Clusters of rectangles sharing both tiles (grids padded to whole clusters),
+        // unsplit and split.
+        State::hopper(tiling(1, 1, 64, 4).with_cluster_shape(2, 4)),
+        State::hopper(tiling(1, 1, 128, 4).with_cluster_shape(2, 2)),
+        State::hopper(persistent(tiling(1, 1, 64, 4)).with_cluster_shape(4, 2)),
+        State::hopper(tiling(2, 1, 128, 4).with_cluster_shape(1, 4)),
+        split(tiling(1, 1, 64, 4).with_cluster_shape(2, 4), 2),
+        split(tiling(1, 1, 64, 6).with_cluster_shape(2, 2), 4),
     ]);
     let cases = [
         (task("matmul", "200,136,264", Epilogue::default(), fp16), 6),

@@ -695,15 +695,17 @@ impl Printer<'_> {
                 let (coords, offsets) = coords.split_at(tensor.dims.len());
                 let dst = self.tile_address(input, &self.expr(at));
                 let bar = barrier_address(&self.expr(barrier));
-                let mask =
-                    multicast.then(|| ((1u64 << self.kernel.launch.cluster.count()) - 1) as u16);
-                let load = tma::load_c(name, (coords, offsets), &dst, &bar, mask);
+                let mask = multicast
+                    .as_ref()
+                    .map(|r| format!("({}u << ({}))", r.pattern, self.expr(&r.first)));
+                let load = tma::load_c(name, (coords, offsets), &dst, &bar, mask.as_deref());
                 let _ = writeln!(out, "{pad}{load}");
             }
-            Stmt::ClusterArrive { barrier } => {
+            Stmt::ClusterArrive { barrier, ranks } => {
                 let bar = barrier_address(&self.expr(barrier));
-                for rank in 0..self.kernel.launch.cluster.count() {
-                    let arrive = tma::cluster_arrive_c(&bar, &format!("{rank}u"));
+                let first = self.expr(&ranks.first);
+                for bit in ranks.of(0) {
+                    let arrive = tma::cluster_arrive_c(&bar, &format!("({first}) + {bit}"));
                     let _ = writeln!(out, "{pad}{arrive}");
                 }
             }

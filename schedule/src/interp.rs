@@ -38,8 +38,9 @@
 //!
 //! Thread-block clusters run together: the blocks of a cluster are one set of threads
 //! in lockstep, each block's shared tiles and mbarriers its own. A multicast copy lands
-//! in every block's tile and completes on every block's barrier, and a cluster arrival
-//! arrives on every block's; a barrier of another block may be used only once a
+//! in the tile of each block it names and completes on each one's barrier, and a
+//! cluster arrival arrives on each named block's (a rank outside the cluster is an
+//! error); a barrier of another block may be used only once a
 //! cluster barrier published it, and a block barrier tells only what its own
 //! warpgroups completed, so a producer that refills another block's buffer must have
 //! learnt through the arrivals on its empty barrier that that block's MMAs retired.
@@ -64,7 +65,7 @@
 
 use crate::atom::MmaAtom;
 use crate::atom::wgmma::{FP16_M64K16, WgmmaAtom, swizzle_address};
-use crate::ir::{Cond, Expr, GlobalRead, Kernel, SharedWrite, Stmt, Var, WgmmaOperand};
+use crate::ir::{Cond, Expr, GlobalRead, Kernel, Ranks, SharedWrite, Stmt, Var, WgmmaOperand};
 use crate::mbarrier::{Mbarrier, WaitError};
 use crate::staging::{Staging, StagingError};
 use crate::task::Contraction;
@@ -150,6 +151,12 @@ pub enum InterpError {
         "block {block}: mbarrier {barrier} of another block of its cluster used before a cluster barrier published it"
     )]
     MbarrierRemote { block: usize, barrier: usize },
+    #[error("block {block}: rank {rank} named outside its cluster of {cluster} blocks")]
+    ClusterRank {
+        block: usize,
+        rank: usize,
+        cluster: usize,
+    },
     #[error("block {block} thread {thread}: mbarrier {barrier}: {problem}")]
     MbarrierWait {
         block: usize,
@@ -519,7 +526,7 @@ pub fn run(kernel: &Kernel, inputs: &Inputs, out_len: usize) -> Result<Vec<f32>,
             Stmt::ClusterSync
                 | Stmt::ClusterArrive { .. }
                 | Stmt::TmaLoad {
-                    multicast: true,
+                    multicast: Some(_),
                     ..
                 }
         );
@@ -779,13 +786,20 @@ impl Block<'_> {
         Ok(at)
     }
 
-    /// The blocks of the cluster a copy by thread `t` lands in: all of them when it is
-    /// multicast, else its own.
-    fn destinations(&self, t: usize, multicast: bool) -> Vec<usize> {
-        if multicast {
-            (0..self.cluster).collect()
-        } else {
-            vec![self.rank(t)]
+    /// The blocks of the cluster that thread `t`'s copy lands in or its arrival
+    /// reaches: those `ranks` names, else its own.
+    fn destinations(&self, t: usize, ranks: Option<&Ranks>) -> Result<Vec<usize>, InterpError> {
+        let Some(ranks) = ranks else {
+            return Ok(vec![self.rank(t)]);
+        };
+        let all = ranks.of(self.eval(&ranks.first, t));
+        match all.iter().find(|&&r| r >= self.cluster) {
+            Some(&rank) => Err(InterpError::ClusterRank {
+                block: self.index,
+                rank,
+                cluster: self.cluster,
+            }),
+            None => Ok(all),
         }
     }
 
@@ -1240,10 +1254,13 @@ impl Block<'_> {
                         self.barriers[b].arrive(*bytes);
                     }
                 }
-                Stmt::MbarrierArrive { barrier } | Stmt::ClusterArrive { barrier } => {
-                    let everywhere = matches!(stmt, Stmt::ClusterArrive { .. });
+                Stmt::MbarrierArrive { barrier } | Stmt::ClusterArrive { barrier, .. } => {
+                    let ranks = match stmt {
+                        Stmt::ClusterArrive { ranks, .. } => Some(ranks),
+                        _ => None,
+                    };
                     for t in threads.clone().filter(|&t| active[t]) {
-                        for rank in self.destinations(t, everywhere) {
+                        for rank in self.destinations(t, ranks)? {
                             let b = self.barrier_of(barrier, t, rank)?;
                             self.initialized(b)?;
                             let knowledge = self.warpgroups.knowledge(t);
@@ -1260,7 +1277,7 @@ impl Block<'_> {
                     multicast,
                 } => {
                     for t in threads.clone().filter(|&t| active[t]) {
-                        for rank in self.destinations(t, *multicast) {
+                        for rank in self.destinations(t, multicast.as_ref())? {
                             let b = self.barrier_of(barrier, t, rank)?;
                             self.initialized(b)?;
                             self.tma_load(*map, coords, (at, rank), b, t, inputs)?;
@@ -2024,7 +2041,7 @@ mod tests {
             coords: vec![Expr::Const(0), Expr::Const(0)],
             at: Expr::Const(0),
             barrier: Expr::Const(0),
-            multicast: false,
+            multicast: None,
         };
         let init = Stmt::MbarrierInit {
             barrier: Expr::Const(0),

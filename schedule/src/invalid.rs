@@ -125,12 +125,13 @@ pub enum InvalidState {
     #[error("{block_m} block rows over {m} GEMM rows: a whole 64-row MMA would lie outside them")]
     WgmmaIdleRows { block_m: u32, m: u64 },
     #[error(
-        "clusters of {cluster} with split {split_k} and {persistent} persistent blocks: 0 or 2, unsplit, an even persistent grid, on pairs of neighbouring tiles whose shared tile halves into whole swizzle atoms or boxes"
+        "clusters of {cluster} blocks, {cluster_m} along M, with {persistent} persistent blocks and a raster band of {raster}: 0, or 2, 4 or 8 blocks (with no shape, a pair; a pair's shape given only where the raster order does not imply it), a persistent grid and a band of whole clusters, each shared tile dealt out in whole swizzle atoms or boxes"
     )]
     WgmmaCluster {
         cluster: u32,
-        split_k: u32,
+        cluster_m: u32,
         persistent: u32,
+        raster: u32,
     },
     #[error(
         "TMA stores {tma_store} with split {split_k}: 0 or 1, unsplit, and an output TMA can write (its columns contiguous, rows 16-byte aligned)"

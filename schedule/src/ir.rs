@@ -35,6 +35,24 @@ pub struct Cond {
     pub hi: Option<i64>,
 }
 
+/// Blocks of a cluster by rank: `first` plus the position of each set bit of
+/// `pattern` (where a copy multicasts to, or on whose barriers a thread arrives).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ranks {
+    pub first: Expr,
+    pub pattern: u16,
+}
+
+impl Ranks {
+    /// The ranks for `first`'s value.
+    pub fn of(&self, first: i64) -> Vec<usize> {
+        (0..16)
+            .filter(|bit| self.pattern >> bit & 1 == 1)
+            .map(|bit| (first + bit) as usize)
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stmt {
     /// `const int var = value;`
@@ -144,13 +162,14 @@ pub enum Stmt {
     /// after its tensor coordinates, `TensorBox::elements`) into its input's shared tile
     /// from element `at`, as the box lays itself out; its bytes complete on `barrier`.
     /// Elements outside the tensor are zeros. With `multicast`, the box lands at the
-    /// same place in every block of the cluster and completes on each one's `barrier`.
+    /// same place in each of those blocks of the cluster and completes on each one's
+    /// `barrier`.
     TmaLoad {
         map: usize,
         coords: Vec<Expr>,
         at: Expr,
         barrier: Expr,
-        multicast: bool,
+        multicast: Option<Ranks>,
     },
     /// Waits until the phase of `barrier` with parity `parity` has completed
     /// (`mbarrier.try_wait.parity` in a loop); the copies that completed it are then
@@ -160,11 +179,11 @@ pub enum Stmt {
     /// releasing a buffer); what the thread knows to be complete (its warpgroup's
     /// retired MMAs) becomes known to every thread that waits for that phase.
     MbarrierArrive { barrier: Expr },
-    /// One arrival of each active thread on `barrier` of every block of its cluster,
-    /// its own included (`mapa`, then `mbarrier.arrive.shared::cluster`): a consumer
-    /// releasing a buffer that its cluster's producers multicast into. Each barrier must
-    /// have been published to the cluster (`ClusterSync`).
-    ClusterArrive { barrier: Expr },
+    /// One arrival of each active thread on `barrier` of each of those blocks of its
+    /// cluster (`mapa`, then `mbarrier.arrive.shared::cluster`): a consumer releasing
+    /// a buffer that their producers multicast into. Each barrier must have been
+    /// published to the cluster (`ClusterSync`).
+    ClusterArrive { barrier: Expr, ranks: Ranks },
     /// A barrier of every thread of the cluster (`barrier.cluster.arrive.release` and
     /// `wait.acquire`), after a fence that publishes the blocks' initialized mbarriers
     /// to the cluster: before any block may arrive on or copy into another, and before
@@ -628,7 +647,7 @@ impl Kernel {
             | Stmt::TmaLoad { barrier, .. }
             | Stmt::MbarrierWait { barrier, .. }
             | Stmt::MbarrierArrive { barrier }
-            | Stmt::ClusterArrive { barrier } = s
+            | Stmt::ClusterArrive { barrier, .. } = s
             {
                 let highest = self.scope.range(barrier).1;
                 count = count.max(usize::try_from(highest + 1).unwrap_or(0));

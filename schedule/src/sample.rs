@@ -45,7 +45,9 @@ use crate::state::{
 use crate::task::{Contraction, Task};
 use crate::tiling::{Tiling, innermost_choices};
 use crate::validate::{prefetch_feasible, validate};
-use crate::wgmma::{MAX_WGMMA_STAGES, RASTER_GROUPS, TmaGemm, WgmmaTiling, wgmma_applies};
+use crate::wgmma::{
+    CLUSTER_SHAPES, MAX_WGMMA_STAGES, RASTER_GROUPS, TmaGemm, WgmmaTiling, wgmma_applies,
+};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
@@ -326,8 +328,8 @@ impl Sampler {
     /// without a producer warp, uniform; a reduction split as the other sketches draw
     /// it (ReLU included); then, half the time, one persistent block per SM where
     /// there are more units of work; then, half the time, a raster band (uniform among
-    /// those that divide the M tiles); then, half the time, clusters of two where they
-    /// are valid; then, half the time, TMA stores where they are valid.
+    /// those that divide the M tiles); then, half the time, clusters (uniform among the
+    /// valid `CLUSTER_SHAPES`); then, half the time, TMA stores where they are valid.
     fn draw_wgmma(&mut self) -> State {
         let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
         let rng = &mut self.wgmma_rng;
@@ -345,6 +347,7 @@ impl Sampler {
             producer_warp: pick(&[0, 1]),
             raster: 0,
             cluster: 0,
+            cluster_m: 0,
             tma_store: 0,
         };
         // Persistent blocks, one per SM, half the time a grid has more units than SMs;
@@ -372,13 +375,13 @@ impl Sampler {
             };
             crate::validate::validate(&self.contraction, &state, &self.gpu).is_ok()
         };
-        if rng.next_u64().is_multiple_of(2)
-            && valid(WgmmaTiling {
-                cluster: 2,
-                ..tiling
-            })
-        {
-            tiling.cluster = 2;
+        let clusters: Vec<WgmmaTiling> = CLUSTER_SHAPES
+            .iter()
+            .map(|&(cm, cn)| tiling.with_cluster_shape(cm, cn))
+            .filter(|&t| valid(t))
+            .collect();
+        if rng.next_u64().is_multiple_of(2) && !clusters.is_empty() {
+            tiling = clusters[(rng.next_u64() % clusters.len() as u64) as usize];
         }
         if rng.next_u64().is_multiple_of(2)
             && valid(WgmmaTiling {

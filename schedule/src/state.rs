@@ -197,13 +197,21 @@ pub struct WgmmaTiling {
     /// when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub raster: u32,
-    /// Thread-block clusters: 0 for none, or 2, pairs of blocks on neighbouring tiles of
-    /// the raster order, which share an operand (B where the neighbours are along M, in
-    /// a raster band; A where they are along N, row by row). Each block of a pair copies
-    /// half of the shared operand's tile with TMA multicast into both. Left out of the
-    /// JSON when 0.
+    /// Thread-block clusters: 0 for none, or the blocks of one (2, 4 or 8), on a
+    /// rectangle of neighbouring tiles (`cluster_m`). With `cluster_m` 0, pairs of
+    /// blocks on neighbouring tiles of the raster order, which share an operand (B
+    /// where the neighbours are along M, in a raster band; A where they are along N,
+    /// row by row). Each block copies its share of a tile it shares with TMA multicast
+    /// into every block that shares it. Left out of the JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cluster: u32,
+    /// A cluster's blocks along M (`cluster / cluster_m` along N): the blocks of a
+    /// cluster's row share A's tile, those of its column B's, each copying its share
+    /// and multicasting it to the others (like cuDNN's Hopper kernels' clusters of 2×4
+    /// tiles, which cut what small grids read from L2). 0: a cluster of two laid out as
+    /// the raster order puts neighbours (the pairs above). Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cluster_m: u32,
     /// The epilogue's stores: 0 stores each thread's results straight from its
     /// registers; 1 stages each warpgroup's results, 64 rows by one swizzle span of
     /// columns at a time, in shared memory (two buffers per warpgroup) and writes them

@@ -59,6 +59,20 @@ const BARRIER_BYTES: u64 = 16;
 /// Staging buffers per consumer warpgroup of an epilogue of TMA stores.
 pub const STAGING_BUFFERS: u64 = 2;
 
+/// Cluster shapes (blocks along M, along N) the search may choose, besides none: up
+/// to 8 blocks, the portable cluster size.
+pub const CLUSTER_SHAPES: [(u32, u32); 9] = [
+    (1, 2),
+    (2, 1),
+    (2, 2),
+    (1, 4),
+    (4, 1),
+    (2, 4),
+    (4, 2),
+    (1, 8),
+    (8, 1),
+];
+
 /// M tiles per raster band (`WgmmaTiling::raster`) the search may choose, besides 0.
 pub const RASTER_GROUPS: [u32; 4] = [2, 4, 8, 16];
 
@@ -572,10 +586,46 @@ impl WgmmaTiling {
         self.cluster.max(1)
     }
 
-    /// The input the blocks of a cluster share (and multicast): B where neighbouring
-    /// tiles of the raster order lie along M (a raster band), A where they lie along N.
-    pub fn shared_input(&self) -> Option<usize> {
-        (self.cluster > 1).then_some(if self.raster > 0 { 1 } else { 0 })
+    /// A cluster's blocks along M and along N ((1, 1) without clusters): a pair
+    /// (`cluster_m` 0) lies along M in a raster band (sharing B), along N otherwise
+    /// (sharing A).
+    pub fn cluster_shape(&self) -> (u32, u32) {
+        let blocks = self.cluster_blocks();
+        match self.cluster_m {
+            _ if blocks == 1 => (1, 1),
+            0 if self.raster > 0 => (blocks, 1),
+            0 => (1, blocks),
+            m => (m, blocks / m.max(1)),
+        }
+    }
+
+    /// The tiling with clusters of `cm × cn` blocks (none for 1 × 1), spelled as
+    /// validation takes it: a pair where the raster order puts neighbours, with
+    /// `cluster_m` 0.
+    pub fn with_cluster_shape(self, cm: u32, cn: u32) -> WgmmaTiling {
+        let blocks = cm * cn;
+        let pair = (if self.raster > 0 { (2, 1) } else { (1, 2) }) == (cm, cn);
+        WgmmaTiling {
+            cluster: if blocks > 1 { blocks } else { 0 },
+            cluster_m: if blocks > 1 && !pair { cm } else { 0 },
+            ..self
+        }
+    }
+
+    /// The blocks of a cluster that share input `input`'s tile, each copying its
+    /// share and multicasting it: A's along the cluster's row (its N blocks), B's down
+    /// its column (its M blocks); 1 where nothing is shared.
+    pub fn sharers(&self, input: usize) -> u32 {
+        let (m, n) = self.cluster_shape();
+        if input == 0 { n } else { m }
+    }
+
+    /// Arrivals per consumer warpgroup that release a buffer: one, or in a cluster one
+    /// from each sharer of each shared tile (a block's own consumers arrive once per
+    /// shared tile).
+    pub fn empty_arrivals(&self) -> u32 {
+        let shared = |k: u32| if k > 1 { k } else { 0 };
+        (shared(self.sharers(0)) + shared(self.sharers(1))).max(1)
     }
 
     /// Rows and columns of input `input`'s TMA box, and its swizzle: a block's share
@@ -583,13 +633,7 @@ impl WgmmaTiling {
     /// blocks.
     pub fn box_shape(&self, input: usize, view: &GemmView) -> (u32, u32, Swizzle) {
         let k = self.block_k(view) as u32;
-        let share = |rows: u32| {
-            if self.shared_input() == Some(input) {
-                rows / self.cluster_blocks()
-            } else {
-                rows
-            }
-        };
+        let share = |rows: u32| rows / self.sharers(input);
         match input {
             0 => (share(self.block_m()), k, self.k_swizzle()),
             _ if view.b_k_major => (share(self.block_n), k, self.k_swizzle()),
@@ -699,11 +743,18 @@ impl WgmmaTiling {
         view.batch * m * n
     }
 
-    /// Output tiles of one of `view`'s matrices along M and along N.
+    /// Output tiles of one of `view`'s matrices along M and along N, rounded up to
+    /// whole clusters (a tile past the output's end computes zeros and stores nothing,
+    /// but copies its share of the tiles its cluster shares).
     pub fn tile_grid(&self, view: &GemmView) -> (u64, u64) {
+        let (cm, cn) = self.cluster_shape();
         (
-            view.m.div_ceil(u64::from(self.block_m().max(1))),
-            view.n.div_ceil(u64::from(self.block_n.max(1))),
+            view.m
+                .div_ceil(u64::from(self.block_m().max(1)))
+                .next_multiple_of(u64::from(cm)),
+            view.n
+                .div_ceil(u64::from(self.block_n.max(1)))
+                .next_multiple_of(u64::from(cn)),
         )
     }
 
@@ -835,19 +886,38 @@ pub fn validate_wgmma(
             ntiles,
         });
     }
-    // Clusters pair neighbouring tiles of one unit each; the shared tile splits into
-    // halves of whole swizzle atoms (8 rows), or whole boxes of an N-major B.
+    // A cluster is a rectangle of neighbouring tiles of one K chunk each, whole in a
+    // raster band and in a persistent grid; each tile it shares is dealt out between
+    // its sharers in whole swizzle atoms (8 rows) of a K-major tile, or whole boxes of
+    // an N-major B. A pair keeps its one spelling (`cluster_m` 0).
     if t.cluster != 0 {
-        let pairs = match t.shared_input() {
-            Some(0) => ntiles.is_multiple_of(2) && t.block_m().is_multiple_of(16),
-            _ if view.b_k_major => t.block_n.is_multiple_of(16),
-            _ => t.boxes(1, view).is_multiple_of(2),
+        let (cm, _) = t.cluster_shape();
+        let dealt = |input: usize| {
+            let k = t.sharers(input);
+            let rows = if input == 0 { t.block_m() } else { t.block_n };
+            k == 1
+                || if input == 1 && !view.b_k_major {
+                    t.boxes(1, view).is_multiple_of(k)
+                } else {
+                    rows.is_multiple_of(8 * k)
+                }
         };
-        if t.cluster != 2 || split_k > 1 || !pairs || !t.persistent.is_multiple_of(2) {
+        let spelled = match t.cluster_m {
+            0 => t.cluster == 2,
+            m => t.cluster.is_multiple_of(m) && !(t.cluster == 2 && (m == 2) == (t.raster > 0)),
+        };
+        if ![2, 4, 8].contains(&t.cluster)
+            || !spelled
+            || !dealt(0)
+            || !dealt(1)
+            || !t.persistent.is_multiple_of(t.cluster)
+            || !t.raster.is_multiple_of(cm)
+        {
             return Err(InvalidState::WgmmaCluster {
                 cluster: t.cluster,
-                split_k,
+                cluster_m: t.cluster_m,
                 persistent: t.persistent,
+                raster: t.raster,
             });
         }
     }
@@ -933,6 +1003,7 @@ mod tests {
             producer_warp: 0,
             raster: 0,
             cluster: 0,
+            cluster_m: 0,
             tma_store: 0,
         }
     }

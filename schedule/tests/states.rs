@@ -188,6 +188,7 @@ fn snapshot_wgmma_kernels() {
         producer_warp: 0,
         raster: 0,
         cluster: 0,
+        cluster_m: 0,
         tma_store: 0,
     };
     let gpu = GpuSpec::h100();

@@ -25,7 +25,7 @@ use schedule::{
 };
 
 mod support;
-use support::wgmma::{check, check_split, edit_all, run, split_state, task, tiling};
+use support::wgmma::{check, check_split, check_states, edit_all, run, split_state, task, tiling};
 
 #[test]
 fn matmul_with_tails_every_swizzle_and_depth() {
@@ -209,24 +209,73 @@ fn clusters_share_a_tile_by_multicast() {
         .with_types(DType::Tf32, DType::F32, Layout::Nhwc)
         .unwrap();
     assert_eq!(check(&tf32, &tilings), tilings.len());
-    // Refused: split, an odd persistent grid, an odd count of N tiles to pair.
+    // Refused: a persistent grid of odd pairs, three blocks, a pair spelled twice (its
+    // shape given where the raster order already lays it out), a K-major B's 48 rows
+    // dealt out to 4 blocks (12 rows: no whole swizzle atoms).
     let gpu = GpuSpec::h100();
-    let split = State {
-        split_k: 2,
-        ..State::hopper(clustered(tiling(1, 1, 48, 64, 2), 0))
-    };
     let odd = State::hopper(WgmmaTiling {
         persistent: 5,
         ..clustered(tiling(1, 1, 48, 64, 2), 0)
     });
-    let unpaired = State::hopper(clustered(tiling(1, 1, 64, 64, 2), 0));
-    for state in [split, odd, unpaired] {
+    let three = State::hopper(WgmmaTiling {
+        cluster: 3,
+        ..tiling(1, 1, 48, 64, 2)
+    });
+    let twice = State::hopper(WgmmaTiling {
+        cluster_m: 1,
+        ..clustered(tiling(1, 1, 48, 64, 2), 0)
+    });
+    let rows = State::hopper(tiling(1, 1, 48, 64, 2).with_cluster_shape(4, 1));
+    for (task, state) in [(&t, odd), (&t, three), (&t, twice), (&conv, rows)] {
         assert!(
-            validate(&t.contraction(), &state, &gpu).is_err(),
+            validate(&task.contraction(), &state, &gpu).is_err(),
             "{}",
             state.to_json()
         );
     }
+}
+
+/// Clusters of 2 × 2, 2 × 4, 4 × 2, 1 × 4 and 1 × 8 blocks share both operands: A's
+/// tile along each cluster row and B's (N-major boxes) down each column, each block
+/// copying its share and multicasting it, each consumer releasing a buffer to every
+/// sharer of both; with tile grids padded to whole clusters (the padding tiles store
+/// nothing), raster bands of whole clusters, persistent grids, a producer warp, and
+/// split-K (ordered and atomic) whose chunks keep a cluster's blocks on one chunk.
+#[test]
+fn clusters_of_rectangles_share_both_tiles() {
+    let split = |t: WgmmaTiling, split_k, sums| State {
+        split_k,
+        split_sums: sums,
+        ..State::hopper(t)
+    };
+    // 4 M tiles of 64 rows (a tail), 4 N tiles of two 64-column boxes, 17 K tiles.
+    let t = task("matmul", "200,512,264", DType::Fp16, Epilogue::default());
+    let base = tiling(1, 1, 128, 32, 2);
+    let states = [
+        State::hopper(base.with_cluster_shape(2, 2)),
+        State::hopper(base.with_cluster_shape(2, 4)),
+        State::hopper(base.with_cluster_shape(1, 8)),
+        State::hopper(tiling(1, 1, 256, 32, 2).with_cluster_shape(4, 2)),
+        State::hopper(tiling(1, 1, 128, 64, 3).with_cluster_shape(1, 4)),
+        State::hopper(
+            WgmmaTiling {
+                raster: 4,
+                producer_warp: 1,
+                ..base
+            }
+            .with_cluster_shape(2, 2),
+        ),
+        State::hopper(
+            WgmmaTiling {
+                persistent: 8,
+                ..base
+            }
+            .with_cluster_shape(2, 2),
+        ),
+        split(base.with_cluster_shape(2, 2), 3, SplitSums::Ordered),
+        split(base.with_cluster_shape(2, 4), 2, SplitSums::Atomic),
+    ];
+    assert_eq!(check_states(&t, &states), states.len());
 }
 
 /// What a broken cluster protocol does is caught: consumers that release a buffer only
@@ -245,7 +294,7 @@ fn broken_cluster_protocols_are_caught() {
     assert!(run(&t, &kernel).is_ok());
     let local = |k: &mut Kernel| {
         edit_all(&mut k.body, &|s| match s {
-            Stmt::ClusterArrive { barrier } => {
+            Stmt::ClusterArrive { barrier, .. } => {
                 *s = Stmt::MbarrierArrive {
                     barrier: barrier.clone(),
                 };
@@ -281,14 +330,56 @@ fn broken_cluster_protocols_are_caught() {
     let mut unicast = kernel.clone();
     assert!(
         edit_all(&mut unicast.body, &|s| match s {
-            Stmt::TmaLoad { multicast, .. } if *multicast => {
-                *multicast = false;
+            Stmt::TmaLoad { multicast, .. } if multicast.is_some() => {
+                *multicast = None;
                 true
             }
             _ => false,
         }) > 0
     );
     assert!(run(&t, &unicast).is_err());
+    // In a 2 × 2 cluster a consumer releases a buffer to its row (A's sharers) and its
+    // column (B's): without the column's arrivals its producers wait forever; a copy of
+    // A that lands only in its own block leaves the row's other block short of bytes.
+    let t = task("matmul", "200,512,264", DType::Fp16, Epilogue::default());
+    let state = State::hopper(tiling(1, 1, 128, 32, 2).with_cluster_shape(2, 2));
+    let kernel = lower(&t, &state);
+    assert!(run(&t, &kernel).is_ok());
+    let mut row_only = kernel.clone();
+    assert!(
+        edit_all(&mut row_only.body, &|s| match s {
+            Stmt::If { body, .. } => {
+                let before = body.len();
+                body.retain(
+                    |s| !matches!(s, Stmt::ClusterArrive { ranks, .. } if ranks.pattern == 0b11),
+                );
+                body.len() < before
+            }
+            _ => false,
+        }) > 0
+    );
+    let err = run(&t, &row_only).unwrap_err();
+    assert!(err.contains("can never complete"), "{err}");
+    let a_map = kernel
+        .params
+        .iter()
+        .position(|p| matches!(p, schedule::ir::Param::TensorMap { .. }))
+        .unwrap();
+    let mut own_a = kernel.clone();
+    assert!(
+        edit_all(&mut own_a.body, &|s| match s {
+            Stmt::TmaLoad {
+                map,
+                multicast: Some(ranks),
+                ..
+            } if *map == a_map => {
+                ranks.pattern = 1;
+                true
+            }
+            _ => false,
+        }) > 0
+    );
+    assert!(run(&t, &own_a).is_err());
 }
 
 /// Sets every `Let` of one of `vars` to 0 (nested bodies included); returns how many.

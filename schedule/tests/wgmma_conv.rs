@@ -15,7 +15,7 @@ use schedule::state::{SplitSums, WgmmaTiling};
 use schedule::{DType, Epilogue, GpuSpec, State, Task, lower::lower, validate};
 
 mod support;
-use support::wgmma::{check, check_split, edit_all, run, task, tiling};
+use support::wgmma::{check, check_split, check_states, edit_all, run, task, tiling};
 
 const FUSED: Epilogue = Epilogue {
     bias: true,
@@ -124,6 +124,38 @@ fn persistent_clustered_and_split_convolutions() {
         validate(&t.contraction(), &state, &gpu).unwrap();
         run(&t, &lower(&t, &state)).unwrap();
     }
+}
+
+/// Clusters of 2 × 2, 4 × 1, 2 × 4 and 8 × 1 blocks over im2col boxes (A's rows dealt
+/// along a cluster row) and a K-major B (its rows dealt down a column): 4 M tiles of
+/// 64 output pixels over two images (padded to 8 for 8 × 1: the padding tiles' rows
+/// lie in images past the last, zeros), unsplit, split into ordered and atomic sums,
+/// and persistent.
+#[test]
+fn convolutions_in_clusters_of_rectangles() {
+    let t = task("conv2d", "2,32,10,10,64,3,3,1,1", DType::Fp16, FUSED);
+    let base = tiling(1, 1, 32, 64, 2);
+    let split = |t: WgmmaTiling, split_k, split_sums| State {
+        split_k,
+        split_sums,
+        ..State::hopper(t)
+    };
+    let states = [
+        State::hopper(base.with_cluster_shape(2, 2)),
+        State::hopper(base.with_cluster_shape(4, 1)),
+        State::hopper(tiling(1, 1, 16, 64, 3).with_cluster_shape(2, 4)),
+        State::hopper(tiling(1, 1, 64, 64, 2).with_cluster_shape(8, 1)),
+        split(base.with_cluster_shape(2, 2), 3, SplitSums::Ordered),
+        split(base.with_cluster_shape(4, 1), 2, SplitSums::Atomic),
+        State::hopper(
+            WgmmaTiling {
+                persistent: 4,
+                ..base
+            }
+            .with_cluster_shape(2, 2),
+        ),
+    ];
+    assert_eq!(check_states(&t, &states), states.len());
 }
 
 /// A change to a TMA load's coordinates.

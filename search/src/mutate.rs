@@ -292,7 +292,7 @@ pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
 /// a neighbouring value (consumers and 64-row MMAs 1 ↔ 2, N ± 16, K rows halved or
 /// doubled, stages ± 1, the MMA groups in flight 0 ↔ 1, persistent blocks off ↔ one per
 /// SM, the producer warp off ↔ on, the raster band halved or doubled, 2 ↔ 0, clusters
-/// off ↔ pairs, TMA stores off ↔ on), then the reduction split doubled or halved
+/// off ↔ pairs, a cluster's blocks along M or N doubled or halved, TMA stores off ↔ on), then the reduction split doubled or halved
 /// (`split_steps`), then the split's sums ordered ↔ atomic, nothing else changed, in
 /// that order. Empty for the other sketches.
 pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
@@ -300,6 +300,7 @@ pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
         return Vec::new();
     };
     let other = |x: u32| 3 - x.clamp(1, 2);
+    let (cm, cn) = t.cluster_shape();
     let moves = [
         WgmmaTiling {
             consumers: other(t.consumers),
@@ -353,10 +354,18 @@ pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
             raster: (t.raster * 2).max(2),
             ..t
         },
-        WgmmaTiling {
-            cluster: 2 - t.cluster.min(2),
-            ..t
+        if t.cluster == 0 {
+            t.with_cluster_shape(
+                if t.raster > 0 { 2 } else { 1 },
+                if t.raster > 0 { 1 } else { 2 },
+            )
+        } else {
+            t.with_cluster_shape(1, 1)
         },
+        t.with_cluster_shape(cm * 2, cn),
+        t.with_cluster_shape((cm / 2).max(1), cn),
+        t.with_cluster_shape(cm, cn * 2),
+        t.with_cluster_shape(cm, (cn / 2).max(1)),
         WgmmaTiling {
             tma_store: 1 - t.tma_store.min(1),
             ..t

@@ -330,14 +330,15 @@ pub fn arrive_c(bar: &str) -> String {
 
 /// The copy of the box of the tensor map named `map` at `coords` (innermost first,
 /// 32-bit C expressions; an im2col map's filter `offsets` after them, 16-bit) to 32-bit
-/// shared address `dst`, completing on `bar`; with a `multicast` mask, into the blocks
-/// of the cluster whose ranks are its bits, at `dst` and on `bar` in each.
+/// shared address `dst`, completing on `bar`; with a `multicast` mask (a C
+/// expression), into the blocks of the cluster whose ranks are its bits, at `dst` and
+/// on `bar` in each.
 pub fn load_c(
     map: &str,
     (coords, offsets): (&[String], &[String]),
     dst: &str,
     bar: &str,
-    multicast: Option<u16>,
+    multicast: Option<&str>,
 ) -> String {
     let first = if multicast.is_some() { 4 } else { 3 };
     let slots = |from: usize, n: usize| -> Vec<String> {

@@ -61,7 +61,8 @@ use crate::atom::Index;
 use crate::atom::fragment;
 use crate::atom::wgmma::{WARPGROUP_THREADS, WgmmaAtom};
 use crate::ir::{
-    Cond, Expr, Kernel, OUTPUT_MAP, Param, Role, Scope, SharedPool, Staging, Stmt, WgmmaOperand,
+    Cond, Expr, Kernel, OUTPUT_MAP, Param, Ranks, Role, Scope, SharedPool, Staging, Stmt,
+    WgmmaOperand,
 };
 use crate::launch::{Dim3, LaunchConfig, Target, TensorMapArg};
 use crate::state::SplitSums;
@@ -237,6 +238,30 @@ impl WgmmaLowering<'_> {
         s.add(Expr::BlockIdx, s.mul(round, self.scope.grid))
     }
 
+    /// The output tile and K chunk of unit `unit`: a tile's chunks neighbour in the
+    /// grid, or with clusters the cluster's blocks do (the same chunk of each tile of
+    /// the cluster's rectangle), the chunks a cluster apart.
+    fn tile_and_chunk(&self, unit: Expr) -> (Expr, Expr) {
+        let s = &self.scope;
+        let blocks = i64::from(self.t.cluster_blocks());
+        if blocks == 1 || self.split_k == 1 {
+            return (s.div(unit.clone(), self.split_k), s.rem(unit, self.split_k));
+        }
+        let rest = s.div(unit.clone(), blocks);
+        let group = s.div(rest.clone(), self.split_k);
+        let tile = s.add(s.mul(group, blocks), s.rem(unit, blocks));
+        (tile, s.rem(rest, self.split_k))
+    }
+
+    /// The unit of chunk `chunk` of output tile `tile` (`tile_and_chunk`'s inverse).
+    fn unit_of_tile(&self, tile: Expr, chunk: Expr) -> Expr {
+        let s = &self.scope;
+        let blocks = i64::from(self.t.cluster_blocks());
+        let group = s.div(tile.clone(), blocks);
+        let rest = s.add(s.mul(group, self.split_k), chunk);
+        s.add(s.mul(rest, blocks), s.rem(tile, blocks))
+    }
+
     /// The condition that iteration `g` has a unit (a persistent block's last round may
     /// not), None when every one has.
     fn has_unit(&self, g: &Expr) -> Option<Cond> {
@@ -251,13 +276,25 @@ impl WgmmaLowering<'_> {
         let (mtiles, ntiles) = (mtiles as i64, ntiles as i64);
         let names =
             |names: &[&str]| -> Vec<String> { names.iter().map(|s| s.to_string()).collect() };
+        // With clusters, a tile is a cluster's rectangle (a group of tiles) and the
+        // block's rank in it, M fastest; the raster order walks the groups.
+        let (cm, cn) = t.cluster_shape();
+        let blocks = i64::from(t.cluster_blocks());
+        let (group, rank) = if blocks > 1 {
+            let rank = self.scope.rem(tile.clone(), blocks);
+            let rank = bind(&mut self.scope, out, "rank", rank);
+            (self.scope.div(tile, blocks), Some(rank))
+        } else {
+            (tile, None)
+        };
+        let (gm, gn) = (mtiles / i64::from(cm), ntiles / i64::from(cn));
         let (batch, bm, bn) = if t.raster > 1 {
-            let band = i64::from(t.raster);
+            let band = i64::from(t.raster / cm);
             let block = decompose(
                 &mut self.scope,
                 out,
-                tile,
-                &[view.batch as i64, mtiles / band, ntiles, band],
+                group,
+                &[view.batch as i64, gm / band, gn, band],
                 &names(&["b_batch", "b_band", "b_n", "b_m_in"]),
             );
             let bm = self
@@ -268,11 +305,21 @@ impl WgmmaLowering<'_> {
             let block = decompose(
                 &mut self.scope,
                 out,
-                tile,
-                &[view.batch as i64, mtiles, ntiles],
+                group,
+                &[view.batch as i64, gm, gn],
                 &names(&["b_batch", "b_m", "b_n"]),
             );
             (block[0].clone(), block[1].clone(), block[2].clone())
+        };
+        let (bm, bn) = match rank {
+            Some(rank) => {
+                let s = &self.scope;
+                (
+                    s.add(s.mul(bm, i64::from(cm)), s.rem(rank.clone(), i64::from(cm))),
+                    s.add(s.mul(bn, i64::from(cn)), s.div(rank, i64::from(cm))),
+                )
+            }
+            None => (bm, bn),
         };
         let m0 = self.scope.mul(bm, i64::from(t.block_m()));
         let n0 = self.scope.mul(bn, i64::from(t.block_n));
@@ -305,7 +352,7 @@ impl WgmmaLowering<'_> {
             });
             init.push(Stmt::MbarrierInit {
                 barrier: self.empty(&s),
-                arrivals: t.consumers * t.cluster_blocks(),
+                arrivals: t.consumers * t.empty_arrivals(),
             });
         }
         body.push(Stmt::If {
@@ -451,11 +498,11 @@ impl WgmmaLowering<'_> {
     fn issue(&mut self, out: &mut Vec<Stmt>, (g, stage): (&Expr, &Expr)) {
         let t = self.t;
         let unit = self.unit_of(g);
-        let tile = self.scope.div(unit.clone(), self.split_k);
+        let (tile, chunk) = self.tile_and_chunk(unit);
         let (batch, m0, n0) = self.origin(out, tile);
         let view = &self.gemm.view;
         let s = &self.scope;
-        let chunk = s.mul(s.rem(unit, self.split_k), self.chunk);
+        let chunk = s.mul(chunk, self.chunk);
         let kt = s.add(chunk, s.rem(g.clone(), self.chunk));
         let bk = t.block_k(view) as i64;
         let taps_extents: Vec<i64> = self.c.reduction[..self.c.reduction.len() - 1]
@@ -513,22 +560,20 @@ impl WgmmaLowering<'_> {
             coords.push(first);
             batched(coords, 1)
         };
-        // A K-major operand is one box of rows; a tile the cluster shares is split into
-        // one box of rows per block, each multicast to every block of the cluster.
-        let rank = self.rank();
-        let shared = t.shared_input();
-        let blocks = i64::from(t.cluster_blocks());
+        // A K-major operand is one box of rows; a tile the cluster shares is dealt out
+        // in one box of rows per sharer, each multicast to every sharer.
         let row_elements = t.block_k(view) as i64;
         let rows_load = |input: usize, first: &Expr, rows: u32| {
-            let multicast = shared == Some(input);
-            let (first, at) = if multicast {
-                let part = i64::from(rows) / blocks;
-                (
-                    s.add(first.clone(), s.mul(rank.clone(), part)),
-                    s.add(stage_base(input), s.mul(rank.clone(), part * row_elements)),
-                )
-            } else {
-                (first.clone(), stage_base(input))
+            let (first, at, multicast) = match self.sharing(input) {
+                Some((share, ranks)) => {
+                    let part = i64::from(rows / t.sharers(input));
+                    (
+                        s.add(first.clone(), s.mul(share.clone(), part)),
+                        s.add(stage_base(input), s.mul(share, part * row_elements)),
+                        Some(ranks),
+                    )
+                }
+                None => (first.clone(), stage_base(input), None),
             };
             Stmt::TmaLoad {
                 map: self.first_map + input,
@@ -547,16 +592,15 @@ impl WgmmaLowering<'_> {
             out.push(rows_load(1, &n0, t.block_n));
             return;
         }
-        // An N-major B is boxes of `n_box` columns, a shared one's dealt out between the
-        // blocks of the cluster.
+        // An N-major B is boxes of `n_box` columns, a shared one's dealt out between its
+        // sharers.
         let n_box = i64::from(t.n_box());
         let box_elements = n_box * row_elements;
         let boxes = i64::from(t.boxes(1, view));
-        let multicast = shared == Some(1);
-        let (per_block, first_box) = if multicast {
-            (boxes / blocks, s.mul(rank.clone(), boxes / blocks))
-        } else {
-            (boxes, Expr::Const(0))
+        let per_block = boxes / i64::from(t.sharers(1));
+        let (first_box, multicast) = match self.sharing(1) {
+            Some((share, ranks)) => (s.mul(share, per_block), Some(ranks)),
+            None => (Expr::Const(0), None),
         };
         for j in 0..per_block {
             let b = s.add(first_box.clone(), Expr::Const(j));
@@ -568,9 +612,40 @@ impl WgmmaLowering<'_> {
                 ),
                 at: s.add(stage_base(1), s.mul(b, box_elements)),
                 barrier: full.clone(),
-                multicast,
+                multicast: multicast.clone(),
             });
         }
+    }
+
+    /// Where input `input`'s tile is shared in a cluster: this block's share of it
+    /// (its place among the sharers) and the sharers' ranks. A's sharers are the
+    /// cluster's row (ranks `i + cm·j` for the block's `i`), B's its column (ranks
+    /// `cm·j + i` for the block's `j`); None where the tile is the block's own.
+    fn sharing(&self, input: usize) -> Option<(Expr, Ranks)> {
+        let t = self.t;
+        if t.sharers(input) == 1 {
+            return None;
+        }
+        let (cm, cn) = t.cluster_shape();
+        let s = &self.scope;
+        let rank = self.rank();
+        let (i, j) = (
+            s.rem(rank.clone(), i64::from(cm)),
+            s.div(rank, i64::from(cm)),
+        );
+        Some(if input == 0 {
+            let pattern = (0..cn).fold(0u16, |p, j| p | 1 << (cm * j));
+            (j, Ranks { first: i, pattern })
+        } else {
+            let first = s.mul(j, i64::from(cm));
+            (
+                i,
+                Ranks {
+                    first,
+                    pattern: (1u16 << cm) - 1,
+                },
+            )
+        })
     }
 
     /// Every warpgroup's MMAs of one K tile from buffer `stage`.
@@ -624,17 +699,25 @@ impl WgmmaLowering<'_> {
             .scope
             .rem(self.scope.div(released.clone(), self.stages()), 2);
         let empty = self.empty(&stage);
+        // In a cluster, on the empty barriers of every block whose producer copies
+        // into this buffer: the sharers of each shared tile.
+        let shared: Vec<Stmt> = (0..2)
+            .filter_map(|input| self.sharing(input))
+            .map(|(_, ranks)| Stmt::ClusterArrive {
+                barrier: empty.clone(),
+                ranks,
+            })
+            .collect();
+        let arrivals = if shared.is_empty() {
+            vec![Stmt::MbarrierArrive {
+                barrier: empty.clone(),
+            }]
+        } else {
+            shared
+        };
         let leaders = vec![Stmt::If {
             conds: vec![self.warpgroup_leader()],
-            body: vec![if self.t.cluster > 1 {
-                Stmt::ClusterArrive {
-                    barrier: empty.clone(),
-                }
-            } else {
-                Stmt::MbarrierArrive {
-                    barrier: empty.clone(),
-                }
-            }],
+            body: arrivals,
         }];
         if roles.consumers() {
             self.for_consumers(roles, out, leaders);
@@ -673,7 +756,7 @@ impl WgmmaLowering<'_> {
             i64::from(self.t.accumulators()),
             i64::from(self.t.consumer_threads()),
         );
-        let tile = self.scope.div(unit.clone(), self.split_k);
+        let tile = self.tile_and_chunk(unit.clone()).0;
         let tile = bind(&mut self.scope, &mut out, "tile", tile);
         let place = self.place(&mut out, tile.clone());
         let atomic = self.atomic;
@@ -692,8 +775,7 @@ impl WgmmaLowering<'_> {
             FixupReads::Take(partial(self, tile.clone(), true))
         } else {
             let chunk = self.scope.var("chunk", 0, self.split_k - 1);
-            let first = self.scope.mul(tile.clone(), self.split_k);
-            let unit = self.scope.add(first, Expr::Var(chunk));
+            let unit = self.unit_of_tile(tile.clone(), Expr::Var(chunk));
             FixupReads::Chunks {
                 chunk,
                 adds: partial(self, unit, true),

@@ -56,6 +56,7 @@ pub fn tiling(
         producer_warp: 0,
         raster: 0,
         cluster: 0,
+        cluster_m: 0,
         tma_store: 0,
     }
 }
@@ -77,14 +78,21 @@ pub fn split_state(t: WgmmaTiling, split_k: u32) -> State {
 /// Checks states of `tilings` with their splits (those valid for the task) and
 /// returns how many ran.
 pub fn check_split(task: &Task, tilings: &[(WgmmaTiling, u32)]) -> usize {
+    let states: Vec<State> = tilings.iter().map(|&(t, k)| split_state(t, k)).collect();
+    check_states(task, &states)
+}
+
+/// Checks `states` (those valid for the task; each invalid one's reason printed) and
+/// returns how many ran.
+pub fn check_states(task: &Task, states: &[State]) -> usize {
     let (c, gpu) = (task.contraction(), GpuSpec::h100());
     let mut ran = 0;
-    for &(t, split_k) in tilings {
-        let state = split_state(t, split_k);
-        if validate(&c, &state, &gpu).is_err() {
+    for state in states {
+        if let Err(e) = validate(&c, state, &gpu) {
+            eprintln!("skipped {}: {e}", state.to_json());
             continue;
         }
-        let kernel = lower(task, &state);
+        let kernel = lower(task, state);
         if let Err(e) = run(task, &kernel) {
             panic!("{task} {}: {e}", state.to_json());
         }
