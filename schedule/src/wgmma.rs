@@ -17,7 +17,8 @@
 //! completed (`wgmma.wait_group in_flight`), before the producer refills it.
 //!
 //! Grouped rasterization (`raster`) orders the tiles down bands of M tiles, and
-//! clusters of two blocks (`cluster`) share one operand's tile by TMA multicast
+//! clusters of 2 to 8 blocks on a rectangle of tiles (`cluster`, `cluster_m`) share
+//! A's tile along each row and B's down each column by TMA multicast
 //! (`lower::wgmma`).
 //!
 //! Split-K (`State::split_k`) cuts the K tiles into chunks, one per block of a tile (a
@@ -889,8 +890,9 @@ pub fn validate_wgmma(
     // A cluster is a rectangle of neighbouring tiles of one K chunk each, whole in a
     // raster band and in a persistent grid; each tile it shares is dealt out between
     // its sharers in whole swizzle atoms (8 rows) of a K-major tile, or whole boxes of
-    // an N-major B. A pair keeps its one spelling (`cluster_m` 0).
-    if t.cluster != 0 {
+    // an N-major B. A pair keeps its one spelling (`cluster_m` 0), and no shape is
+    // given without a cluster.
+    if t.cluster != 0 || t.cluster_m != 0 {
         let (cm, _) = t.cluster_shape();
         let dealt = |input: usize| {
             let k = t.sharers(input);

@@ -211,7 +211,8 @@ fn clusters_share_a_tile_by_multicast() {
     assert_eq!(check(&tf32, &tilings), tilings.len());
     // Refused: a persistent grid of odd pairs, three blocks, a pair spelled twice (its
     // shape given where the raster order already lays it out), a K-major B's 48 rows
-    // dealt out to 4 blocks (12 rows: no whole swizzle atoms).
+    // dealt out to 4 blocks (12 rows: no whole swizzle atoms), a shape without a
+    // cluster.
     let gpu = GpuSpec::h100();
     let odd = State::hopper(WgmmaTiling {
         persistent: 5,
@@ -226,7 +227,17 @@ fn clusters_share_a_tile_by_multicast() {
         ..clustered(tiling(1, 1, 48, 64, 2), 0)
     });
     let rows = State::hopper(tiling(1, 1, 48, 64, 2).with_cluster_shape(4, 1));
-    for (task, state) in [(&t, odd), (&t, three), (&t, twice), (&conv, rows)] {
+    let shapeless = State::hopper(WgmmaTiling {
+        cluster_m: 2,
+        ..tiling(1, 1, 48, 64, 2)
+    });
+    for (task, state) in [
+        (&t, odd),
+        (&t, three),
+        (&t, twice),
+        (&conv, rows),
+        (&t, shapeless),
+    ] {
         assert!(
             validate(&task.contraction(), &state, &gpu).is_err(),
             "{}",

@@ -30,14 +30,17 @@
 //!    its accumulators through the fused epilogue, as the accumulator layout
 //!    (`WgmmaAtom::accumulator`) places them; the next tile starts from zeros.
 //!
-//! With clusters of two (`cluster`), consecutive blocks (a pair) work on neighbouring
-//! tiles of the raster order and share one operand's tile (`WgmmaTiling::shared_input`):
-//! each block's producer copies half of it (half the rows of a K-major tile, half the
-//! boxes of an N-major B) with TMA multicast into both blocks, so each block's full
-//! barrier still expects the whole stage. A buffer is then refilled by either block, so
-//! each consumer warpgroup releases it on the empty barriers of both (their arrival
-//! counts doubled). A cluster barrier publishes the initialized barriers before any
-//! copy, and another keeps each block alive until its pair no longer arrives on it.
+//! With clusters (`cluster`), consecutive blocks work on a `cm × cn` rectangle of
+//! neighbouring tiles (`WgmmaTiling::cluster_shape`; rank `i + cm·j` on tile row `i`,
+//! column `j`; a pair lies along the raster order). The blocks of a row share A's
+//! tile, those of a column B's (`WgmmaTiling::sharers`): each block's producer copies
+//! its share (rows of a K-major tile, boxes of an N-major B) with TMA multicast into
+//! every sharer, so each block's full barrier still expects the whole stage. A buffer
+//! is then refilled by every sharer of either tile, so each consumer warpgroup releases
+//! it on the empty barriers of its row's and its column's blocks (its own twice when
+//! both tiles are shared; `WgmmaTiling::empty_arrivals`). A cluster barrier publishes
+//! the initialized barriers before any copy, and another keeps each block alive until
+//! no sharer arrives on it any more.
 //!
 //! With split-K the block works on units, not tiles: unit `u` is K chunk `u % split_k`
 //! of output tile `u / split_k` (a tile's chunks neighbour in the grid, so they run
@@ -618,9 +621,10 @@ impl WgmmaLowering<'_> {
     }
 
     /// Where input `input`'s tile is shared in a cluster: this block's share of it
-    /// (its place among the sharers) and the sharers' ranks. A's sharers are the
-    /// cluster's row (ranks `i + cm·j` for the block's `i`), B's its column (ranks
-    /// `cm·j + i` for the block's `j`); None where the tile is the block's own.
+    /// (its place among the sharers) and the sharers' ranks. For the block at rank
+    /// `i + cm·j`, A's sharers are its row (ranks `i + cm·j'` for every `j'`; its share
+    /// `j`), B's its column (ranks `i' + cm·j` for every `i'`; its share `i`); None
+    /// where the tile is the block's own.
     fn sharing(&self, input: usize) -> Option<(Expr, Ranks)> {
         let t = self.t;
         if t.sharers(input) == 1 {
