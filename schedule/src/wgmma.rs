@@ -893,7 +893,7 @@ pub fn validate_wgmma(
     // an N-major B. A pair keeps its one spelling (`cluster_m` 0), and no shape is
     // given without a cluster.
     if t.cluster != 0 || t.cluster_m != 0 {
-        let (cm, _) = t.cluster_shape();
+        let (cm, cn) = t.cluster_shape();
         let dealt = |input: usize| {
             let k = t.sharers(input);
             let rows = if input == 0 { t.block_m() } else { t.block_n };
@@ -904,10 +904,8 @@ pub fn validate_wgmma(
                     rows.is_multiple_of(8 * k)
                 }
         };
-        let spelled = match t.cluster_m {
-            0 => t.cluster == 2,
-            m => t.cluster.is_multiple_of(m) && !(t.cluster == 2 && (m == 2) == (t.raster > 0)),
-        };
+        // The one spelling `with_cluster_shape` gives its shape.
+        let spelled = cm * cn == t.cluster && t.with_cluster_shape(cm, cn) == *t;
         if ![2, 4, 8].contains(&t.cluster)
             || !spelled
             || !dealt(0)

@@ -354,13 +354,10 @@ pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
             raster: (t.raster * 2).max(2),
             ..t
         },
-        if t.cluster == 0 {
-            t.with_cluster_shape(
-                if t.raster > 0 { 2 } else { 1 },
-                if t.raster > 0 { 1 } else { 2 },
-            )
-        } else {
-            t.with_cluster_shape(1, 1)
+        WgmmaTiling {
+            cluster: if t.cluster == 0 { 2 } else { 0 },
+            cluster_m: 0,
+            ..t
         },
         t.with_cluster_shape(cm * 2, cn),
         t.with_cluster_shape((cm / 2).max(1), cn),
