@@ -712,10 +712,6 @@ impl Printer<'_> {
             Stmt::ClusterSync => {
                 let _ = writeln!(out, "{pad}{}", tma::CLUSTER_SYNC_C);
             }
-            Stmt::PrefetchTensorMap { map } => {
-                let (name, _, _) = self.kernel.tensor_map(*map);
-                let _ = writeln!(out, "{pad}{}", tma::prefetch_c(name));
-            }
             Stmt::FenceProxyAsync => {
                 let _ = writeln!(out, "{pad}{}", tma::FENCE_PROXY_ASYNC_C);
             }

@@ -1184,10 +1184,6 @@ impl Block<'_> {
                         }
                     }
                 }
-                Stmt::PrefetchTensorMap { map } => {
-                    // A hint: it changes nothing, but must name a tensor map.
-                    self.kernel.tensor_map(*map);
-                }
                 Stmt::FenceProxyAsync => {
                     for t in threads.clone().filter(|&t| active[t]) {
                         self.staging.fence(t);

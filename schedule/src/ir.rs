@@ -237,10 +237,6 @@ pub enum Stmt {
         arrivals: u32,
         body: Vec<Stmt>,
     },
-    /// `prefetch.tensormap`: starts fetching tensor map `params[map]` into the cache, so
-    /// that the block's first copy through it does not wait for the fetch (a hint: it
-    /// changes no value).
-    PrefetchTensorMap { map: usize },
     /// `fence.proxy.async.shared::cta`: the thread's earlier writes of shared memory
     /// become visible to the async proxy, so that a TMA store may read them.
     FenceProxyAsync,

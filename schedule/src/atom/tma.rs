@@ -400,13 +400,6 @@ pub fn store_wait_read_c(pending: u32) -> String {
     format!("asm volatile(\"cp.async.bulk.wait_group.read {pending};\" ::: \"memory\");")
 }
 
-/// Starts fetching the tensor map `map` (a `__grid_constant__` parameter) into the cache.
-pub fn prefetch_c(map: &str) -> String {
-    format!(
-        "asm volatile(\"prefetch.tensormap [%0];\" :: \"l\"((unsigned long long)&{map}) : \"memory\");"
-    )
-}
-
 /// Makes the thread's generic-proxy writes of shared memory visible to TMA.
 pub const FENCE_PROXY_ASYNC_C: &str =
     "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");";

@@ -346,10 +346,7 @@ impl WgmmaLowering<'_> {
         };
         self.warpgroup = wg;
 
-        // The producer fetches the tensor maps while the barriers are set up, so that
-        // the first copies do not wait for them (CUTLASS's kernels do the same).
-        let maps = self.first_map..self.first_map + 2 + usize::from(t.tma_store > 0);
-        let mut init: Vec<Stmt> = maps.map(|map| Stmt::PrefetchTensorMap { map }).collect();
+        let mut init = Vec::new();
         for s in 0..self.stages() {
             let s = Expr::Const(s);
             init.push(Stmt::MbarrierInit {
