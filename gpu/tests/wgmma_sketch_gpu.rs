@@ -56,6 +56,7 @@ fn tiling(consumers: u32, m_atoms: u32, block_n: u32, stages: u32) -> WgmmaTilin
         cluster: 0,
         cluster_m: 0,
         tma_store: 0,
+        stream_k: 0,
     }
 }
 

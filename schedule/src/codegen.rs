@@ -284,6 +284,7 @@ impl Printer<'_> {
             Expr::Div(a, c) => (format!("{} / {c}", self.expr_in(a, MUL)), MUL),
             Expr::Rem(a, c) => (format!("{} % {c}", self.expr_in(a, MUL)), MUL),
             Expr::Xor(a, b) => (format!("({} ^ {})", self.expr(a), self.expr(b)), u8::MAX),
+            Expr::Min(a, b) => (format!("min({}, {})", self.expr(a), self.expr(b)), u8::MAX),
         };
         // Division and remainder are not associative: parenthesize a product or
         // quotient that appears as their left operand only when it is not the same op.
@@ -782,6 +783,7 @@ impl Printer<'_> {
             Stmt::LastArrival {
                 counter,
                 arrivals,
+                weight,
                 body,
             } => {
                 // Each thread's partial stores are made visible device-wide, the warp
@@ -792,15 +794,24 @@ impl Printer<'_> {
                 let _ = writeln!(out, "{pad}  __threadfence();");
                 let _ = writeln!(out, "{pad}  __syncwarp();");
                 let _ = writeln!(out, "{pad}  unsigned arrived = 0u;");
+                let unit = *weight == Expr::Const(1);
+                let weight = match weight {
+                    Expr::Const(w) => format!("{w}u"),
+                    w => format!("(unsigned)({})", self.expr(w)),
+                };
                 let _ = writeln!(
                     out,
-                    "{pad}  if (lane == 0) arrived = atomicAdd(&workspace[{c}], 1u);"
+                    "{pad}  if (lane == 0) arrived = atomicAdd(&workspace[{c}], {weight});"
                 );
                 let _ = writeln!(
                     out,
                     "{pad}  arrived = __shfl_sync(0xffffffffu, arrived, 0);"
                 );
-                let _ = writeln!(out, "{pad}  if (arrived == {}u) {{", arrivals - 1);
+                if unit {
+                    let _ = writeln!(out, "{pad}  if (arrived == {}u) {{", arrivals - 1);
+                } else {
+                    let _ = writeln!(out, "{pad}  if (arrived + {weight} == {arrivals}u) {{");
+                }
                 let _ = writeln!(out, "{pad}    if (lane == 0) workspace[{c}] = 0u;");
                 let _ = writeln!(out, "{pad}    __threadfence();");
                 self.body(out, body, depth + 2);

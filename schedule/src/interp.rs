@@ -212,6 +212,12 @@ pub enum InterpError {
     },
     #[error("block {block}: semaphore arrival by part of warp {warp}")]
     PartialWarp { block: usize, warp: usize },
+    #[error("block {block}: warp {warp} arrives with weight {weight}, not one positive warp-uniform count")]
+    ArrivalWeight {
+        block: usize,
+        warp: usize,
+        weight: i64,
+    },
     #[error(
         "workspace semaphore {semaphore} left at {value} after the launch: its arrivals were miscounted, and the next launch would misread it"
     )]
@@ -626,6 +632,7 @@ impl Block<'_> {
             Expr::Div(a, c) => self.eval(a, t).div_euclid(*c),
             Expr::Rem(a, c) => self.eval(a, t).rem_euclid(*c),
             Expr::Xor(a, b) => self.eval(a, t) ^ self.eval(b, t),
+            Expr::Min(a, b) => self.eval(a, t).min(self.eval(b, t)),
         }
     }
 
@@ -1549,9 +1556,11 @@ impl Block<'_> {
                 Stmt::LastArrival {
                     counter,
                     arrivals,
+                    weight,
                     body,
                 } => {
-                    self.last_arrival((counter, *arrivals), active, body, (inputs, out, writes))?;
+                    let arrival = (counter, *arrivals, weight);
+                    self.last_arrival(arrival, active, body, (inputs, out, writes))?;
                 }
                 Stmt::Store {
                     acc,
@@ -1771,11 +1780,11 @@ impl Block<'_> {
     }
 
     /// `Stmt::LastArrival`: each active warp (whole) publishes its partial sums to
-    /// semaphore `counter` and arrives; the threads of the `arrivals`-th warp reset it
-    /// and run `body`.
+    /// semaphore `counter` and adds its `weight`; the threads of the warp that brings it
+    /// to `arrivals` reset it and run `body`.
     fn last_arrival(
         &mut self,
-        (counter, arrivals): (&Expr, u32),
+        (counter, arrivals, weight_expr): (&Expr, u32, &Expr),
         active: &[bool],
         body: &[Stmt],
         (inputs, out, writes): (&Inputs, &mut [f32], &mut [u32]),
@@ -1788,6 +1797,14 @@ impl Block<'_> {
         for w in warps {
             let t0 = w * 32;
             let c = self.eval(counter, t0);
+            let weight = self.eval(weight_expr, t0);
+            if weight <= 0 || (t0..t0 + 32).any(|t| self.eval(weight_expr, t) != weight) {
+                return Err(InterpError::ArrivalWeight {
+                    block: self.index,
+                    warp: w,
+                    weight,
+                });
+            }
             let len = self.workspace.semaphores.len();
             let c =
                 usize::try_from(c)
@@ -1807,7 +1824,7 @@ impl Block<'_> {
                     p.published = Some(c);
                 }
             }
-            ws.semaphores[c] += 1;
+            ws.semaphores[c] += weight as u32;
             if ws.semaphores[c] == arrivals {
                 ws.semaphores[c] = 0;
                 last[t0..t0 + 32].fill(true);

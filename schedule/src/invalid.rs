@@ -122,6 +122,17 @@ pub enum InvalidState {
     },
     #[error("{blocks} persistent blocks for {tiles} units of work: fewer blocks than units, or 0")]
     WgmmaPersistent { blocks: u32, tiles: u64 },
+    #[error(
+        "stream-K over {blocks} blocks of {iterations} K tiles (a split of {split_k}, {persistent} persistent blocks, clusters of {cluster}, TMA stores {tma_store}): 2 blocks or more, fewer than the K tiles, with no split, persistent grid, cluster or TMA store, and indices within 32 bits"
+    )]
+    WgmmaStreamK {
+        blocks: u32,
+        iterations: u64,
+        split_k: u32,
+        persistent: u32,
+        cluster: u32,
+        tma_store: u32,
+    },
     #[error("{block_m} block rows over {m} GEMM rows: a whole 64-row MMA would lie outside them")]
     WgmmaIdleRows { block_m: u32, m: u64 },
     #[error(

@@ -25,6 +25,8 @@ pub enum Expr {
     Rem(Box<Expr>, i64),
     /// Bitwise exclusive or of two non-negative operands (the shared-memory swizzle).
     Xor(Box<Expr>, Box<Expr>),
+    /// The smaller of two operands.
+    Min(Box<Expr>, Box<Expr>),
 }
 
 /// `lo <= expr < hi`, where a missing bound needs no check.
@@ -229,12 +231,15 @@ pub enum Stmt {
         clear: bool,
     },
     /// Each warp (whole warps only) publishes its partial stores (`__threadfence`) and
-    /// arrives once on workspace semaphore `counter`; the warp whose arrival is the
-    /// `arrivals`-th resets the semaphore to zero and runs `body`, having seen every
-    /// store the arrivals published. The others skip it.
+    /// adds `weight` (warp-uniform, positive) to workspace semaphore `counter`; the warp
+    /// whose addition brings it to `arrivals` resets the semaphore to zero and runs
+    /// `body`, having seen every store the arrivals published. The others skip it.
+    /// (A split counts arrivals, weight 1; stream-K counts K tiles, as a tile's blocks
+    /// each cover a run of them.)
     LastArrival {
         counter: Expr,
         arrivals: u32,
+        weight: Expr,
         body: Vec<Stmt>,
     },
     /// `fence.proxy.async.shared::cta`: the thread's earlier writes of shared memory
@@ -438,11 +443,22 @@ impl Scope {
                     (0, c - 1)
                 }
             }
+            Expr::Min(a, b) => {
+                let ((a0, a1), (b0, b1)) = (self.range(a), self.range(b));
+                (a0.min(b0), a1.min(b1))
+            }
             Expr::Xor(a, b) => {
                 let hi = self.range(a).1.max(self.range(b).1).max(0);
                 // Below the next power of two of the larger operand.
                 (0, ((hi + 1) as u64).next_power_of_two() as i64 - 1)
             }
+        }
+    }
+
+    pub fn min(&self, a: Expr, b: Expr) -> Expr {
+        match (a, b) {
+            (Expr::Const(x), Expr::Const(y)) => Expr::Const(x.min(y)),
+            (a, b) => Expr::Min(Box::new(a), Box::new(b)),
         }
     }
 

@@ -349,6 +349,7 @@ impl Sampler {
             cluster: 0,
             cluster_m: 0,
             tma_store: 0,
+            stream_k: 0,
         };
         // Persistent blocks, one per SM, half the time a grid has more units than SMs;
         // the split is drawn for the plain grid.

@@ -219,6 +219,14 @@ pub struct WgmmaTiling {
     /// out of the JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tma_store: u32,
+    /// Stream-K: this many blocks share the reduction's K tiles of every output tile
+    /// evenly (each a contiguous run of the tile-major order, which may start and end
+    /// inside a tile), where a split only deals whole chunks; 0 for none. A tile that one
+    /// block covers whole is stored as it is; the others' blocks add their partial sums
+    /// into the tile's in the workspace, and the block that completes its K tiles
+    /// (counted on a semaphore) runs the epilogue. Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stream_k: u32,
 }
 
 /// Row paddings (floats added to each row of a shared tile's contiguous dimension) the

@@ -779,12 +779,21 @@ impl WgmmaTiling {
     /// Units of work (an output tile's reduction chunk: `tiles × split_k`) and the
     /// blocks of the grid: one per unit, or `persistent` blocks taking every
     /// grid-th unit.
+    /// With stream-K, the units are the output tiles and the grid its blocks.
     pub fn grid(&self, view: &GemmView, split_k: u32) -> (u64, u64) {
         let units = self.tiles(view) * u64::from(split_k.max(1));
+        if self.stream_k > 0 {
+            return (units, u64::from(self.stream_k));
+        }
         match self.persistent {
             0 => (units, units),
             blocks => (units, u64::from(blocks).min(units)),
         }
+    }
+
+    /// Stream-K's iterations: every output tile's K tiles, tile by tile.
+    pub fn stream_iterations(&self, view: &GemmView) -> u64 {
+        self.tiles(view) * self.ktiles(view)
     }
 
     /// Consumer warps of a block: a split tile's semaphores count arrivals per warp.
@@ -795,8 +804,9 @@ impl WgmmaTiling {
     /// The workspace of a `split_k` reduction (none without a split): one semaphore
     /// per output tile and consumer warp, then every unit's partial sums (each
     /// consumer thread's accumulators), in f32. Semaphores and bytes.
+    /// Stream-K's blocks add into one tile of sums per output tile.
     pub fn workspace(&self, view: &GemmView, split_k: u32) -> (u64, u64) {
-        if split_k <= 1 {
+        if split_k <= 1 && self.stream_k == 0 {
             return (0, 0);
         }
         let semaphores = self.tiles(view) * u64::from(self.consumer_warps());
@@ -921,6 +931,28 @@ pub fn validate_wgmma(
             });
         }
     }
+    // Stream-K deals the K tiles out itself, to blocks of a grid of its own, and its
+    // partial tiles meet in the workspace: (blocks + 1) · iterations must fit in 32 bits.
+    if t.stream_k != 0 {
+        let iterations = t.stream_iterations(view);
+        if t.stream_k < 2
+            || u64::from(t.stream_k) >= iterations
+            || (u64::from(t.stream_k) + 1) * iterations > i32::MAX as u64
+            || split_k != 1
+            || t.persistent != 0
+            || t.cluster != 0
+            || t.tma_store != 0
+        {
+            return Err(InvalidState::WgmmaStreamK {
+                blocks: t.stream_k,
+                iterations,
+                split_k,
+                persistent: t.persistent,
+                cluster: t.cluster,
+                tma_store: t.tma_store,
+            });
+        }
+    }
     let (units, _) = t.grid(&gemm.view, split_k);
     // Persistent blocks fewer than the units, else the plain grid says the same.
     if t.persistent != 0 && u64::from(t.persistent) >= units {
@@ -1005,6 +1037,7 @@ mod tests {
             cluster: 0,
             cluster_m: 0,
             tma_store: 0,
+            stream_k: 0,
         }
     }
 

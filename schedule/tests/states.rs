@@ -190,6 +190,7 @@ fn snapshot_wgmma_kernels() {
         cluster: 0,
         cluster_m: 0,
         tma_store: 0,
+        stream_k: 0,
     };
     let gpu = GpuSpec::h100();
     let typed = |t: Task, dtype| t.with_types(dtype, dtype, Layout::Nhwc).unwrap();

@@ -16,6 +16,12 @@
 //! definition too, and a fixup that is missing, that adds onto a block's own sum, that
 //! reads partial sums stored after their warp arrived, or that counts the arrivals
 //! wrong is caught.
+//!
+//! Stream-K states (runs that start and end inside tiles, whole tiles inside a run, a
+//! run of one K tile, two consumers, raster bands, im2col convolutions with taps, bias
+//! and ReLU) equal the definition, and the same broken fixups, and a segment that
+//! counts one K tile where it covered more, are caught
+//! (`stream_k_deals_every_k_tile_once`, `broken_stream_k_fixups_are_caught`).
 
 use schedule::ir::{Kernel, Stmt};
 use schedule::mma::MmaTiling;
@@ -583,6 +589,109 @@ fn split_k_sums_the_partials_in_the_last_block() {
     assert!(validate(&t.contraction(), &empty, &GpuSpec::h100()).is_err());
 }
 
+/// Stream-K with `blocks` blocks.
+fn stream(t: WgmmaTiling, blocks: u32) -> State {
+    State::hopper(WgmmaTiling {
+        stream_k: blocks,
+        ..t
+    })
+}
+
+#[test]
+fn stream_k_deals_every_k_tile_once() {
+    // 4 tiles of 13 K tiles (K = 200, a tail): 52 iterations. 3 blocks take runs of 17
+    // or 18 (a whole tile inside, both ends inside tiles); 13 blocks runs of 4 (none
+    // whole); 51 blocks runs of 1 or 2; 4 blocks exactly one tile each; 5 and 8 cut
+    // tiles in several places. Bias and ReLU run once, on the whole sum.
+    let fused = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    for dtype in [DType::Fp16, DType::Bf16] {
+        let t = task("matmul", "200,40,200", dtype, fused);
+        let mut states = Vec::new();
+        for blocks in [3, 4, 5, 8, 13, 51] {
+            for (stages, producer_warp) in [(1, 0), (2, 1), (3, 0)] {
+                let t = WgmmaTiling {
+                    producer_warp,
+                    ..tiling(1, 1, 48, 32, stages)
+                };
+                states.push(stream(t, blocks));
+            }
+        }
+        // Two consumers of two MMAs each; a raster band over 4 × 3 tiles.
+        states.push(stream(tiling(2, 2, 16, 32, 2), 7));
+        let banded = WgmmaTiling {
+            raster: 2,
+            ..tiling(1, 1, 16, 32, 2)
+        };
+        states.push(stream(banded, 11));
+        assert_eq!(check_states(&t, &states), states.len(), "{t}");
+    }
+    // A batch matmul; an im2col convolution whose K tiles run over the taps, with a
+    // padded border and a tail of output rows.
+    let bmm = task(
+        "batch_matmul",
+        "3,40,48,96",
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let states = [stream(tiling(1, 1, 48, 32, 2), 5)];
+    assert_eq!(check_states(&bmm, &states), 1);
+    let conv = task("conv2d", "1,64,6,6,40,3,3,1,1", DType::Fp16, fused);
+    let states = [
+        stream(tiling(1, 1, 40, 64, 2), 5),
+        stream(tiling(1, 1, 40, 128, 3), 4),
+    ];
+    assert_eq!(check_states(&conv, &states), 2);
+    // Refused: one block, as many blocks as K tiles, and stream-K with a split, a
+    // persistent grid, clusters or TMA stores.
+    let t = task("matmul", "200,40,200", DType::Fp16, Epilogue::default());
+    let (c, gpu) = (t.contraction(), GpuSpec::h100());
+    let base = tiling(1, 1, 48, 32, 2);
+    let refused = [
+        stream(base, 1),
+        stream(base, 52),
+        State {
+            split_k: 2,
+            ..stream(base, 5)
+        },
+        stream(
+            WgmmaTiling {
+                persistent: 2,
+                ..base
+            },
+            5,
+        ),
+        stream(base.with_cluster_shape(1, 2), 6),
+    ];
+    for state in refused {
+        assert!(validate(&c, &state, &gpu).is_err(), "{}", state.to_json());
+    }
+}
+
+#[test]
+fn broken_stream_k_fixups_are_caught() {
+    let t = task("matmul", "200,40,200", DType::Fp16, Epilogue::default());
+    for blocks in [5, 13] {
+        let state = stream(tiling(1, 1, 48, 32, 2), blocks);
+        broken_split_k_fixup_is_caught(&t, &state);
+        // A segment that counts one K tile where it covered more: the semaphore never
+        // reaches the tile's count, no block stores the tile, and it is left set.
+        let mut k = lower(&t, &state);
+        let weights = edit_all(&mut k.body, &|s| match s {
+            Stmt::LastArrival { weight, .. } => {
+                *weight = schedule::ir::Expr::Const(1);
+                true
+            }
+            _ => false,
+        });
+        assert!(weights > 0);
+        let e = run(&t, &k).unwrap_err();
+        assert!(e.contains("written 0 times") || e.contains("left at"), "{e}");
+    }
+}
+
 /// The split-K fixup, as both tensor-core sketches run it (`wgmma` and `mma.sync`),
 /// broken each way it could be.
 #[test]
@@ -624,7 +733,9 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
     };
     // No fixup: the epilogue stores zeros, and atomic sums are left in the workspace.
     let e = broken(&|b| without(b, &|s| matches!(s, Stmt::PartialAdd { .. }))).unwrap_err();
-    let left = state.split_sums == SplitSums::Atomic;
+    // Stream-K's partial sums always meet atomically.
+    let stream_k = state.wgmma.is_some_and(|t| t.stream_k > 0);
+    let left = state.split_sums == SplitSums::Atomic || stream_k;
     assert!(
         if left {
             e.contains("left non-zero")
@@ -643,9 +754,13 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
     let e = broken(&|b| remove_in_fixup(b, &|s| matches!(s, Stmt::ZeroAcc))).unwrap_err();
     assert!(e.starts_with("output "), "{e}");
     // Arrived before adding (the semaphore released early): the fixup takes sums
-    // whose additions no arrival published.
+    // whose additions no arrival published, or (where the early arrival was the last)
+    // runs before the block's own additions, which then stay in the workspace.
     let e = broken(&|b| store_after_arrival(b)).unwrap_err();
-    assert!(e.contains("before every partial sum"), "{e}");
+    assert!(
+        e.contains("before every partial sum") || left && e.contains("left non-zero"),
+        "{e}"
+    );
     // One arrival too few counted: the fixup runs before the last chunk is stored, and
     // that chunk's arrival leaves the semaphore set for the next launch.
     let e = broken(&|b| arrivals(b, |n| n - 1)).unwrap_err();

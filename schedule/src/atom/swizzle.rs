@@ -131,7 +131,7 @@ mod tests {
             Expr::Div(a, c) => eval(a, vars).div_euclid(*c),
             Expr::Rem(a, c) => eval(a, vars).rem_euclid(*c),
             Expr::Xor(a, b) => eval(a, vars) ^ eval(b, vars),
-            Expr::BlockIdx | Expr::ThreadIdx => unreachable!("not in a layout"),
+            Expr::BlockIdx | Expr::ThreadIdx | Expr::Min(..) => unreachable!("not in a layout"),
         }
     }
 

@@ -278,12 +278,14 @@ pub(super) enum FixupReads {
 
 /// The end of a split unit, after its partial sums were stored or added: each warp
 /// arrives on its tile's semaphore `counter` (one per tile and warp, as a warp's lanes
-/// read back only their own slots); the warp whose arrival is the `split`-th reads the
-/// tile's sums (`reads`) and runs `epilogue`. Its arrival resets the semaphore (and a
-/// take clears the atomic sums), so the workspace is zeroed once, not per launch.
+/// read back only their own slots), adding `weight`; the warp whose arrival brings it to
+/// `split` reads the tile's sums (`reads`) and runs `epilogue`. Its arrival resets the
+/// semaphore (and a take clears the atomic sums), so the workspace is zeroed once, not
+/// per launch. (A split's units arrive with weight 1; stream-K's segments with their K
+/// tiles, `split` being the tile's.)
 pub(super) fn split_fixup(
     (split, accumulators): (i64, i64),
-    counter: Expr,
+    (counter, weight): (Expr, Expr),
     reads: FixupReads,
     epilogue: Vec<Stmt>,
 ) -> Stmt {
@@ -303,6 +305,7 @@ pub(super) fn split_fixup(
     Stmt::LastArrival {
         counter,
         arrivals: split as u32,
+        weight,
         body: fixup,
     }
 }

@@ -532,7 +532,12 @@ impl<'a> MmaLowering<'a> {
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
         let counter = s.add(s.mul(tile, i64::from(t.warps_m * t.warps_n)), warp);
-        head.push(split_fixup((self.split, sums.0), counter, reads, epilogue));
+        head.push(split_fixup(
+            (self.split, sums.0),
+            (counter, Expr::Const(1)),
+            reads,
+            epilogue,
+        ));
         head
     }
 

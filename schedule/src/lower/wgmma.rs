@@ -129,8 +129,9 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, (split_k, sums): (u32, SplitSu
         first_map,
         chunk: t.chunk_ktiles(view, split_k) as i64,
         split_k: i64::from(split_k.max(1)),
-        atomic: sums == SplitSums::Atomic,
+        atomic: sums == SplitSums::Atomic || t.stream_k > 0,
         warpgroup: Expr::Const(0),
+        stream: None,
     };
     let body = lowering.body();
     let elements = [0, 1].map(|i| (t.tile_elements(i, &gemm.view) * u64::from(t.stages)) as i64);
@@ -183,6 +184,18 @@ struct WgmmaLowering<'a> {
     atomic: bool,
     /// The thread's warpgroup (`body` binds it first).
     warpgroup: Expr,
+    /// With stream-K, this block's run of iterations (`body` binds it).
+    stream: Option<StreamRun>,
+}
+
+/// A stream-K block's run of the tile-major iterations (every tile's K tiles): block `b`
+/// of `B` takes `[b·I/B, (b+1)·I/B)` of the `I`, so runs differ by one at most.
+struct StreamRun {
+    start: Expr,
+    end: Expr,
+    len: Expr,
+    /// The longest run: the loop's trip count.
+    longest: i64,
 }
 
 impl WgmmaLowering<'_> {
@@ -266,9 +279,26 @@ impl WgmmaLowering<'_> {
     }
 
     /// The condition that iteration `g` has a unit (a persistent block's last round may
-    /// not), None when every one has.
+    /// not; a stream-K block's run ends), None when every one has.
     fn has_unit(&self, g: &Expr) -> Option<Cond> {
+        if let Some(run) = &self.stream {
+            let s = &self.scope;
+            let left = s.add(run.len.clone(), s.mul(g.clone(), -1));
+            return s.bound(&left, 1, i64::MAX);
+        }
         self.scope.bound(&self.unit_of(g), 0, self.units())
+    }
+
+    /// The output tile and the K tile (of the tile's reduction) of iteration `g`.
+    fn work(&self, g: &Expr) -> (Expr, Expr) {
+        let s = &self.scope;
+        if let Some(run) = &self.stream {
+            let at = s.add(run.start.clone(), g.clone());
+            return (s.div(at.clone(), self.chunk), s.rem(at, self.chunk));
+        }
+        let (tile, chunk) = self.tile_and_chunk(self.unit_of(g));
+        let chunk = s.mul(chunk, self.chunk);
+        (tile, s.add(chunk, s.rem(g.clone(), self.chunk)))
     }
 
     /// The batch, first row and first column of output tile `tile`, bound in `out`: in
@@ -345,6 +375,9 @@ impl WgmmaLowering<'_> {
             bind(&mut self.scope, &mut body, "warpgroup", wg)
         };
         self.warpgroup = wg;
+        if t.stream_k > 0 {
+            self.stream = Some(self.stream_run(&mut body));
+        }
 
         let mut init = Vec::new();
         for s in 0..self.stages() {
@@ -369,9 +402,13 @@ impl WgmmaLowering<'_> {
         });
         body.push(Stmt::ZeroAcc);
 
-        // Iterations: the K tiles of every unit the block works on, in order.
+        // Iterations: the K tiles of every unit the block works on, in order (with
+        // stream-K, of its run).
         let rounds = (self.units() + self.scope.grid - 1) / self.scope.grid;
-        let iterations = rounds * self.chunk;
+        let iterations = match &self.stream {
+            Some(run) => run.longest,
+            None => rounds * self.chunk,
+        };
         let mut prologue = Vec::new();
         for g in 0..iterations.min(self.stages()) {
             let g = Expr::Const(g);
@@ -419,7 +456,9 @@ impl WgmmaLowering<'_> {
     /// `roles` do in each iteration: the consumers' MMAs, release of a buffer and
     /// results, the producer's refill of the released buffer.
     fn rounds(&mut self, roles: Roles, rounds: i64) -> Vec<Stmt> {
-        let t = self.t;
+        if self.stream.is_some() {
+            return self.stream_loop(roles);
+        }
         let iterations = rounds * self.chunk;
         // Rounds (one unit each) of K tiles; iteration g = round · chunk + kt.
         let round = (rounds > 1).then(|| self.scope.var("round", 0, rounds - 1));
@@ -428,31 +467,7 @@ impl WgmmaLowering<'_> {
         let mut iteration = Vec::new();
         let g = self.scope.add(self.scope.mul(rv.clone(), self.chunk), ktv);
         let g = bind(&mut self.scope, &mut iteration, "g", g);
-        if roles.consumers() {
-            let stage = self.scope.rem(g.clone(), self.stages());
-            let stage = bind(&mut self.scope, &mut iteration, "stage", stage);
-            let parity = self.scope.rem(self.scope.div(g.clone(), self.stages()), 2);
-            let mut consume = vec![
-                Stmt::MbarrierWait {
-                    barrier: self.full(&stage),
-                    parity,
-                },
-                Stmt::WgmmaFence,
-            ];
-            self.multiply(&mut consume, &stage);
-            consume.push(Stmt::WgmmaCommit);
-            consume.push(Stmt::WgmmaWait {
-                pending: t.in_flight,
-            });
-            self.for_consumers(roles, &mut iteration, consume);
-        }
-        let released = self
-            .scope
-            .add(g.clone(), Expr::Const(-i64::from(t.in_flight)));
-        let mut release = Vec::new();
-        self.release(&mut release, &released, roles);
-        let exists = self.scope.bound(&released, 0, iterations);
-        guarded(&mut iteration, exists, release, false);
+        self.iteration(&mut iteration, roles, (&g, iterations));
         // A unit's K tiles, then its results, then fresh accumulators for the next.
         let mut tile_body = wrap_loops(&[kt], &[self.chunk], |_| false, iteration);
         let s = &self.scope;
@@ -474,6 +489,38 @@ impl WgmmaLowering<'_> {
         let mut rounds_body = Vec::new();
         guarded(&mut rounds_body, has_unit, tile_body, false);
         wrap_loops(&[round], &[rounds], |_| false, rounds_body)
+    }
+
+    /// What `roles` do in iteration `g` (of `iterations`): the consumers wait for its
+    /// buffer, multiply and commit, and wait for all but `in_flight` groups; then the
+    /// iteration those completed releases its buffer, which the producer refills.
+    fn iteration(&mut self, out: &mut Vec<Stmt>, roles: Roles, (g, iterations): (&Expr, i64)) {
+        let t = self.t;
+        if roles.consumers() {
+            let stage = self.scope.rem(g.clone(), self.stages());
+            let stage = bind(&mut self.scope, out, "stage", stage);
+            let parity = self.scope.rem(self.scope.div(g.clone(), self.stages()), 2);
+            let mut consume = vec![
+                Stmt::MbarrierWait {
+                    barrier: self.full(&stage),
+                    parity,
+                },
+                Stmt::WgmmaFence,
+            ];
+            self.multiply(&mut consume, &stage);
+            consume.push(Stmt::WgmmaCommit);
+            consume.push(Stmt::WgmmaWait {
+                pending: t.in_flight,
+            });
+            self.for_consumers(roles, out, consume);
+        }
+        let released = self
+            .scope
+            .add(g.clone(), Expr::Const(-i64::from(t.in_flight)));
+        let mut release = Vec::new();
+        self.release(&mut release, &released, roles);
+        let exists = self.scope.bound(&released, 0, iterations);
+        guarded(out, exists, release, false);
     }
 
     /// `body` for the consumer warpgroups: as it is in their own code path, else under
@@ -500,13 +547,10 @@ impl WgmmaLowering<'_> {
     /// must stay in range, the tap wrapped back into the filter).
     fn issue(&mut self, out: &mut Vec<Stmt>, (g, stage): (&Expr, &Expr)) {
         let t = self.t;
-        let unit = self.unit_of(g);
-        let (tile, chunk) = self.tile_and_chunk(unit);
+        let (tile, kt) = self.work(g);
         let (batch, m0, n0) = self.origin(out, tile);
         let view = &self.gemm.view;
         let s = &self.scope;
-        let chunk = s.mul(chunk, self.chunk);
-        let kt = s.add(chunk, s.rem(g.clone(), self.chunk));
         let bk = t.block_k(view) as i64;
         let taps_extents: Vec<i64> = self.c.reduction[..self.c.reduction.len() - 1]
             .iter()
@@ -791,10 +835,124 @@ impl WgmmaLowering<'_> {
         let counter = s.add(s.mul(tile, i64::from(self.t.consumer_warps())), warp);
         out.push(split_fixup(
             (self.split_k, sums.0),
-            counter,
+            (counter, Expr::Const(1)),
             reads,
             epilogue,
         ));
+        out
+    }
+
+    /// Stream-K: binds this block's run of iterations in `out`.
+    fn stream_run(&mut self, out: &mut Vec<Stmt>) -> StreamRun {
+        let blocks = i64::from(self.t.stream_k);
+        let total = self.t.stream_iterations(&self.gemm.view) as i64;
+        let s = &self.scope;
+        let start = s.div(s.mul(Expr::BlockIdx, total), blocks);
+        let end = s.div(s.mul(s.add(Expr::BlockIdx, Expr::Const(1)), total), blocks);
+        let start = bind(&mut self.scope, out, "run_start", start);
+        let end = bind(&mut self.scope, out, "run_end", end);
+        let (shortest, longest) = (total / blocks, (total + blocks - 1) / blocks);
+        let len = self.scope.var("run_len", shortest, longest);
+        let value = self.scope.add(end.clone(), self.scope.mul(start.clone(), -1));
+        out.push(Stmt::Let { var: len, value });
+        StreamRun {
+            start,
+            end,
+            len: Expr::Var(len),
+            longest,
+        }
+    }
+
+    /// Stream-K's loop over the block's run, with what `roles` do in each iteration. A
+    /// tile's last K tile ends the block's segment of that tile, whose results the
+    /// consumers then store (and start the next from zeros); the run's last segment's
+    /// are stored after the loop.
+    fn stream_loop(&mut self, roles: Roles) -> Vec<Stmt> {
+        let run = self.stream.as_ref().expect("a stream-K lowering");
+        let (longest, len, end) = (run.longest, run.len.clone(), run.end.clone());
+        let ktiles = self.chunk;
+        let gv = self.scope.var("g", 0, longest - 1);
+        let g = Expr::Var(gv);
+        let mut iteration = Vec::new();
+        self.iteration(&mut iteration, roles, (&g, longest));
+        if roles.consumers() {
+            let (tile, kt) = self.work(&g);
+            let s = &self.scope;
+            let later = s.add(len.clone(), s.mul(g.clone(), -1));
+            let ends: Vec<Cond> = [s.bound(&kt, ktiles - 1, i64::MAX), s.bound(&later, 2, i64::MAX)]
+                .into_iter()
+                .flatten()
+                .collect();
+            // The segment began at the run's start or at the tile's first K tile.
+            let weight = s.min(s.add(g.clone(), Expr::Const(1)), Expr::Const(ktiles));
+            let results = vec![
+                Stmt::WgmmaWait { pending: 0 },
+                Stmt::Block {
+                    body: self.segment(tile, weight),
+                },
+                Stmt::ZeroAcc,
+            ];
+            let mut body = Vec::new();
+            self.for_consumers(roles, &mut body, results);
+            iteration.push(Stmt::If { conds: ends, body });
+        }
+        let mut out = Vec::new();
+        guarded(&mut out, self.has_unit(&g), iteration, false);
+        let mut out = wrap_loops(&[Some(gv)], &[longest], |_| false, out);
+        if roles.consumers() {
+            let s = &self.scope;
+            let last = s.add(end, Expr::Const(-1));
+            let (tile, kt) = (s.div(last.clone(), ktiles), s.rem(last, ktiles));
+            let weight = s.min(len, s.add(kt, Expr::Const(1)));
+            let results = vec![
+                Stmt::WgmmaWait { pending: 0 },
+                Stmt::Block {
+                    body: self.segment(tile, weight),
+                },
+            ];
+            self.for_consumers(roles, &mut out, results);
+        }
+        out
+    }
+
+    /// The results of a stream-K block's segment of output tile `tile`, `weight` of its
+    /// K tiles: a whole tile's epilogue; else its partial sums added into the tile's in
+    /// the workspace, and the block whose segment completes the tile's K tiles reads
+    /// and clears them and runs the epilogue.
+    fn segment(&mut self, tile: Expr, weight: Expr) -> Vec<Stmt> {
+        let mut out = Vec::new();
+        let tile = bind(&mut self.scope, &mut out, "tile", tile);
+        let weight = bind(&mut self.scope, &mut out, "segment", weight);
+        let place = self.place(&mut out, tile.clone());
+        let ktiles = self.chunk;
+        let whole = self.scope.bound(&weight, ktiles, i64::MAX);
+        let epilogue = self.epilogue(&place);
+        guarded(&mut out, whole, epilogue, false);
+        let sums = (
+            i64::from(self.t.accumulators()),
+            i64::from(self.t.consumer_threads()),
+        );
+        let partial = |l: &mut Self, read: bool| {
+            l.values(&place, 1, |l, (row, col, acc)| {
+                let at = partial_index(&l.scope, tile.clone(), acc.clone(), sums);
+                let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
+                vec![partial_sum(read, true, (acc, at, valid))]
+            })
+        };
+        let mut part = partial(self, false);
+        let take = FixupReads::Take(partial(self, true));
+        let epilogue = self.epilogue(&place);
+        let s = &self.scope;
+        let warp = s.div(Expr::ThreadIdx, 32);
+        let counter = s.add(s.mul(tile.clone(), i64::from(self.t.consumer_warps())), warp);
+        part.push(split_fixup(
+            (ktiles, sums.0),
+            (counter, weight.clone()),
+            take,
+            epilogue,
+        ));
+        let partial_cond = self.scope.bound(&weight, i64::MIN, ktiles);
+        guarded(&mut out, partial_cond, part, false);
         out
     }
 

@@ -58,6 +58,7 @@ pub fn tiling(
         cluster: 0,
         cluster_m: 0,
         tma_store: 0,
+        stream_k: 0,
     }
 }
 
