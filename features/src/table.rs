@@ -244,6 +244,7 @@ feature_table! {
     wgmma_cluster: "blocks per thread-block cluster sharing an operand tile by TMA multicast (0: no clusters) (count)",
     wgmma_cluster_m: "a cluster's blocks along M, sharing B's tile; the others along N share A's (1 without clusters) (count)",
     wgmma_tma_store: "1 when the epilogue stages its results in shared memory and writes them by TMA stores, else 0 (each thread stores its own)",
+    wgmma_stream_k: "stream-K blocks sharing every tile's K tiles in even contiguous runs (0: none) (count)",
     wgmma_tiles_per_block: "units of work (an output tile's chunk of K tiles) the busiest block computes (count)",
     wgmma_weight_n_major: "1 when the weight is N-major in shared memory (transposed descriptor), else 0",
     wgmma_im2col: "1 when TMA reads the activations in im2col mode (a convolution's window, walked by output pixel, a K tile per filter tap), else 0",

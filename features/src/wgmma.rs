@@ -5,10 +5,11 @@
 //! memory through the async proxy, not through load and store instructions.
 
 use crate::common::{
-    SECTOR_BYTES, fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic,
+    SECTOR_BYTES, SplitTraffic, fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic,
 };
 use crate::table::FeatureRow;
 use schedule::atom::wgmma::K_STEP_BYTES;
+use schedule::gemm::GemmView;
 use schedule::state::WgmmaTiling;
 use schedule::task::Contraction;
 use schedule::validate;
@@ -47,13 +48,20 @@ pub(crate) fn fill(
     let view = &gemm.view;
     row.wgmma_weight_n_major = flag(!view.b_k_major);
     row.wgmma_im2col = flag(matches!(gemm.a, OperandView::Im2col(_)));
-    // Units of work: an output tile's chunk of K tiles (the whole reduction unsplit).
+    // Units of work: an output tile's chunk of K tiles (the whole reduction unsplit);
+    // with stream-K, a block's run of K tiles (the longest, as a unit).
     let split_k = state.split_k.max(1);
     let (units, grid) = t.grid(view, split_k);
     let tiles = t.tiles(view);
-    let chunk = t.chunk_ktiles(view, split_k) as f64;
-    let (tiles_f, units_f) = (tiles as f64, units as f64);
-    let units_per_block = units.div_ceil(grid.max(1)) as f64;
+    let tiles_f = tiles as f64;
+    let (chunk, units_f, units_per_block) = if t.stream_k > 0 {
+        let total = t.stream_iterations(view);
+        let longest = total.div_ceil(grid.max(1)) as f64;
+        (longest, total as f64 / longest, 1.0)
+    } else {
+        let chunk = t.chunk_ktiles(view, split_k) as f64;
+        (chunk, units as f64, units.div_ceil(grid.max(1)) as f64)
+    };
     row.thread_blocks = grid as f64;
     row.split_k = f64::from(split_k);
     row.wgmma_persistent = f64::from(t.persistent);
@@ -62,6 +70,7 @@ pub(crate) fn fill(
     row.wgmma_cluster = f64::from(t.cluster);
     row.wgmma_cluster_m = f64::from(t.cluster_shape().0);
     row.wgmma_tma_store = f64::from(t.tma_store);
+    row.wgmma_stream_k = f64::from(t.stream_k);
     row.wgmma_tiles_per_block = units_per_block;
     row.reduction_stages = chunk;
     row.wgmma_ktiles = t.ktiles(view) as f64;
@@ -92,7 +101,11 @@ pub(crate) fn fill(
     } else {
         row.block_tile_elements / 4.0
     };
-    let split = split_traffic(row, state, tiles_f);
+    let split = if t.stream_k > 0 {
+        stream_traffic(row, t, view)
+    } else {
+        split_traffic(row, state, tiles_f)
+    };
     row.output_sectors_per_block = (tile_sectors + split.per_unit) * units_per_block;
     row.output_sectors = tile_sectors * tiles_f + split.total;
     row.bias_sectors = if c.bias.is_some() {
@@ -127,4 +140,17 @@ pub(crate) fn fill(
         * (row.input_sectors_per_block
             + row.weight_sectors_per_block
             + row.output_sectors_per_block);
+}
+
+/// Stream-K's workspace traffic: each partial segment adds its block tile's f32 sums
+/// atomically into its tile's, and each cut tile's last block reads and clears them.
+fn stream_traffic(row: &mut FeatureRow, t: &WgmmaTiling, view: &GemmView) -> SplitTraffic {
+    let (partial, cut) = t.stream_segments(view);
+    let sectors = row.block_tile_elements * 4.0 / SECTOR_BYTES;
+    row.split_atomic = 1.0;
+    row.atomic_output_sectors = sectors * partial as f64;
+    SplitTraffic {
+        per_unit: 3.0 * sectors * (partial as f64 / f64::from(t.stream_k.max(1))).ceil(),
+        total: row.atomic_output_sectors + 2.0 * sectors * cut as f64,
+    }
 }

@@ -95,7 +95,7 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
 /// `resnet` layer TMA can read (NHWC: the 1×1 stride-1 ones as matrices, the others
 /// through im2col walks; all but the stem, whose 3-channel pixels are 6 bytes apart; in
 /// fp16 and bf16, and in TF32, whose instruction needs the K-major weights) compile with
-/// NVRTC for `sm_90a` (descriptors, TMA, mbarriers, clusters, inline PTX), almost always
+/// NVRTC for `sm_90a` (descriptors, TMA, mbarriers, clusters, stream-K, inline PTX), almost always
 /// with no local memory.
 #[test]
 fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
@@ -164,6 +164,12 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
             rectangles > 0,
             "{dtype}: no cluster of a given shape sampled"
         );
+        // Stream-K (runs of K tiles across tiles, segment results inside the loop).
+        let streamed = jobs
+            .iter()
+            .filter(|(_, s)| s.wgmma.is_some_and(|t| t.stream_k > 0))
+            .count();
+        assert!(streamed > 0, "{dtype}: no stream-K state sampled");
         compile_without_local_memory(dtype, &jobs);
     }
 }

@@ -1,9 +1,10 @@
 //! On a real Hopper GPU (ignored in CI): `wgmma` states of odd, batched, fused,
 //! bf16, TF32 and convolution tasks (1×1, and im2col walks with stride, dilation,
-//! groups and split-K; clusters (pairs and rectangles) and raster bands among them),
+//! groups and split-K; clusters (pairs and rectangles), raster bands and stream-K among
+//! them),
 //! compiled for `sm_90a`, launched with their tensor maps through the one launch rule (`BufferSets::launch`), pass the exact check against
-//! the reference kernel, and again after they were timed (split-K states take a
-//! workspace that every launch must leave zeroed). Each state's time by the measurement protocol is printed
+//! the reference kernel, and again after they were timed (split-K and stream-K states
+//! take a workspace that every launch must leave zeroed). Each state's time by the measurement protocol is printed
 //! (TFLOP/s), with ptxas's registers and local memory. Needs NVRTC and an sm_90 GPU.
 
 mod common;
@@ -136,6 +137,13 @@ fn sampled_wgmma_states_pass_the_exact_check() {
         State::hopper(tiling(2, 1, 128, 4).with_cluster_shape(1, 4)),
         split(tiling(1, 1, 64, 4).with_cluster_shape(2, 4), 2),
         split(tiling(1, 1, 64, 6).with_cluster_shape(2, 2), 4),
+        // Stream-K over one block per SM, two, and an odd count; two consumers; a
+        // producer warp.
+        State::hopper(tiling(1, 1, 64, 8).streamed(132)),
+        State::hopper(tiling(1, 1, 64, 4).streamed(264)),
+        State::hopper(tiling(1, 1, 128, 4).streamed(97)),
+        State::hopper(tiling(2, 1, 64, 4).streamed(132)),
+        State::hopper(specialized(tiling(1, 1, 64, 8)).streamed(132)),
     ]);
     let cases = [
         (task("matmul", "200,136,264", Epilogue::default(), fp16), 6),

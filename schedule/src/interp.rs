@@ -212,7 +212,9 @@ pub enum InterpError {
     },
     #[error("block {block}: semaphore arrival by part of warp {warp}")]
     PartialWarp { block: usize, warp: usize },
-    #[error("block {block}: warp {warp} arrives with weight {weight}, not one positive warp-uniform count")]
+    #[error(
+        "block {block}: warp {warp} arrives with weight {weight}, not one positive warp-uniform count"
+    )]
     ArrivalWeight {
         block: usize,
         warp: usize,

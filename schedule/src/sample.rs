@@ -75,6 +75,8 @@ pub struct Sampler {
     tma: Option<TmaGemm>,
     /// The split sums' stream (stream 5): one draw per tensor-core state.
     sums_rng: ChaCha8Rng,
+    /// Stream-K's stream (stream 6): one draw per `wgmma` state.
+    stream_rng: ChaCha8Rng,
     /// Innermost-dimension choices per input (`tiling::innermost_choices`).
     innermost: [Vec<Option<u8>>; 2],
     /// Factorizations per (tiled extent, parts), computed once.
@@ -100,8 +102,11 @@ impl Sampler {
             .filter(|_| wgmma_applies(&contraction, gpu));
         let mut sums_rng = ChaCha8Rng::seed_from_u64(seed);
         sums_rng.set_stream(5);
+        let mut stream_rng = ChaCha8Rng::seed_from_u64(seed);
+        stream_rng.set_stream(6);
         Sampler {
             sums_rng,
+            stream_rng,
             mma_rng,
             gemm,
             wgmma_rng,
@@ -330,6 +335,10 @@ impl Sampler {
     /// there are more units of work; then, half the time, a raster band (uniform among
     /// those that divide the M tiles); then, half the time, clusters (uniform among the
     /// valid `CLUSTER_SHAPES`); then, half the time, TMA stores where they are valid.
+    /// Last, on its own stream (so that the draws before it are those of earlier
+    /// builds), a third of the time where the tiles are fewer than twice the SMs:
+    /// stream-K over one block per SM instead of the split, persistent grid, clusters
+    /// and TMA stores, where it is valid.
     fn draw_wgmma(&mut self) -> State {
         let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
         let rng = &mut self.wgmma_rng;
@@ -392,9 +401,16 @@ impl Sampler {
         {
             tiling.tma_store = 1;
         }
+        let small = tiling.tiles(view) < 2 * u64::from(self.gpu.sm_count);
         state.wgmma = Some(tiling);
         state.split_k = split_k;
         state.split_sums = self.split_sums(split_k);
+        if self.stream_rng.next_u64().is_multiple_of(3) && small {
+            let streamed = State::hopper(tiling.streamed(self.gpu.sm_count));
+            if validate(&self.contraction, &streamed, &self.gpu).is_ok() {
+                return streamed;
+            }
+        }
         state
     }
 

@@ -791,9 +791,49 @@ impl WgmmaTiling {
         }
     }
 
+    /// This tiling as stream-K over `blocks` blocks (0: none): with no persistent grid,
+    /// cluster or TMA store, which it excludes (the state's split must be 1).
+    pub fn streamed(&self, blocks: u32) -> WgmmaTiling {
+        WgmmaTiling {
+            stream_k: blocks,
+            persistent: 0,
+            cluster: 0,
+            cluster_m: 0,
+            tma_store: 0,
+            ..*self
+        }
+    }
+
     /// Stream-K's iterations: every output tile's K tiles, tile by tile.
     pub fn stream_iterations(&self, view: &GemmView) -> u64 {
         self.tiles(view) * self.ktiles(view)
+    }
+
+    /// Stream-K's partial segments (a block's part of a tile that is not the whole
+    /// tile, whose sums go through the workspace) and the tiles they cut, as the
+    /// lowering deals the runs (block `b` of `B` takes `[b·I/B, (b+1)·I/B)`).
+    pub fn stream_segments(&self, view: &GemmView) -> (u64, u64) {
+        let (blocks, total, ktiles) = (
+            u64::from(self.stream_k.max(1)),
+            self.stream_iterations(view),
+            self.ktiles(view).max(1),
+        );
+        let (mut partial, mut cut, mut last_cut) = (0, 0, None);
+        for b in 0..blocks {
+            let (start, end) = (b * total / blocks, (b + 1) * total / blocks);
+            for tile in start / ktiles..end.div_ceil(ktiles) {
+                let from = start.max(tile * ktiles);
+                let to = end.min((tile + 1) * ktiles);
+                if to > from && to - from < ktiles {
+                    partial += 1;
+                    if last_cut != Some(tile) {
+                        cut += 1;
+                        last_cut = Some(tile);
+                    }
+                }
+            }
+        }
+        (partial, cut)
     }
 
     /// Consumer warps of a block: a split tile's semaphores count arrivals per warp.

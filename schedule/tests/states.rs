@@ -239,6 +239,14 @@ fn snapshot_wgmma_kernels() {
     };
     let k = generate(&decode, &atomic, &gpu).unwrap();
     insta::assert_snapshot!("wgmma_matmul_split_k_atomic", k.source);
+    // Stream-K over 6 blocks: 4 tiles of 16 K tiles in runs of 10 or 11, each block's
+    // segments stored whole or added into their tile's sums.
+    let streamed = State::hopper(schedule::state::WgmmaTiling {
+        stream_k: 6,
+        ..tiling(1, 1, 64, 128)
+    });
+    let k = generate(&decode, &streamed, &gpu).unwrap();
+    insta::assert_snapshot!("wgmma_matmul_stream_k", k.source);
     // A strided, padded 3×3 convolution: A through TMA's im2col walk (a row tile's
     // first output pixel as the walk's base, the tap's filter offsets), B per tap.
     let conv3 = typed(

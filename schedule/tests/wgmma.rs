@@ -688,7 +688,10 @@ fn broken_stream_k_fixups_are_caught() {
         });
         assert!(weights > 0);
         let e = run(&t, &k).unwrap_err();
-        assert!(e.contains("written 0 times") || e.contains("left at"), "{e}");
+        assert!(
+            e.contains("written 0 times") || e.contains("left at"),
+            "{e}"
+        );
     }
 }
 

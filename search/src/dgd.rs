@@ -82,8 +82,8 @@ fn divisors(n: u32) -> Vec<u32> {
 /// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
 /// warps_m, warps_n, k_steps, stages, both copy widths, swizzle, split and atomic
 /// split sums. `wgmma` (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight,
-/// persistent, producer_warp, split, raster, cluster, cluster_m, tma_store and atomic
-/// split sums.
+/// persistent, producer_warp, split, raster, cluster, cluster_m, tma_store, atomic
+/// split sums and stream-K's blocks.
 pub fn tile_vector(s: &State) -> Vec<u32> {
     s.sketch(
         || cuda_core_vector(s),
@@ -120,6 +120,7 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 t.cluster_m,
                 t.tma_store,
                 u32::from(!s.split_sums.is_ordered()),
+                t.stream_k,
             ]
         },
     )

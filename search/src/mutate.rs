@@ -293,8 +293,9 @@ pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
 /// doubled, stages ± 1, the MMA groups in flight 0 ↔ 1, persistent blocks off ↔ one per
 /// SM, the producer warp off ↔ on, the raster band halved or doubled, 2 ↔ 0, clusters
 /// off ↔ pairs, a cluster's blocks along M or N doubled or halved, TMA stores off ↔ on), then the reduction split doubled or halved
-/// (`split_steps`), then the split's sums ordered ↔ atomic, nothing else changed, in
-/// that order. Empty for the other sketches.
+/// (`split_steps`), then the split's sums ordered ↔ atomic, then stream-K off ↔ one
+/// block per SM (unsplit, without what it excludes) and its blocks doubled or halved,
+/// nothing else changed, in that order. Empty for the other sketches.
 pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
     let Some(t) = s.wgmma else {
         return Vec::new();
@@ -387,9 +388,23 @@ pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
         },
         ..State::hopper(t)
     };
+    let streams = if t.stream_k == 0 {
+        vec![t.streamed(gpu.sm_count)]
+    } else {
+        vec![
+            t.streamed(0),
+            t.streamed(t.stream_k / 2),
+            t.streamed(t.stream_k * 2),
+        ]
+    };
+    let streams = streams.into_iter().map(|t| State {
+        split_k: 1,
+        ..State::hopper(t)
+    });
     tilings
         .chain(splits)
         .chain([sums])
+        .chain(streams)
         .filter(|n| n != s && validate(c, n, gpu).is_ok())
         .collect()
 }

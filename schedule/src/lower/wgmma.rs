@@ -853,7 +853,9 @@ impl WgmmaLowering<'_> {
         let end = bind(&mut self.scope, out, "run_end", end);
         let (shortest, longest) = (total / blocks, (total + blocks - 1) / blocks);
         let len = self.scope.var("run_len", shortest, longest);
-        let value = self.scope.add(end.clone(), self.scope.mul(start.clone(), -1));
+        let value = self
+            .scope
+            .add(end.clone(), self.scope.mul(start.clone(), -1));
         out.push(Stmt::Let { var: len, value });
         StreamRun {
             start,
@@ -879,10 +881,13 @@ impl WgmmaLowering<'_> {
             let (tile, kt) = self.work(&g);
             let s = &self.scope;
             let later = s.add(len.clone(), s.mul(g.clone(), -1));
-            let ends: Vec<Cond> = [s.bound(&kt, ktiles - 1, i64::MAX), s.bound(&later, 2, i64::MAX)]
-                .into_iter()
-                .flatten()
-                .collect();
+            let ends: Vec<Cond> = [
+                s.bound(&kt, ktiles - 1, i64::MAX),
+                s.bound(&later, 2, i64::MAX),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
             // The segment began at the run's start or at the tile's first K tile.
             let weight = s.min(s.add(g.clone(), Expr::Const(1)), Expr::Const(ktiles));
             let results = vec![
@@ -944,7 +949,10 @@ impl WgmmaLowering<'_> {
         let epilogue = self.epilogue(&place);
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
-        let counter = s.add(s.mul(tile.clone(), i64::from(self.t.consumer_warps())), warp);
+        let counter = s.add(
+            s.mul(tile.clone(), i64::from(self.t.consumer_warps())),
+            warp,
+        );
         part.push(split_fixup(
             (ktiles, sums.0),
             (counter, weight.clone()),
