@@ -336,7 +336,7 @@ impl Sampler {
     /// those that divide the M tiles); then, half the time, clusters (uniform among the
     /// valid `CLUSTER_SHAPES`); then, half the time, TMA stores where they are valid.
     /// Last, on its own stream (so that the draws before it are those of earlier
-    /// builds), a third of the time where the tiles are fewer than twice the SMs:
+    /// builds), a quarter of the time where the tiles are fewer than twice the SMs:
     /// stream-K over one block per SM instead of the split, persistent grid, clusters
     /// and TMA stores, where it is valid.
     fn draw_wgmma(&mut self) -> State {
@@ -405,7 +405,7 @@ impl Sampler {
         state.wgmma = Some(tiling);
         state.split_k = split_k;
         state.split_sums = self.split_sums(split_k);
-        if self.stream_rng.next_u64().is_multiple_of(3) && small {
+        if self.stream_rng.next_u64().is_multiple_of(4) && small {
             let streamed = State::hopper(tiling.streamed(self.gpu.sm_count));
             if validate(&self.contraction, &streamed, &self.gpu).is_ok() {
                 return streamed;
