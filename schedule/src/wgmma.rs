@@ -24,7 +24,9 @@
 //! Split-K (`State::split_k`) cuts the K tiles into chunks, one per block of a tile (a
 //! unit of work), in any output type: each block stores its partial sums to a
 //! workspace, and the last of a tile's blocks to arrive on its semaphore adds them up
-//! and runs the epilogue (`lower::wgmma`).
+//! and runs the epilogue (`lower::wgmma`). Stream-K (`stream_k`) instead deals every
+//! tile's K tiles out in even runs to a grid of its own, a run's parts of tiles meeting
+//! in the workspace the same way (`stream_segments` counts them for the features).
 //!
 //! TMA needs each operand to be a strided matrix (at most a batch of them) with rows
 //! 16-byte aligned: a matmul, a batch matmul, an NHWC 1×1 stride-1 unpadded

@@ -55,6 +55,14 @@
 //! every unit adds into its tile's slots instead (`red.global.add` in L2), and the last
 //! arrival reads one tile of sums, not one per chunk, clearing them for the next
 //! launch.
+//!
+//! With stream-K (`stream_k` blocks), block `b` of `B` iterates over its run
+//! `[b·I/B, (b+1)·I/B)` of the `I` tile-major iterations (every tile's K tiles), one loop
+//! whose iterations past a short run do nothing. A tile's last K tile ends the block's
+//! segment of it: a whole tile runs the epilogue; a part adds its sums atomically into
+//! the tile's slots and arrives on the tile's semaphores with its K tiles as the weight,
+//! so that the block whose segment completes the tile's K tiles (whichever arrives last)
+//! takes the sums and runs the epilogue. The run's last segment is stored after the loop.
 
 use super::common::{
     FixupReads, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index,
@@ -129,7 +137,7 @@ pub(super) fn lower(task: &Task, t: &WgmmaTiling, (split_k, sums): (u32, SplitSu
         first_map,
         chunk: t.chunk_ktiles(view, split_k) as i64,
         split_k: i64::from(split_k.max(1)),
-        atomic: sums == SplitSums::Atomic || t.stream_k > 0,
+        atomic: sums == SplitSums::Atomic,
         warpgroup: Expr::Const(0),
         stream: None,
     };
