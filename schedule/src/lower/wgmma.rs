@@ -808,46 +808,65 @@ impl WgmmaLowering<'_> {
             out.extend(epilogue);
             return out;
         }
-        let sums = (
-            i64::from(self.t.accumulators()),
-            i64::from(self.t.consumer_threads()),
-        );
         let tile = self.tile_and_chunk(unit.clone()).0;
         let tile = bind(&mut self.scope, &mut out, "tile", tile);
         let place = self.place(&mut out, tile.clone());
         let atomic = self.atomic;
         // A unit stores to its own slots, or adds into its tile's.
         let own = if atomic { tile.clone() } else { unit };
-        let partial = |l: &mut Self, unit: Expr, read: bool| {
-            l.values(&place, 1, |l, (row, col, acc)| {
-                let at = partial_index(&l.scope, unit, acc.clone(), sums);
-                let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
-                vec![partial_sum(read, atomic, (acc, at, valid))]
-            })
-        };
-        let stores = partial(self, own, false);
+        let stores = self.partial_sums(&place, own, (false, atomic));
         out.extend(stores);
         let reads = if atomic {
-            FixupReads::Take(partial(self, tile.clone(), true))
+            FixupReads::Take(self.partial_sums(&place, tile.clone(), (true, true)))
         } else {
             let chunk = self.scope.var("chunk", 0, self.split_k - 1);
             let unit = self.unit_of_tile(tile.clone(), Expr::Var(chunk));
             FixupReads::Chunks {
                 chunk,
-                adds: partial(self, unit, true),
+                adds: self.partial_sums(&place, unit, (true, false)),
             }
         };
-        let epilogue = self.epilogue(&place);
+        let fixup = self.fixup(&place, tile, reads, (self.split_k, Expr::Const(1)));
+        out.push(fixup);
+        out
+    }
+
+    /// The thread's partial sums of the tile at `place` into the workspace slots of
+    /// `slots` (a unit's own, or its tile's, added `atomic`ally), or with `read` the
+    /// fixup's reads of them.
+    fn partial_sums(
+        &mut self,
+        place: &Place,
+        slots: Expr,
+        (read, atomic): (bool, bool),
+    ) -> Vec<Stmt> {
+        let sums = (
+            i64::from(self.t.accumulators()),
+            i64::from(self.t.consumer_threads()),
+        );
+        self.values(place, 1, |l, (row, col, acc)| {
+            let at = partial_index(&l.scope, slots, acc.clone(), sums);
+            let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
+            vec![partial_sum(read, atomic, (acc, at, valid))]
+        })
+    }
+
+    /// The end of a tile's part after its partial sums (`common::split_fixup`): each
+    /// consumer warp arrives on the tile's semaphore with `weight`; the arrival that
+    /// brings it to `arrivals` takes `reads` and runs the epilogue.
+    fn fixup(
+        &mut self,
+        place: &Place,
+        tile: Expr,
+        reads: FixupReads,
+        (arrivals, weight): (i64, Expr),
+    ) -> Stmt {
+        let epilogue = self.epilogue(place);
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
         let counter = s.add(s.mul(tile, i64::from(self.t.consumer_warps())), warp);
-        out.push(split_fixup(
-            (self.split_k, sums.0),
-            (counter, Expr::Const(1)),
-            reads,
-            epilogue,
-        ));
-        out
+        let accumulators = i64::from(self.t.accumulators());
+        split_fixup((arrivals, accumulators), (counter, weight), reads, epilogue)
     }
 
     /// Stream-K: binds this block's run of iterations in `out`.
@@ -941,32 +960,9 @@ impl WgmmaLowering<'_> {
         let whole = self.scope.bound(&weight, ktiles, i64::MAX);
         let epilogue = self.epilogue(&place);
         guarded(&mut out, whole, epilogue, false);
-        let sums = (
-            i64::from(self.t.accumulators()),
-            i64::from(self.t.consumer_threads()),
-        );
-        let partial = |l: &mut Self, read: bool| {
-            l.values(&place, 1, |l, (row, col, acc)| {
-                let at = partial_index(&l.scope, tile.clone(), acc.clone(), sums);
-                let valid = gemm_valid(&l.scope, &l.gemm.view, &row, &col);
-                vec![partial_sum(read, true, (acc, at, valid))]
-            })
-        };
-        let mut part = partial(self, false);
-        let take = FixupReads::Take(partial(self, true));
-        let epilogue = self.epilogue(&place);
-        let s = &self.scope;
-        let warp = s.div(Expr::ThreadIdx, 32);
-        let counter = s.add(
-            s.mul(tile.clone(), i64::from(self.t.consumer_warps())),
-            warp,
-        );
-        part.push(split_fixup(
-            (ktiles, sums.0),
-            (counter, weight.clone()),
-            take,
-            epilogue,
-        ));
+        let mut part = self.partial_sums(&place, tile.clone(), (false, true));
+        let take = FixupReads::Take(self.partial_sums(&place, tile.clone(), (true, true)));
+        part.push(self.fixup(&place, tile, take, (ktiles, weight.clone())));
         let partial_cond = self.scope.bound(&weight, i64::MIN, ktiles);
         guarded(&mut out, partial_cond, part, false);
         out
