@@ -44,9 +44,10 @@ use crate::table::FeatureRow;
 use crate::warp::{Cost, WARP_LANES, WarpAccess, wavefronts};
 use schedule::atom::copy::MATRIX_ROWS;
 use schedule::atom::mma::{C_M16N8, TF32_M16N8K8};
-use schedule::atom::{CHUNK_BYTES, Ldmatrix, MmaAtom, SharedTileLayout};
+use schedule::atom::{CHUNK_BYTES, Ldmatrix, MmaAtom, SharedTileLayout, SpanLayout};
 use schedule::gemm::GemmView;
-use schedule::mma::MmaTiling;
+use schedule::mma::{MmaTiling, SpanStaging};
+use schedule::row_span::COPY_ELEMENTS;
 use schedule::task::{Access, AxisRef, Contraction};
 use schedule::validate::validate;
 use schedule::{DType, GpuSpec, State};
@@ -233,10 +234,12 @@ struct Grid {
 }
 
 impl Grid {
-    fn new(view: &GemmView, t: &MmaTiling, dtype: DType) -> Self {
+    fn new(view: &GemmView, t: &MmaTiling, dtype: DType, span: Option<&SpanStaging>) -> Self {
         let block_m = i64::from(t.block_m);
         let block_n = i64::from(t.block_n);
         let block_k = t.block_k(dtype) as i64;
+        let ktiles = t.ktiles(view, dtype, span) as i64;
+        let view = &MmaTiling::tiled_view(view, span);
         let tiles_m = ceil_div(view.m as i64, block_m);
         let tiles_n = ceil_div(view.n as i64, block_n);
         Grid {
@@ -246,7 +249,7 @@ impl Grid {
             tiles_n,
             tiles_mn: tiles_m * tiles_n,
             tiles: view.batch as i64 * tiles_m * tiles_n,
-            ktiles: ceil_div(view.k as i64, block_k),
+            ktiles,
         }
     }
 
@@ -455,6 +458,63 @@ fn lds32_conflict(layout: &SharedTileLayout, banks: u32) -> f64 {
     total / loads
 }
 
+/// Mean wavefronts of a row-span A fragment's 32-bit loads (ideal 1): each lane reads
+/// the pair of its register's values (`atom::mma`'s A layout) from the runs.
+fn span_lds_conflict(layout: &SpanLayout, dtype: DType, banks: u32) -> f64 {
+    let atom = MmaAtom::sizing(dtype);
+    let mut access = WarpAccess::new();
+    let (mut total, mut loads) = (0.0, 0.0);
+    for value in (0..atom.a.values).step_by(2) {
+        access.clear();
+        for lane in 0..WARP_LANES as i64 {
+            let (row, k) = atom.a.coord(lane, value);
+            access.push(layout.offset(row, k) / 2);
+        }
+        total += f64::from(wavefronts(&access, 1, banks).actual);
+        loads += 1.0;
+    }
+    total / loads
+}
+
+/// Row spans' fill, per block and K tile: A's runs in 16-byte copies, each group's run
+/// contiguous (its sectors, each a 16-byte aligned half at the ends); the held weights,
+/// read once per block element by element (each held channel's filter rows contiguous),
+/// spread over the block's `block_ktiles` K tiles. Rounds per input and the costs.
+fn span_fetch(
+    s: &SpanStaging,
+    t: &MmaTiling,
+    dtype: DType,
+    block_ktiles: f64,
+) -> ([f64; 2], [FetchCost; 2]) {
+    let threads = f64::from(t.threads());
+    let bytes = f64::from(dtype.bytes());
+    let sector = SECTOR_BYTES as f64;
+    let copies = (s.a.elements() / COPY_ELEMENTS) as f64;
+    let group_bytes = s.a.group_elements as f64 * bytes;
+    let a_sectors = s.a.groups as f64 * (group_bytes / sector).ceil();
+    let a_instructions = (copies / 32.0).ceil().max(1.0);
+    let a = FetchCost {
+        sectors_per_stage: a_sectors,
+        sectors_per_instruction: a_sectors / a_instructions,
+        coalescing: ratio_or_one(copies * 16.0 / sector, a_sectors),
+        store_wavefronts_per_stage: copies * 16.0 / WAVEFRONT_BYTES,
+        store_conflict: 1.0,
+    };
+    let held = s.held_rows as f64 * f64::from(t.block_n) * t.block_k(dtype) as f64;
+    let taps = s.held_rows as f64 * f64::from(t.block_n) * s.span.taps as f64;
+    let b_sectors = (taps * bytes / sector).ceil();
+    let b_instructions = (held / 32.0).ceil().max(1.0);
+    let per_stage = |x: f64| x / block_ktiles.max(1.0);
+    let b = FetchCost {
+        sectors_per_stage: per_stage(b_sectors),
+        sectors_per_instruction: b_sectors / b_instructions,
+        coalescing: ratio_or_one(taps * bytes / sector, b_sectors),
+        store_wavefronts_per_stage: per_stage(b_instructions),
+        store_conflict: 1.0,
+    };
+    ([(copies / threads).ceil(), (held / threads).ceil()], [a, b])
+}
+
 /// The epilogue per tile: sectors of the output's stores.
 struct Epilogue {
     sectors_per_block: f64,
@@ -561,12 +621,18 @@ pub(crate) fn fill(
     row.mma_weight_copy_bytes = f64::from(t.vector[1]) * e;
     row.mma_swizzle = flag(t.swizzle);
     row.mma_stages = f64::from(t.stages);
-    row.mma_stage_bytes = t.shared_bytes(dtype) as f64 / f64::from(t.stages);
+    let span = t.span_staging(c, state.split_k).ok().flatten();
+    row.mma_row_span = flag(span.is_some());
+    row.mma_stage_bytes = match &span {
+        // A stage's runs; the held weights come once per block.
+        Some(s) => (s.a.elements() * element_bytes) as f64,
+        None => t.shared_bytes(dtype, None) as f64 / f64::from(t.stages),
+    };
     row.split_k = f64::from(state.split_k);
     row.threads_per_block = f64::from(threads);
     row.warps_per_block = warps;
     row.block_tile_elements = f64::from(t.block_m) * f64::from(t.block_n);
-    let shared_bytes = t.shared_bytes(dtype);
+    let shared_bytes = t.shared_bytes(dtype, span.as_ref());
     row.shared_bytes_per_block = shared_bytes as f64;
     let allocated = fill_registers(gpu, row, t.register_estimate(), u64::from(threads));
 
@@ -576,7 +642,7 @@ pub(crate) fn fill(
     };
     let view = &task.view;
     row.mma_weight_n_major = flag(!view.b_k_major);
-    let grid = Grid::new(view, t, dtype);
+    let grid = Grid::new(view, t, dtype, span.as_ref());
     let split_k = i64::from(state.split_k);
     let grid_blocks = grid.tiles * split_k;
     let ktiles_per_block = ceil_div(grid.ktiles, split_k);
@@ -597,11 +663,21 @@ pub(crate) fn fill(
     let mma_per_ktile = warps * tiles_m * tiles_n * k_steps;
     let a_loads = warps * tiles_m * k_steps;
     let a_matrices = Ldmatrix::A.matrices as f64 * a_loads;
-    let a_conflict = ldmatrix_conflict(
-        &t.tile_layout(0, view, dtype),
-        element_bytes,
-        gpu.shared_banks,
-    );
+    let (a_matrices, a_conflict) = match &span {
+        // Four 32-bit loads per 16-row fragment instead of one ldmatrix.x4.
+        Some(s) => (
+            a_loads * MmaAtom::sizing(dtype).a_registers as f64,
+            span_lds_conflict(&s.a, dtype, gpu.shared_banks),
+        ),
+        None => (
+            a_matrices,
+            ldmatrix_conflict(
+                &t.tile_layout(0, view, dtype),
+                element_bytes,
+                gpu.shared_banks,
+            ),
+        ),
+    };
     let b_layout = t.tile_layout(1, view, dtype);
     let (b_loads, b_conflict, b_wavefronts) = if dtype.bytes() == 4 && !view.b_k_major {
         // One 32-bit load per register of each 8-column tile's fragment.
@@ -632,9 +708,16 @@ pub(crate) fn fill(
     row.weight_shared_load_wavefronts = b_wavefronts * tile_ktiles;
 
     // The fill: global sectors and shared stores per block and K tile.
-    let fills = [0, 1].map(|i| Fill::new(task, &grid, t, i, dtype, gpu.shared_banks));
-    let rounds = fills.each_ref().map(|f| f.rounds as f64);
-    let fetch = fills.each_ref().map(Fill::cost);
+    let (rounds, fetch) = match &span {
+        Some(s) => span_fetch(s, t, dtype, block_ktiles),
+        None => {
+            let fills = [0, 1].map(|i| Fill::new(task, &grid, t, i, dtype, gpu.shared_banks));
+            (
+                fills.each_ref().map(|f| f.rounds as f64),
+                fills.each_ref().map(Fill::cost),
+            )
+        }
+    };
     row.input_fetch_rounds = rounds[0];
     row.weight_fetch_rounds = rounds[1];
     row.mma_cp_async_bytes_per_block = row.mma_stage_bytes * block_ktiles;

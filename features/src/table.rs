@@ -210,6 +210,7 @@ feature_table! {
     mma_weight_copy_bytes: "bytes per copy of the weight's fill: 16, 8, 4 (cp.async) or 2 (plain load and store)",
     mma_swizzle: "1 when shared rows are XOR-swizzled in 16-byte chunks, else 0",
     mma_weight_n_major: "1 when the weight is stored N-major (matmul's row-major B: ldmatrix.trans, or 32-bit loads for tf32), else 0",
+    mma_row_span: "1 when the input is staged as raw input-row runs (one filter row per K tile, 32-bit fragment loads) and the weights held for the whole reduction, else 0",
 
     // Tensor-core sketch only: the cp.async pipeline.
     mma_stages: "K tiles in flight in shared memory (cp.async pipeline depth) (count)",

@@ -582,6 +582,26 @@ fn every_feature_varies_over_states_and_tasks() {
             }
         }
     }
+    // Row-span states of a stem, which the sampler draws.
+    let task = common::typed_task(
+        "conv2d",
+        "1,3,224,224,64,7,7,2,3",
+        DType::Fp16,
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let extractor = FeatureExtractor::new(&task, &gpu);
+    let spans: Vec<State> = Sampler::new(&task, &gpu, 3)
+        .sample_distinct(40)
+        .into_iter()
+        .filter(|s| s.mma.is_some_and(|t| t.row_span))
+        .collect();
+    assert!(spans.len() >= 5, "{} row-span states", spans.len());
+    for state in spans {
+        for (column, value) in columns.iter_mut().zip(extractor.extract(&state)) {
+            column.push(value);
+        }
+    }
     // `wgmma` states of a matmul (an N-major weight), a 1×1 convolution (a K-major
     // one), a 3×3 convolution (an im2col walk) and a batch matmul, for the sketch's own
     // features.

@@ -30,6 +30,7 @@ fn tiling(block_m: u32, block_n: u32, warps: [u32; 2], k_steps: u32, stages: u32
         stages,
         vector: [8, 8],
         swizzle: true,
+        row_span: false,
     }
 }
 
@@ -477,6 +478,7 @@ proptest! {
             stages: fields[5],
             vector: [fields[6], fields[7]],
             swizzle,
+            row_span: false,
         };
         let mut state = State::tensor_core(t, fields[8]);
         if mixed {

@@ -3,7 +3,8 @@
 //! ldmatrix, mma.sync) and compiles with NVRTC for sm_90, almost always with no local
 //! memory — the copy-round cap and the register estimate keep the sampled tiles
 //! spill-free, except where ptxas's occupancy heuristic caps a one-warp block at 128
-//! registers (seen: 2 of 96 fp16 kernels with 8-byte frames); sampled `wgmma` states
+//! registers (seen: 2 of 96 fp16 kernels with 8-byte frames), the stem's row-span
+//! states among them; sampled `wgmma` states
 //! likewise for sm_90a. Needs NVRTC
 //! (scripts/setup.sh installs it), not a GPU.
 
@@ -87,6 +88,15 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
                 states.into_iter().map(move |s| (t, s))
             })
             .collect();
+        // The stem draws row spans (raw input-row runs, 32-bit fragment loads).
+        let spans = jobs
+            .iter()
+            .filter(|(_, s)| s.mma.is_some_and(|t| t.row_span))
+            .count();
+        assert!(
+            dtype == DType::Tf32 || spans > 0,
+            "{dtype}: no row-span state sampled"
+        );
         compile_without_local_memory(dtype, &jobs);
     }
 }

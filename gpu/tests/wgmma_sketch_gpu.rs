@@ -9,12 +9,9 @@
 
 mod common;
 
-use gpu::Problem;
-use gpu::buffers::BufferSets;
-use gpu::timing::{SPIN_PTX, TimingConfig, time_kernel};
-use schedule::reference::reference_kernel;
+use gpu::timing::{SPIN_PTX, TimingConfig};
 use schedule::state::WgmmaTiling;
-use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, generate, parse_shape};
+use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, parse_shape};
 
 fn task(op: &str, shape: &str, epilogue: Epilogue, types: (DType, DType)) -> Task {
     Task::new(parse_shape(op, shape).expect("shape"), epilogue)
@@ -254,60 +251,8 @@ fn sampled_wgmma_states_pass_the_exact_check() {
             .is_none_or(|o| o.split(',').any(|s| task.key().contains(s)))
     };
     for (task, sampled) in cases.into_iter().filter(|(t, _)| wanted(t)) {
-        let problem = Problem::for_task(&task, 5);
-        let reference = reference_kernel(&task);
-        let compiled = gpu::compile(&reference.source, &reference.name, &device.arch())
-            .unwrap_or_else(|e| panic!("{task}: reference: {e}"));
-        let module = ctx.load(&compiled.cubin).expect("load the reference");
-        let function = module.function(&reference.name, 0).expect("reference");
-        let sets = BufferSets::new(&ctx, &problem, &device).expect("buffers");
-        let expected = sets
-            .run_reference(&ctx, &function, &reference.launch)
-            .unwrap_or_else(|e| panic!("{task}: {e}"));
-        for state in states(&task, sampled, &fixed) {
-            let k = generate(&task, &state, &GpuSpec::h100())
-                .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
-            let arch = k.launch.target.arch(&device.arch());
-            let built = gpu::compile(&k.source, &k.name, &arch)
-                .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
-            let module = ctx.load(&built.cubin).expect("load");
-            let f = module
-                .function(&k.name, k.launch.dynamic_shared_bytes)
-                .expect("function");
-            let mismatch = sets
-                .check(&ctx, &f, &k.launch, &expected)
-                .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
-            if let Some(m) = mismatch {
-                panic!("{task} {}: {m}", state.to_json());
-            }
-            let t = time_kernel(&ctx, &spin, device.sm_clock_mhz, &timing, |i| {
-                sets.launch(&ctx, &f, &k.launch, i)
-            })
-            .expect("timing");
-            // Hundreds of launches later, still exact: each left its workspace zeroed.
-            if let Some(m) = sets
-                .check(&ctx, &f, &k.launch, &expected)
-                .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()))
-            {
-                panic!("{task} {} after timing: {m}", state.to_json());
-            }
-            let tflops = task.flops() as f64 / (t.median_us * 1e-6) / 1e12;
-            // Clusters: how many the GPU runs at once (a persistent grid needs all).
-            let clusters = if k.launch.cluster.is_one() {
-                String::new()
-            } else {
-                let active = f.max_active_clusters(&k.launch).expect("occupancy");
-                format!(", {active} clusters at once")
-            };
-            println!(
-                "{task} {}: exact, {:.2} us ({tflops:.0} TFLOP/s), {} registers, {} bytes local{clusters}",
-                state.to_json(),
-                t.median_us,
-                built.resources.registers,
-                built.resources.stack_frame_bytes + built.resources.spill_store_bytes
-            );
-            checked += 1;
-        }
+        let states = states(&task, sampled, &fixed);
+        checked += common::exact_and_timed(&ctx, &device, (&spin, &timing), &task, &states);
     }
     assert!(only.is_some() || checked >= 35, "{checked} states checked");
 }

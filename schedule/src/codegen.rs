@@ -11,7 +11,10 @@
 
 use crate::atom::fragment::{self, lane_c};
 use crate::atom::wgmma::{self, WgmmaAtom};
-use crate::atom::{FillCopy, Index, Ldmatrix, MmaAtom, Numbers, SharedTileLayout, Term, tma};
+use crate::atom::{
+    FillCopy, Index, Ldmatrix, MmaAtom, Numbers, OperandLayout, SharedTileLayout, SpanLayout, Term,
+    tma,
+};
 use crate::ir::{
     Cond, Expr, GlobalRead, Kernel, Param, Role, Scope, SharedPool, SharedWrite, Stmt, WgmmaOperand,
 };
@@ -542,6 +545,39 @@ impl Printer<'_> {
         );
     }
 
+    /// A row-span A fragment: each register's pair of k (values `2i` and `2i + 1` of
+    /// the atom's A layout) is one 32-bit shared load, at an even element.
+    fn gather_fragment(
+        &self,
+        out: &mut String,
+        pad: &str,
+        frag: usize,
+        (base, row, k): (&Expr, &Expr, &Expr),
+        layout: &SpanLayout,
+    ) {
+        let (base, row, k) = (
+            self.expr_in(base, ADD),
+            self.expr_in(row, ADD),
+            self.expr_in(k, ADD),
+        );
+        let atom = MmaAtom::sizing(self.kernel.dtype);
+        let a = atom.a;
+        for reg in 0..atom.a_registers {
+            let value = 2 * reg as i64;
+            let dr = fragment::part(&Numbers, a.row, Index::Value, value).unwrap_or(0);
+            let dk = fragment::part(&Numbers, a.column, Index::Value, value).unwrap_or(0);
+            let at = layout.c(
+                &format!("{row} + {} + {dr}", lane_c(a.row, "lane")),
+                &format!("{k} + {} + {dk}", lane_c(a.column, "lane")),
+            );
+            let _ = writeln!(
+                out,
+                "{pad}frag_a[{frag}][{reg}] = reinterpret_cast<const unsigned*>(shared_pool)[({} + {base} + {at}) >> 1];",
+                self.kernel.tile_offsets[0]
+            );
+        }
+    }
+
     /// Keeps the compiler from moving accumulator accesses across the asynchronous
     /// MMAs' fence and wait: an empty asm that "writes" every accumulator.
     fn fence_accumulators(&self, out: &mut String, pad: &str) {
@@ -664,17 +700,22 @@ impl Printer<'_> {
                 layout,
                 k_step: _,
                 k_major,
-            } => self.load_fragment(
-                out,
-                &pad,
-                *input,
-                (*frag, *count),
-                base,
-                row,
-                k,
-                layout,
-                *k_major,
-            ),
+            } => match layout {
+                OperandLayout::Tile(layout) => self.load_fragment(
+                    out,
+                    &pad,
+                    *input,
+                    (*frag, *count),
+                    base,
+                    row,
+                    k,
+                    layout,
+                    *k_major,
+                ),
+                OperandLayout::Span(layout) => {
+                    self.gather_fragment(out, &pad, *frag, (base, row, k), layout)
+                }
+            },
             Stmt::MbarrierInit { barrier, arrivals } => {
                 let bar = barrier_address(&self.expr(barrier));
                 let _ = writeln!(out, "{pad}{}", tma::mbarrier_init_c(&bar, *arrivals));

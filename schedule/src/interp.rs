@@ -63,8 +63,8 @@
 //! whatever they shadowed is visible again. (Other bodies bind only variables that are
 //! unique in the kernel, so they need no restoring.)
 
-use crate::atom::MmaAtom;
 use crate::atom::wgmma::{FP16_M64K16, WgmmaAtom, swizzle_address};
+use crate::atom::{MmaAtom, OperandLayout};
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, Ranks, SharedWrite, Stmt, Var, WgmmaOperand};
 use crate::mbarrier::{Mbarrier, WaitError};
 use crate::staging::{Staging, StagingError};
@@ -219,6 +219,14 @@ pub enum InterpError {
         block: usize,
         warp: usize,
         weight: i64,
+    },
+    #[error(
+        "block {block} thread {thread}: a row-span fragment register's 32-bit shared load starts at odd element {at}"
+    )]
+    MisalignedPair {
+        block: usize,
+        thread: usize,
+        at: i64,
     },
     #[error(
         "workspace semaphore {semaphore} left at {value} after the launch: its arrivals were miscounted, and the next launch would misread it"
@@ -1400,6 +1408,15 @@ impl Block<'_> {
                                         (_, false) => (k0 + r, r0 + c),
                                     };
                                     let at = b + layout.offset(tr, tc);
+                                    // A row-span register is one 32-bit load of a pair.
+                                    let pair = matches!(layout, OperandLayout::Span(_));
+                                    if pair && c % 2 == 0 && at % 2 != 0 {
+                                        return Err(InterpError::MisalignedPair {
+                                            block: self.index,
+                                            thread: t,
+                                            at,
+                                        });
+                                    }
                                     values.push(self.read_shared(*input, at, t)?);
                                 }
                             }

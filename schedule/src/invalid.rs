@@ -93,6 +93,16 @@ pub enum InvalidState {
         "input {input} needs {rounds} copies per thread and stage, over {MAX_COPY_ROUNDS}: use wider copies, more warps or a smaller tile"
     )]
     MmaCopies { input: usize, rounds: i64 },
+    #[error("no row-span staging for this task: {0}")]
+    RowSpan(crate::row_span::RowSpanError),
+    #[error(
+        "a row-span K tile of {block_k} columns cannot hold a filter row's {columns} (taps and zero columns); use more k-steps"
+    )]
+    RowSpanColumns { block_k: u64, columns: i64 },
+    #[error(
+        "row spans copy A 16 bytes and the weights one element at a time: vector widths [8, 1], not {vector:?}"
+    )]
+    RowSpanVectors { vector: [u32; 2] },
     #[error(
         "split_k {split_k} with a {out} output: split-K adds partial sums with f32 atomics; use an f32 output or split_k 1"
     )]

@@ -135,7 +135,9 @@ pub enum Stmt {
     /// from `base`, the stage's first element. Semantically every lane holds the
     /// whole fragment; the printed code distributes it as `ldmatrix` does. `count`
     /// consecutive fragments are loaded at once (`frag..frag+count`, each 16 or 8
-    /// rows further): two B fragments make one `ldmatrix.x4`.
+    /// rows further): two B fragments make one `ldmatrix.x4`. An A operand of row
+    /// spans (`OperandLayout::Span`) is printed as one 32-bit shared load per register
+    /// (its pair of k), which must start at an even element.
     LoadFragment {
         input: usize,
         frag: usize,
@@ -143,7 +145,7 @@ pub enum Stmt {
         base: Expr,
         row: Expr,
         k: Expr,
-        layout: crate::atom::SharedTileLayout,
+        layout: crate::atom::OperandLayout,
         k_step: i64,
         k_major: bool,
     },

@@ -7,7 +7,8 @@
 //! loop nest (`lower`: each sketch's lowering, and the transform passes it applies to
 //! the nest, `lower::prefetch`: register prefetch); the tensor-core sketch (`gemm`: a
 //! contraction's GEMM view, `mma`: its tiles, lowered by `lower::mma_sync` to its
-//! cp.async / ldmatrix / mma.sync nest through `lower::pipeline`'s ring of stages);
+//! cp.async / ldmatrix / mma.sync nest through `lower::pipeline`'s ring of stages;
+//! `row_span`: its staging of a few-channel convolution's input rows);
 //! the instructions themselves as data (`atom`: shared layouts, MMA and copy atoms,
 //! read by lowering, code generation, the interpreter and the features); CUDA C generation
 //! that only prints the finished nest (`codegen`), and a CPU interpreter that proves
@@ -28,6 +29,7 @@ pub mod mbarrier;
 pub mod mma;
 pub mod network;
 pub mod reference;
+pub mod row_span;
 pub mod sample;
 pub mod shape;
 pub mod staging;

@@ -6,7 +6,9 @@
 //! TF32, accumulating in f32). The reduction advances one shared-memory tile of
 //! `block_k` elements at a time; `stages` such tiles are in flight, filled by
 //! `cp.async` (a pipeline: the copy of tile `t + stages - 1` overlaps the products of
-//! tile `t`). Fragments are read from shared memory with `ldmatrix`.
+//! tile `t`). Fragments are read from shared memory with `ldmatrix`. With `row_span` a
+//! few-channel convolution's A comes as raw input-row runs instead, one filter row per
+//! K tile, and the weights stay in shared memory (`SpanStaging`, `crate::row_span`).
 //!
 //! Every shared row is a whole number of 16-byte chunks (one MMA k-step is always 32
 //! bytes of a row: 16 halves or 8 floats), laid out as `atom::SharedTileLayout` says
@@ -14,10 +16,11 @@
 //! layouts, copies) are `atom`'s.
 
 use crate::atom::mma::{C_M16N8, FP16_M16N8K16};
-use crate::atom::{CHUNK_BYTES, FillCopy, MmaAtom, SharedTileLayout};
+use crate::atom::{CHUNK_BYTES, FillCopy, MmaAtom, SharedTileLayout, SpanLayout};
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
+use crate::row_span::{COPY_ELEMENTS, RowSpan};
 use crate::state::check_tile_split;
 pub use crate::state::{MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling};
 use crate::task::{Contraction, DType};
@@ -30,7 +33,52 @@ const MMA_ADDRESSING_REGISTERS: u64 = 40;
 pub const MMA_M: u32 = crate::atom::mma::M as u32;
 pub const MMA_N: u32 = crate::atom::mma::N as u32;
 
+/// A row-span state's staging: the convolution's geometry, A's stage, and the filter
+/// rows of weights each block holds (its split chunk's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanStaging {
+    pub span: RowSpan,
+    pub a: SpanLayout,
+    pub held_rows: i64,
+}
+
 impl MmaTiling {
+    /// Row-span staging of `c` split `split_k` ways; None without `row_span`.
+    pub fn span_staging(
+        &self,
+        c: &Contraction,
+        split_k: u32,
+    ) -> Result<Option<SpanStaging>, InvalidState> {
+        if !self.row_span {
+            return Ok(None);
+        }
+        let span = RowSpan::of(c).map_err(InvalidState::RowSpan)?;
+        let block_k = self.block_k(c.dtype) as i64;
+        Ok(Some(SpanStaging {
+            span,
+            a: span.layout(i64::from(self.block_m), block_k),
+            held_rows: (span.filter_rows + i64::from(split_k.max(1)) - 1)
+                / i64::from(split_k.max(1)),
+        }))
+    }
+
+    /// The GEMM view the grid tiles: under row spans, M is the padded pixels.
+    pub fn tiled_view(view: &GemmView, span: Option<&SpanStaging>) -> GemmView {
+        let mut tiled = view.clone();
+        if let Some(s) = span {
+            tiled.m = s.span.pixels();
+        }
+        tiled
+    }
+
+    /// K tiles of the reduction: one per filter row under row spans.
+    pub fn ktiles(&self, view: &GemmView, dtype: DType, span: Option<&SpanStaging>) -> u64 {
+        match span {
+            Some(s) => s.span.filter_rows as u64,
+            None => view.k.div_ceil(self.block_k(dtype)),
+        }
+    }
+
     pub fn threads(&self) -> u32 {
         32 * self.warps_m * self.warps_n
     }
@@ -84,19 +132,37 @@ impl MmaTiling {
         }
     }
 
-    /// Copies per thread of input `input`'s tile per stage.
-    pub fn copy_rounds(&self, input: usize, view: &GemmView, dtype: DType) -> i64 {
-        let layout = self.tile_layout(input, view, dtype);
-        let copies = layout.elements() / i64::from(self.vector[input].max(1));
+    /// Copies per thread of input `input`'s tile per stage (row spans: A's runs, and
+    /// none of the held weights).
+    pub fn copy_rounds(
+        &self,
+        input: usize,
+        view: &GemmView,
+        dtype: DType,
+        span: Option<&SpanStaging>,
+    ) -> i64 {
+        let copies = match (span, input) {
+            (Some(s), 0) => s.a.elements() / COPY_ELEMENTS,
+            (Some(_), _) => 0,
+            (None, _) => {
+                let layout = self.tile_layout(input, view, dtype);
+                layout.elements() / i64::from(self.vector[input].max(1))
+            }
+        };
         (copies + i64::from(self.threads()) - 1) / i64::from(self.threads())
     }
 
-    /// Bytes of dynamic shared memory: every stage holds both inputs' tiles.
-    pub fn shared_bytes(&self, dtype: DType) -> u64 {
-        u64::from(self.stages)
-            * u64::from(self.block_m + self.block_n)
-            * self.block_k(dtype)
-            * u64::from(dtype.bytes())
+    /// Bytes of dynamic shared memory: every stage holds both inputs' tiles; under row
+    /// spans a stage holds A's runs, and the held weights come once.
+    pub fn shared_bytes(&self, dtype: DType, span: Option<&SpanStaging>) -> u64 {
+        let b_tile = u64::from(self.block_n) * self.block_k(dtype);
+        let elements = match span {
+            None => {
+                u64::from(self.stages) * (u64::from(self.block_m) * self.block_k(dtype) + b_tile)
+            }
+            Some(s) => u64::from(self.stages) * s.a.elements() as u64 + s.held_rows as u64 * b_tile,
+        };
+        elements * u64::from(dtype.bytes())
     }
 
     /// Estimated registers per thread: accumulators, one k-step's fragments (4 per
@@ -184,24 +250,43 @@ pub fn validate_mma(
             stages: t.stages,
         });
     }
-    for (input, &width) in t.vector.iter().enumerate() {
-        if !t.vector_feasible(input, width, &view, c.dtype) {
-            return Err(InvalidState::VectorWidth { input, width });
+    let span = t.span_staging(c, split_k)?;
+    if let Some(s) = &span {
+        // Row spans copy A in whole 16-byte runs and the weights element by element.
+        if t.vector != [COPY_ELEMENTS as u32, 1] {
+            return Err(InvalidState::RowSpanVectors { vector: t.vector });
+        }
+        if (t.block_k(c.dtype) as i64) < s.span.columns() {
+            return Err(InvalidState::RowSpanColumns {
+                block_k: t.block_k(c.dtype),
+                columns: s.span.columns(),
+            });
+        }
+    } else {
+        for (input, &width) in t.vector.iter().enumerate() {
+            if !t.vector_feasible(input, width, &view, c.dtype) {
+                return Err(InvalidState::VectorWidth { input, width });
+            }
         }
     }
     for input in 0..2 {
-        let rounds = t.copy_rounds(input, &view, c.dtype);
+        let rounds = t.copy_rounds(input, &view, c.dtype, span.as_ref());
         if rounds > MAX_COPY_ROUNDS {
             return Err(InvalidState::MmaCopies { input, rounds });
         }
     }
-    check_tile_split(split_k, view.k.div_ceil(t.block_k(c.dtype)))?;
+    check_tile_split(split_k, t.ktiles(&view, c.dtype, span.as_ref()))?;
+    let tiled = MmaTiling::tiled_view(&view, span.as_ref());
     // Partial sums are indexed in 32-bit arithmetic.
-    let (_, bytes) = t.workspace(&view, split_k);
+    let (_, bytes) = t.workspace(&tiled, split_k);
     if bytes / 4 > i32::MAX as u64 {
         return Err(InvalidState::SplitWorkspace { bytes });
     }
-    let blocks = t.tiles(&view) * u64::from(split_k);
-    gpu.check_block(blocks, t.shared_bytes(c.dtype), t.register_estimate())?;
+    let blocks = t.tiles(&tiled) * u64::from(split_k);
+    gpu.check_block(
+        blocks,
+        t.shared_bytes(c.dtype, span.as_ref()),
+        t.register_estimate(),
+    )?;
     Ok(())
 }

@@ -38,6 +38,7 @@
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MMA_M, MMA_N, MmaTiling};
+use crate::row_span::{COPY_ELEMENTS, RowSpan};
 use crate::state::{
     MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit, SplitSums, State,
     UNROLL_STEPS, VECTOR_WIDTHS,
@@ -77,6 +78,10 @@ pub struct Sampler {
     sums_rng: ChaCha8Rng,
     /// Stream-K's stream (stream 6): one draw per `wgmma` state.
     stream_rng: ChaCha8Rng,
+    /// Row spans' stream (stream 7): one draw per tensor-core state.
+    span_rng: ChaCha8Rng,
+    /// The task's row spans, where they apply and pay (`row_span_pays`).
+    span: Option<RowSpan>,
     /// Innermost-dimension choices per input (`tiling::innermost_choices`).
     innermost: [Vec<Option<u8>>; 2],
     /// Factorizations per (tiled extent, parts), computed once.
@@ -104,9 +109,16 @@ impl Sampler {
         sums_rng.set_stream(5);
         let mut stream_rng = ChaCha8Rng::seed_from_u64(seed);
         stream_rng.set_stream(6);
+        let mut span_rng = ChaCha8Rng::seed_from_u64(seed);
+        span_rng.set_stream(7);
+        let span = RowSpan::of(&contraction)
+            .ok()
+            .filter(|s| gemm.is_some() && row_span_pays(s));
         Sampler {
             sums_rng,
             stream_rng,
+            span_rng,
+            span,
             mma_rng,
             gemm,
             wgmma_rng,
@@ -301,6 +313,7 @@ impl Sampler {
             stages,
             vector: [1, 1],
             swizzle: !self.mma_rng.next_u64().is_multiple_of(4),
+            row_span: false,
         };
         for input in 0..2 {
             let feasible: Vec<u32> = [8, 4, 2, 1]
@@ -313,6 +326,17 @@ impl Sampler {
                 [first, ..] if widest => *first,
                 all => pick(&mut self.mma_rng, all),
             };
+        }
+        // Row spans half the time where they apply: A in 16-byte runs, the weights
+        // element by element, the least K tile that holds a filter row, or twice it.
+        let span_draw = self.span_rng.next_u64();
+        if let Some(span) = self.span.filter(|_| span_draw.is_multiple_of(2)) {
+            let steps = ((span.columns() + k_step as i64 - 1) / k_step as i64) as u32;
+            let least = steps.next_power_of_two().min(MAX_K_STEPS);
+            let twice = (span_draw >> 1).is_multiple_of(4) && least < MAX_K_STEPS;
+            tiling.row_span = true;
+            tiling.vector = [COPY_ELEMENTS as u32, 1];
+            tiling.k_steps = if twice { least * 2 } else { least };
         }
         let mut state = State::tensor_core(tiling, 1);
         state.split_k = self.split_k(&state);
@@ -486,6 +510,12 @@ pub fn split_k_choices(stages: u64) -> Vec<u32> {
         .map(|e| 1u32 << e)
         .filter(|&k| u64::from(k) <= stages.max(1))
         .collect()
+}
+
+/// Whether row spans are worth drawing for a convolution: where its channels are too
+/// few for 16-byte im2col copies (fewer than 8), as in a C = 3 stem.
+fn row_span_pays(span: &RowSpan) -> bool {
+    span.channels < COPY_ELEMENTS
 }
 
 /// A uniform value in `[0, 1)` from 53 random bits.

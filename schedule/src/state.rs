@@ -161,6 +161,11 @@ pub struct MmaTiling {
     pub vector: [u32; 2],
     /// XOR-swizzled shared rows (conflict-free `ldmatrix`) or plain ones.
     pub swizzle: bool,
+    /// A channels-last convolution's activations staged as raw input-row runs, one
+    /// filter row per K tile, and its weights held for the whole reduction
+    /// (`row_span`). Left out of the JSON when off.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub row_span: bool,
 }
 
 /// Deepest shared ring of the `wgmma` sketch.
@@ -481,7 +486,12 @@ impl State {
                     .map(|&s| u64::from(s))
                     .product()
             },
-            |m| GemmView::of(c).map_or(1, |v| v.k.div_ceil(m.block_k(c.dtype))),
+            |m| {
+                GemmView::of(c).map_or(1, |v| {
+                    let span = m.span_staging(c, 1).ok().flatten();
+                    m.ktiles(&v, c.dtype, span.as_ref())
+                })
+            },
             |w| GemmView::of(c).map_or(1, |v| v.k.div_ceil(w.block_k(&v))),
         )
     }
@@ -519,9 +529,8 @@ impl State {
             },
             |m| {
                 GemmView::of(c).map_or(1, |v| {
-                    v.batch
-                        * v.m.div_ceil(u64::from(m.block_m))
-                        * v.n.div_ceil(u64::from(m.block_n))
+                    let span = m.span_staging(c, 1).ok().flatten();
+                    m.tiles(&MmaTiling::tiled_view(&v, span.as_ref()))
                 })
             },
             |w| GemmView::of(c).map_or(1, |v| w.grid(&v, 1).1),

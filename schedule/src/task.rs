@@ -482,6 +482,9 @@ pub struct Contraction {
     /// Element type of the inputs and the bias, and of the output.
     pub dtype: DType,
     pub out_dtype: DType,
+    /// The channels-last convolution this is, for staging that reads its windows
+    /// themselves (`row_span`); None for other operators and layouts.
+    pub channels_last_conv: Option<Conv2d>,
 }
 
 impl Contraction {
@@ -607,6 +610,7 @@ impl Builder {
             relu,
             dtype: DType::F32,
             out_dtype: DType::F32,
+            channels_last_conv: None,
         }
     }
 }
@@ -907,7 +911,10 @@ impl Task {
                     let bias = ep
                         .bias
                         .then(|| b.access("bias", vec![(c.k, channel(3, S(4), kg))]));
-                    b.finish([data, weight], bias, ep.relu)
+                    Contraction {
+                        channels_last_conv: Some(c),
+                        ..b.finish([data, weight], bias, ep.relu)
+                    }
                 } else {
                     let b = Builder::new(
                         &[("n", c.n), ("g", groups), ("k", kg), ("p", p), ("q", q)],

@@ -214,6 +214,7 @@ fn half_output_and_every_copy_width() {
                 stages: 3,
                 vector,
                 swizzle: true,
+                row_span: false,
             },
             1,
         );
@@ -251,6 +252,7 @@ fn split_k_into_a_half_output_with_relu() {
                         stages: 2,
                         vector: [8, 8],
                         swizzle: true,
+                        row_span: false,
                     },
                     split_k,
                 );
@@ -311,6 +313,7 @@ fn a_broken_pipeline_is_caught() {
                 stages,
                 vector: [8, 8],
                 swizzle: true,
+                row_span: false,
             },
             1,
         );
@@ -357,6 +360,7 @@ fn generated_tensor_core_kernels_are_stable() {
         stages: 3,
         vector: [8, 8],
         swizzle: true,
+        row_span: false,
     };
     let conv = task(
         "conv2d",

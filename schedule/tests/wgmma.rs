@@ -709,6 +709,7 @@ fn broken_split_k_fixups_are_caught() {
         stages: 2,
         vector: [8, 8],
         swizzle: true,
+        row_span: false,
     };
     for state in [
         split_state(tiling(1, 1, 48, 32, 2), 4),

@@ -101,6 +101,7 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 u32::from(t.swizzle),
                 s.split_k,
                 u32::from(!s.split_sums.is_ordered()),
+                u32::from(t.row_span),
             ]
         },
         |t| {
@@ -514,6 +515,7 @@ mod tests {
                 stages: 2,
                 vector: [4, 4],
                 swizzle: false,
+                row_span: false,
             };
             let s = State::tensor_core(t, 2);
             assert!(validate(&c, &s, &gpu).is_ok());
@@ -577,12 +579,13 @@ mod tests {
                 stages: 2,
                 vector: [4, 4],
                 swizzle: true,
+                row_span: false,
             },
             1,
         );
         assert_eq!(
             tile_vector(&mma),
-            vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1, 0]
+            vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1, 0, 0]
         );
     }
 

@@ -23,6 +23,7 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::Rng;
+use schedule::row_span::{COPY_ELEMENTS, RowSpan};
 use schedule::state::{
     MAX_SPLIT_K, SHARED_PADS, SharedLayout, SplitSums, UNROLL_STEPS, VECTOR_WIDTHS, WgmmaTiling,
 };
@@ -187,10 +188,13 @@ pub enum MmaCoordinate {
     SplitK,
     /// The split's partial sums: 0 ordered, 1 atomic (`SplitSums`).
     SplitSums,
+    /// Row-span staging, 0 or 1: turning it on also sets its copy widths ([8, 1]) and
+    /// the least k-steps that hold a filter row; off, copies of one element.
+    RowSpan,
 }
 
 impl MmaCoordinate {
-    pub const ALL: [MmaCoordinate; 11] = [
+    pub const ALL: [MmaCoordinate; 12] = [
         MmaCoordinate::BlockM,
         MmaCoordinate::BlockN,
         MmaCoordinate::WarpsM,
@@ -202,6 +206,7 @@ impl MmaCoordinate {
         MmaCoordinate::Swizzle,
         MmaCoordinate::SplitK,
         MmaCoordinate::SplitSums,
+        MmaCoordinate::RowSpan,
     ];
 
     /// The coordinate's value in tensor-core state `s` (0 for another sketch's); the
@@ -221,6 +226,7 @@ impl MmaCoordinate {
             MmaCoordinate::Swizzle => u32::from(t.swizzle),
             MmaCoordinate::SplitK => s.split_k,
             MmaCoordinate::SplitSums => u32::from(s.split_sums == SplitSums::Atomic),
+            MmaCoordinate::RowSpan => u32::from(t.row_span),
         }
     }
 
@@ -232,7 +238,9 @@ impl MmaCoordinate {
         let candidates = match self {
             // Shared rows are a power of two of chunks: k-steps double or halve.
             MmaCoordinate::Stages => [value.checked_sub(1), value.checked_add(1)],
-            MmaCoordinate::Swizzle | MmaCoordinate::SplitSums => [Some(1 - value.min(1)), None],
+            MmaCoordinate::Swizzle | MmaCoordinate::SplitSums | MmaCoordinate::RowSpan => {
+                [Some(1 - value.min(1)), None]
+            }
             _ => [
                 value.is_multiple_of(2).then_some(value / 2),
                 value.checked_mul(2),
@@ -243,13 +251,19 @@ impl MmaCoordinate {
             .flatten()
             .filter(|&v| {
                 v != value
-                    && (v > 0 || matches!(self, MmaCoordinate::Swizzle | MmaCoordinate::SplitSums))
+                    && (v > 0
+                        || matches!(
+                            self,
+                            MmaCoordinate::Swizzle
+                                | MmaCoordinate::SplitSums
+                                | MmaCoordinate::RowSpan
+                        ))
             })
             .collect()
     }
 
     /// `s` with this coordinate set to `value` (unchanged for a CUDA-core state).
-    fn set(self, s: &State, value: u32) -> State {
+    fn set(self, c: &Contraction, s: &State, value: u32) -> State {
         let mut n = s.clone();
         let State {
             mma,
@@ -273,6 +287,16 @@ impl MmaCoordinate {
                         SplitSums::Ordered
                     } else {
                         SplitSums::Atomic
+                    }
+                }
+                MmaCoordinate::RowSpan => {
+                    t.row_span = value != 0;
+                    t.vector = [1, 1];
+                    if let Some(span) = RowSpan::of(c).ok().filter(|_| t.row_span) {
+                        let step = schedule::mma::MmaTiling::k_step(c.dtype) as i64;
+                        let steps = ((span.columns() + step - 1) / step) as u32;
+                        t.vector = [COPY_ELEMENTS as u32, 1];
+                        t.k_steps = steps.next_power_of_two();
                     }
                 }
             }
@@ -413,7 +437,7 @@ fn mma_moves(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
     let mut out = Vec::new();
     for coordinate in MmaCoordinate::ALL {
         for value in coordinate.steps(coordinate.get(s)) {
-            let n = coordinate.set(s, value);
+            let n = coordinate.set(c, s, value);
             if n != *s && validate(c, &n, gpu).is_ok() {
                 out.push(n);
             }
@@ -612,6 +636,7 @@ mod tests {
             stages: 2,
             vector: [4, 4],
             swizzle: true,
+            row_span: false,
         };
         [
             ("conv2d", "1,64,56,56,64,3,3,1,1"),
@@ -633,12 +658,17 @@ mod tests {
         .collect()
     }
 
-    /// The coordinates in which two tensor-core states differ.
+    /// The coordinates in which two tensor-core states differ: a row-span toggle alone
+    /// for one, which carries its copy widths and k-steps along.
     fn changed(a: &State, b: &State) -> Vec<MmaCoordinate> {
-        MmaCoordinate::ALL
+        let moved: Vec<MmaCoordinate> = MmaCoordinate::ALL
             .into_iter()
             .filter(|k| k.get(a) != k.get(b))
-            .collect()
+            .collect();
+        if moved.contains(&MmaCoordinate::RowSpan) {
+            return vec![MmaCoordinate::RowSpan];
+        }
+        moved
     }
 
     #[test]
@@ -659,7 +689,9 @@ mod tests {
                 let (from, to) = (k.get(&s), k.get(&m));
                 let neighbouring = match k {
                     MmaCoordinate::Stages => from.abs_diff(to) == 1,
-                    MmaCoordinate::Swizzle | MmaCoordinate::SplitSums => true,
+                    MmaCoordinate::Swizzle | MmaCoordinate::SplitSums | MmaCoordinate::RowSpan => {
+                        true
+                    }
                     _ => to == 2 * from || 2 * to == from,
                 };
                 assert!(neighbouring, "{k:?}: {from} -> {to}");
@@ -668,13 +700,57 @@ mod tests {
                 // where every coordinate can move.
                 s = if i % 5 == 4 { start.clone() } else { m };
             }
+            // Neither task has row spans (64 channels; a matmul).
             assert_eq!(
                 seen.len(),
-                MmaCoordinate::ALL.len(),
+                MmaCoordinate::ALL.len() - 1,
                 "{}: {seen:?}",
                 task.key()
             );
         }
+    }
+
+    /// A stem's state turns row spans on with their copy widths and the least k-steps
+    /// that hold a 7-tap filter row, and off again to one-element copies.
+    #[test]
+    fn row_spans_toggle_with_their_copy_widths() {
+        use schedule::{DType, Layout};
+        let gpu = GpuSpec::h100();
+        let task = Task::new(
+            parse_shape("conv2d", "1,3,224,224,64,7,7,2,3").unwrap(),
+            Default::default(),
+        )
+        .unwrap()
+        .with_types(DType::Fp16, DType::Fp16, Layout::Nhwc)
+        .unwrap();
+        let c = task.contraction();
+        let plain = State::tensor_core(
+            MmaTiling {
+                block_m: 64,
+                block_n: 64,
+                warps_m: 4,
+                warps_n: 2,
+                k_steps: 2,
+                stages: 3,
+                vector: [1, 1],
+                swizzle: true,
+                row_span: false,
+            },
+            1,
+        );
+        assert!(validate(&c, &plain, &gpu).is_ok());
+        let spans: Vec<State> = mma_steps(&c, &plain, &gpu)
+            .into_iter()
+            .filter(|s| s.mma.is_some_and(|t| t.row_span))
+            .collect();
+        assert_eq!(spans.len(), 1);
+        let t = spans[0].mma.unwrap();
+        assert_eq!((t.vector, t.k_steps), ([8, 1], 2));
+        let back: Vec<State> = mma_steps(&c, &spans[0], &gpu)
+            .into_iter()
+            .filter(|s| s.mma.is_some_and(|t| !t.row_span))
+            .collect();
+        assert_eq!(back, vec![plain]);
     }
 
     #[test]

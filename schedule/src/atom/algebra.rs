@@ -16,6 +16,7 @@ pub trait IndexAlgebra {
     /// Remainder by a positive constant (operands are never negative).
     fn rem(&self, a: Self::Value, c: i64) -> Self::Value;
     fn xor(&self, a: Self::Value, b: Self::Value) -> Self::Value;
+    fn constant(&self, c: i64) -> Self::Value;
 }
 
 /// Plain numbers.
@@ -39,6 +40,9 @@ impl IndexAlgebra for Numbers {
     fn xor(&self, a: i64, b: i64) -> i64 {
         a ^ b
     }
+    fn constant(&self, c: i64) -> i64 {
+        c
+    }
 }
 
 /// IR expressions, simplified as `Scope` builds them.
@@ -58,6 +62,9 @@ impl IndexAlgebra for Scope {
     }
     fn xor(&self, a: Expr, b: Expr) -> Expr {
         Scope::xor(self, a, b)
+    }
+    fn constant(&self, c: i64) -> Expr {
+        Expr::Const(c)
     }
 }
 
@@ -118,6 +125,12 @@ impl IndexAlgebra for CText {
         C {
             text: format!("({} ^ {})", a.operand(), b.operand()),
             atomic: true,
+        }
+    }
+    fn constant(&self, c: i64) -> C {
+        C {
+            text: c.to_string(),
+            atomic: c >= 0,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! - `algebra`: the index arithmetic a layout is written in, evaluated as numbers, built
 //!   as IR expressions or printed as C from one definition.
 //! - `swizzle`: the XOR-swizzled shared tile layout of the tensor-core sketch.
+//! - `span`: row-span staging's A operand, raw input-row runs read as overlapping rows.
 //! - `fragment`: (lane, value) → (row, column) maps of per-lane fragments.
 //! - `mma`: the `mma.sync` instructions (shape, PTX, A/B/C fragment layouts).
 //! - `copy`: the copies that fill and read shared tiles (`cp.async`, plain loads,
@@ -20,6 +21,7 @@ pub mod algebra;
 pub mod copy;
 pub mod fragment;
 pub mod mma;
+pub mod span;
 pub mod swizzle;
 pub mod tma;
 pub mod wgmma;
@@ -28,4 +30,5 @@ pub use algebra::{CText, IndexAlgebra, Numbers};
 pub use copy::{CHUNK_BYTES, FillCopy, Ldmatrix};
 pub use fragment::{FragmentLayout, Index, Term};
 pub use mma::MmaAtom;
+pub use span::{OperandLayout, SpanLayout};
 pub use swizzle::SharedTileLayout;

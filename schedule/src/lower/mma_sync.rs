@@ -25,17 +25,26 @@
 //! tile's sums there, `SplitSums::Atomic`) and the last warp of a tile to arrive adds
 //! them up and runs the epilogue (`common::split_fixup`), so any output type and a
 //! ReLU work.
+//!
+//! Row spans (`MmaTiling::row_span`, `crate::row_span`) change three things: the grid
+//! tiles padded pixels (output rows rounded up to 16-pixel groups; the padding pixels
+//! are not stored), a K tile is one filter row whose stage holds each group's raw
+//! input-row run (16-byte copies, hoisted but for the input row), read by 32-bit
+//! fragment loads (`OperandLayout::Span`), and the weights of the block's filter rows
+//! are read once before the ring into as many B tiles, which the K tiles then index.
 
 use super::common::{
     FixupReads, affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded,
     partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
-use crate::atom::{Index, MmaAtom, SharedTileLayout, fragment};
+use crate::atom::span::GROUP_ROWS;
+use crate::atom::{Index, MmaAtom, OperandLayout, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, Param, Scope, SharedPool, SharedWrite, Stmt, Var};
 use crate::launch::LaunchConfig;
-use crate::mma::MmaTiling;
+use crate::mma::{MmaTiling, SpanStaging};
+use crate::row_span::COPY_ELEMENTS;
 use crate::state::SplitSums;
 use crate::task::{Contraction, Task};
 
@@ -44,12 +53,23 @@ pub(super) fn lower(task: &Task, tiling: &MmaTiling, split: (u32, SplitSums)) ->
     let split_k = split.0;
     let c = task.contraction();
     let view = GemmView::of(&c).expect("tensor-core states are validated");
-    let mut lowering = MmaLowering::new(&c, &view, tiling, split);
+    let span = tiling
+        .span_staging(&c, split_k)
+        .expect("tensor-core states are validated");
+    let tiled = MmaTiling::tiled_view(&view, span.as_ref());
+    let mut lowering = MmaLowering::new(&c, (&view, &tiled), tiling, split, span);
     let body = lowering.body();
     let t = tiling;
-    let elements = lowering.layouts.map(|l| l.elements() * i64::from(t.stages));
+    let stages = i64::from(t.stages);
+    let elements = match &span {
+        None => lowering.layouts.map(|l| l.elements() * stages),
+        Some(s) => [
+            s.a.elements() * stages,
+            lowering.layouts[1].elements() * s.held_rows,
+        ],
+    };
     let mut params = tensor_params(&c);
-    let (semaphores, workspace_bytes) = t.workspace(&view, split_k);
+    let (semaphores, workspace_bytes) = t.workspace(&tiled, split_k);
     if workspace_bytes > 0 {
         params.push(Param::Workspace { name: "workspace" });
     }
@@ -69,7 +89,7 @@ pub(super) fn lower(task: &Task, tiling: &MmaTiling, split: (u32, SplitSums)) ->
             ..LaunchConfig::linear(
                 u32::try_from(lowering.scope.grid).expect("grid checked by validation"),
                 t.threads(),
-                t.shared_bytes(c.dtype) as u32,
+                t.shared_bytes(c.dtype, span.as_ref()) as u32,
             )
         },
         scope: lowering.scope,
@@ -92,11 +112,26 @@ struct Copy {
     side_valid: Vec<Cond>,
 }
 
+/// One thread's copy of 16 bytes of a group's run (row spans), hoisted out of the
+/// reduction loop: all but the input row, which the filter row (the K tile) moves.
+struct RunCopy {
+    exists: Option<Cond>,
+    /// Position within a stage's A runs.
+    shared: Expr,
+    /// The group's image times the input height, and its first filter row's input row.
+    image_row: Expr,
+    row0: Expr,
+    /// The element within the input row, and the bounds of it and of the image.
+    element: Expr,
+    valid: Vec<Cond>,
+}
+
 /// The pipeline ring's view of the lowering (`pipeline::Stages`): the fill's copies
 /// and the block's coordinates.
 struct Tiles<'l, 'a> {
     lowering: &'l mut MmaLowering<'a>,
     copies: &'l [Vec<Copy>; 2],
+    runs: &'l [RunCopy],
     z: &'l Expr,
     batch: &'l [Expr],
     wm: &'l Expr,
@@ -109,7 +144,7 @@ impl Stages for Tiles<'_, '_> {
     }
     fn fill(&mut self, local: Expr, out: &mut Vec<Stmt>) {
         self.lowering
-            .fill(out, self.copies, self.z, self.batch, local);
+            .fill(out, (self.copies, self.runs), self.z, self.batch, local);
     }
     fn consume(&mut self, local: Expr, stage: Expr, out: &mut Vec<Stmt>) {
         self.lowering
@@ -120,6 +155,9 @@ impl Stages for Tiles<'_, '_> {
 struct MmaLowering<'a> {
     c: &'a Contraction,
     view: &'a GemmView,
+    /// The view the grid tiles (`MmaTiling::tiled_view`).
+    tiled: &'a GemmView,
+    span: Option<SpanStaging>,
     t: &'a MmaTiling,
     split: i64,
     scope: Scope,
@@ -137,20 +175,20 @@ struct MmaLowering<'a> {
 impl<'a> MmaLowering<'a> {
     fn new(
         c: &'a Contraction,
-        view: &'a GemmView,
+        (view, tiled): (&'a GemmView, &'a GemmView),
         t: &'a MmaTiling,
         (split_k, sums): (u32, SplitSums),
+        span: Option<SpanStaging>,
     ) -> Self {
         let block_k = t.block_k(c.dtype) as i64;
-        let ktiles = (view.k as i64 + block_k - 1) / block_k;
+        let ktiles = t.ktiles(view, c.dtype, span.as_ref()) as i64;
         let split = i64::from(split_k);
-        let grid = split
-            * view.batch as i64
-            * ceil_div(view.m as i64, i64::from(t.block_m))
-            * ceil_div(view.n as i64, i64::from(t.block_n));
+        let grid = split * t.tiles(tiled) as i64;
         MmaLowering {
             c,
             view,
+            tiled,
+            span,
             t,
             split,
             atomic: sums == SplitSums::Atomic,
@@ -169,7 +207,7 @@ impl<'a> MmaLowering<'a> {
     }
 
     fn body(&mut self) -> Vec<Stmt> {
-        let (t, view) = (self.t, self.view);
+        let (t, view) = (self.t, self.tiled);
         let mut body = vec![Stmt::ZeroAcc];
         // Block coordinates: split, batch, M tile, N tile.
         let mtiles = ceil_div(view.m as i64, i64::from(t.block_m));
@@ -193,7 +231,17 @@ impl<'a> MmaLowering<'a> {
         let m0 = bind(&mut self.scope, &mut body, "m0", m0);
         let n0 = bind(&mut self.scope, &mut body, "n0", n0);
 
-        let copies: [Vec<Copy>; 2] = [0, 1].map(|i| self.copies(&mut body, i, &m0, &n0));
+        let (copies, runs): ([Vec<Copy>; 2], Vec<RunCopy>) = match self.span {
+            None => (
+                [0, 1].map(|i| self.copies(&mut body, i, &m0, &n0)),
+                Vec::new(),
+            ),
+            Some(span) => {
+                let runs = self.runs(&mut body, &span, &m0);
+                self.hold_weights(&mut body, &span, &z, &n0);
+                ([Vec::new(), Vec::new()], runs)
+            }
+        };
         let warp = self.scope.div(Expr::ThreadIdx, 32);
         let lane = self.scope.rem(Expr::ThreadIdx, 32);
         let wm = self.scope.div(warp.clone(), i64::from(t.warps_n));
@@ -208,6 +256,7 @@ impl<'a> MmaLowering<'a> {
         let mut ring = Tiles {
             lowering: self,
             copies: &copies,
+            runs: &runs,
             z: &z,
             batch: &batch_coords,
             wm: &wm,
@@ -288,7 +337,7 @@ impl<'a> MmaLowering<'a> {
     fn fill(
         &mut self,
         out: &mut Vec<Stmt>,
-        copies: &[Vec<Copy>; 2],
+        (copies, runs): (&[Vec<Copy>; 2], &[RunCopy]),
         z: &Expr,
         batch: &[Expr],
         local: Expr,
@@ -296,6 +345,11 @@ impl<'a> MmaLowering<'a> {
         let (tile, exists) = self.tile(z, local.clone());
         let stage = self.scope.rem(local, i64::from(self.t.stages));
         let mut body = Vec::new();
+        if let Some(span) = self.span {
+            self.fill_runs(&mut body, &span, runs, &tile, &stage);
+            guarded(out, exists, body, true);
+            return;
+        }
         let k0 = self.scope.mul(tile, self.block_k);
         let k0 = bind(&mut self.scope, &mut body, "k0", k0);
         for (input, rounds) in copies.iter().enumerate() {
@@ -395,6 +449,179 @@ impl<'a> MmaLowering<'a> {
         guarded(out, exists, body, true);
     }
 
+    /// Every 16-byte copy of a stage's runs for this thread, hoisted: copy `v` is
+    /// piece `v % pieces` of group `v / pieces`, whose first pixel is padded pixel
+    /// `m0 + 16·group` (its image unbounded: a group past the last pixel copies zeros).
+    fn runs(&mut self, out: &mut Vec<Stmt>, s: &SpanStaging, m0: &Expr) -> Vec<RunCopy> {
+        let span = &s.span;
+        let pieces = s.a.group_elements / COPY_ELEMENTS;
+        let total = s.a.groups * pieces;
+        let threads = self.scope.threads;
+        let rounds = (total + threads - 1) / threads;
+        (0..rounds)
+            .map(|r| {
+                let sc = &self.scope;
+                let v = sc.add(Expr::ThreadIdx, Expr::Const(r * threads));
+                let exists = sc.bound(&v, 0, total);
+                let group = sc.div(v.clone(), pieces);
+                let piece = sc.rem(v, pieces);
+                let pixel = sc.add(m0.clone(), sc.mul(group.clone(), GROUP_ROWS));
+                let pixel = bind(&mut self.scope, out, &format!("run_pixel{r}"), pixel);
+                let sc = &self.scope;
+                let per_image = span.out_height * span.row_pixels;
+                let image = sc.div(pixel.clone(), per_image);
+                let out_row = sc.rem(sc.div(pixel.clone(), span.row_pixels), span.out_height);
+                let column = sc.rem(pixel, span.row_pixels);
+                let image = bind(&mut self.scope, out, &format!("run_image{r}"), image);
+                let sc = &self.scope;
+                let image_row = sc.mul(image.clone(), span.height);
+                let row0 = sc.add(sc.mul(out_row, span.stride_h), Expr::Const(-span.pad_h));
+                let element = sc.sum([
+                    sc.mul(column, span.row_step),
+                    sc.mul(piece.clone(), COPY_ELEMENTS),
+                    Expr::Const(-span.lead),
+                ]);
+                let shared = sc.add(
+                    sc.mul(group, s.a.group_elements),
+                    sc.mul(piece, COPY_ELEMENTS),
+                );
+                let image_row = bind(&mut self.scope, out, &format!("run_rows{r}"), image_row);
+                let row0 = bind(&mut self.scope, out, &format!("run_ih{r}"), row0);
+                let element = bind(&mut self.scope, out, &format!("run_x{r}"), element);
+                let shared = bind(&mut self.scope, out, &format!("run_sh{r}"), shared);
+                let sc = &self.scope;
+                let valid = [
+                    sc.bound(&element, 0, span.row_elements),
+                    sc.bound(&image, 0, span.images),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                RunCopy {
+                    exists,
+                    shared,
+                    image_row,
+                    row0,
+                    element,
+                    valid,
+                }
+            })
+            .collect()
+    }
+
+    /// Copies the runs of filter row `tile` into stage `stage`.
+    fn fill_runs(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        s: &SpanStaging,
+        runs: &[RunCopy],
+        tile: &Expr,
+        stage: &Expr,
+    ) {
+        let span = &s.span;
+        let stage_base = self.scope.mul(stage.clone(), s.a.elements());
+        for (r, run) in runs.iter().enumerate() {
+            let sc = &self.scope;
+            let row = sc.add(run.row0.clone(), sc.mul(tile.clone(), span.dilation_h));
+            let mut body = Vec::new();
+            let row = bind(&mut self.scope, &mut body, &format!("run_row{r}"), row);
+            let sc = &self.scope;
+            let mut valid = run.valid.clone();
+            valid.extend(sc.bound(&row, 0, span.height));
+            let at = sc.add(
+                sc.mul(sc.add(run.image_row.clone(), row), span.row_elements),
+                run.element.clone(),
+            );
+            body.push(Stmt::AsyncCopy {
+                read: GlobalRead {
+                    input: 0,
+                    at,
+                    valid,
+                    width: COPY_ELEMENTS as u32,
+                },
+                write: SharedWrite {
+                    input: 0,
+                    at: sc.add(stage_base.clone(), run.shared.clone()),
+                    width: COPY_ELEMENTS as u32,
+                    step: 1,
+                    vector: true,
+                },
+            });
+            guarded(out, run.exists.clone(), body, false);
+        }
+    }
+
+    /// Reads the weights of the block's filter rows (its split chunk's) into shared
+    /// memory once, element by element: filter row `rr` of the chunk is the `rr`-th B
+    /// tile, its column `k` tap `k - zero_columns` of the row, zeros elsewhere.
+    fn hold_weights(&mut self, out: &mut Vec<Stmt>, s: &SpanStaging, z: &Expr, n0: &Expr) {
+        let span = &s.span;
+        let layout = self.layouts[1];
+        let tile = layout.elements();
+        let total = s.held_rows * tile;
+        let threads = self.scope.threads;
+        let rounds = (total + threads - 1) / threads;
+        let round = self.scope.var("w_round", 0, rounds - 1);
+        let sc = &self.scope;
+        let v = sc.add(sc.mul(Expr::Var(round), threads), Expr::ThreadIdx);
+        let mut body = Vec::new();
+        let v = bind(&mut self.scope, &mut body, "w_v", v);
+        let sc = &self.scope;
+        let held = sc.div(v.clone(), tile);
+        let n = sc.rem(sc.div(v.clone(), self.block_k), i64::from(self.t.block_n));
+        let k = sc.rem(v.clone(), self.block_k);
+        let filter_row = sc.add(sc.mul(z.clone(), self.chunk), held.clone());
+        let channel = sc.add(n0.clone(), n.clone());
+        let tap = sc.add(k.clone(), Expr::Const(-span.zero_columns));
+        // Without a split (or an N offset) the filter row (channel) is the held row (n).
+        let same = [filter_row == held, channel == n];
+        let held = bind(&mut self.scope, &mut body, "w_held", held);
+        let n = bind(&mut self.scope, &mut body, "w_n", n);
+        let k = bind(&mut self.scope, &mut body, "w_k", k);
+        let filter_row = match same[0] {
+            true => held.clone(),
+            false => bind(&mut self.scope, &mut body, "w_r", filter_row),
+        };
+        let channel = match same[1] {
+            true => n.clone(),
+            false => bind(&mut self.scope, &mut body, "w_channel", channel),
+        };
+        let tap = bind(&mut self.scope, &mut body, "w_tap", tap);
+        let sc = &self.scope;
+        let valid: Vec<Cond> = [
+            sc.bound(&v, 0, total),
+            sc.bound(&filter_row, 0, span.filter_rows),
+            sc.bound(&channel, 0, self.view.n as i64),
+            sc.bound(&tap, 0, span.taps),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        // KRSC weights: output channel, filter row, then the row's taps.
+        let at = sc.sum([
+            sc.mul(channel, span.filter_rows * span.taps),
+            sc.mul(filter_row, span.taps),
+            tap,
+        ]);
+        let shared = sc.add(sc.mul(held, tile), layout.expr(sc, &n, &k));
+        body.push(Stmt::AsyncCopy {
+            read: GlobalRead {
+                input: 1,
+                at,
+                valid,
+                width: 1,
+            },
+            write: SharedWrite {
+                input: 1,
+                at: shared,
+                width: 1,
+                step: 1,
+                vector: true,
+            },
+        });
+        out.extend(wrap_loops(&[Some(round)], &[rounds], |_| false, body));
+    }
+
     /// The products of local K tile `local` from stage `stage`.
     fn compute(
         &mut self,
@@ -406,11 +633,16 @@ impl<'a> MmaLowering<'a> {
         wn: &Expr,
     ) {
         let t = self.t;
-        let (_, exists) = self.tile(z, local);
+        let (_, exists) = self.tile(z, local.clone());
         let mut body = Vec::new();
-        let bases: [Expr; 2] =
-            [0, 1].map(|i| self.scope.mul(stage.clone(), self.layouts[i].elements()));
-        let [base_a, base_b] = bases;
+        // Row spans: A's stage holds runs, and B is the held weights' filter row.
+        let a_layout = match &self.span {
+            Some(s) => OperandLayout::Span(s.a),
+            None => OperandLayout::Tile(self.layouts[0]),
+        };
+        let base_a = self.scope.mul(stage.clone(), a_layout.elements());
+        let b_tile = if self.span.is_some() { local } else { stage };
+        let base_b = self.scope.mul(b_tile, self.layouts[1].elements());
         let base_a = bind(&mut self.scope, &mut body, "stage_a", base_a);
         let base_b = bind(&mut self.scope, &mut body, "stage_b", base_b);
         for ks in 0..i64::from(t.k_steps) {
@@ -425,7 +657,7 @@ impl<'a> MmaLowering<'a> {
                         .scope
                         .add(wm.clone(), Expr::Const(self.atom.m * i as i64)),
                     k: k.clone(),
-                    layout: self.layouts[0],
+                    layout: a_layout,
                     k_step: self.k_step,
                     k_major: true,
                 });
@@ -441,7 +673,7 @@ impl<'a> MmaLowering<'a> {
                         .scope
                         .add(wn.clone(), Expr::Const(self.atom.n * j as i64)),
                     k: k.clone(),
-                    layout: self.layouts[1],
+                    layout: OperandLayout::Tile(self.layouts[1]),
                     k_step: self.k_step,
                     k_major: self.view.b_k_major,
                 });
@@ -484,9 +716,30 @@ impl<'a> MmaLowering<'a> {
         let col0 = self.scope.sum([n0.clone(), wn.clone(), q2]);
         let col0 = bind(&mut self.scope, &mut head, "lane_col", col0);
         let origin = (row0, col0);
+        // Padded pixels need mapping only where output rows are not whole groups.
+        let span = self
+            .span
+            .map(|s| s.span)
+            .filter(|s| s.row_pixels != s.out_width);
         let epilogue = |l: &mut Self| {
-            l.values(&origin, |scope, (row, col, acc)| {
-                gemm_store(scope, c, view, batch, (row, col, acc, 1), (None, None))
+            l.values(&origin, |scope, (row, col, acc)| match span {
+                None => gemm_store(scope, c, view, batch, (row, col, acc, 1), (None, None)),
+                Some(span) => {
+                    // A padded row: its pixel, stored where the output row has it.
+                    let pixel = scope.rem(row.clone(), span.row_pixels);
+                    let rows = scope.div(row, span.row_pixels);
+                    let real = scope.add(scope.mul(rows, span.out_width), pixel.clone());
+                    let store =
+                        gemm_store(scope, c, view, batch, (real, col, acc, 1), (None, None));
+                    let mut out = Vec::new();
+                    guarded(
+                        &mut out,
+                        scope.bound(&pixel, 0, span.out_width),
+                        store,
+                        false,
+                    );
+                    out
+                }
             })
         };
         if self.split == 1 {
@@ -503,10 +756,11 @@ impl<'a> MmaLowering<'a> {
         // A block stores to its own slots (its index), or adds into its tile's.
         let atomic_tile = atomic.then(|| tile_of(self, &mut head));
         let own = atomic_tile.clone().unwrap_or(Expr::BlockIdx);
+        let tiled = self.tiled;
         let partial = |l: &mut Self, unit: Expr, read: bool| {
             l.values(&origin, |scope, (row, col, acc)| {
                 let at = partial_index(scope, unit, acc.clone(), sums);
-                let valid = gemm_valid(scope, view, &row, &col);
+                let valid = gemm_valid(scope, tiled, &row, &col);
                 vec![partial_sum(read, atomic, (acc, at, valid))]
             })
         };

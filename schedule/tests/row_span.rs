@@ -1,0 +1,370 @@
+//! Row-span staging (`MmaTiling::row_span`) on the CPU interpreter: few-channel
+//! channels-last convolutions whose activations are staged as raw input-row runs and
+//! whose weights are held for the whole reduction equal the definition — C = 2 to 4,
+//! stride 1 and 2, padding that needs a zero column and padding that does not, none,
+//! asymmetric end padding, a dilated filter height, output rows that are not whole
+//! 16-pixel groups, a last block past the last pixel, N tails, split-K (ordered and
+//! atomic, into a half output with a bias and ReLU), every pipeline depth, fp16 and bf16.
+//! Mutation tests show that a shifted or odd skew, weights read one tap off and a
+//! missing run copy are caught, and validation refuses what row spans cannot read.
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use schedule::atom::{OperandLayout, SpanLayout};
+use schedule::interp::{self, Inputs};
+use schedule::ir::{Expr, Kernel, Stmt};
+use schedule::mma::MmaTiling;
+use schedule::state::SplitSums;
+use schedule::task::Conv2d;
+use schedule::{
+    DType, Epilogue, GpuSpec, InvalidState, Layout, Operator, Sampler, State, Task, lower::lower,
+    validate,
+};
+
+fn conv(spec: [u32; 9], dtype: DType, out: DType, epilogue: Epilogue) -> Task {
+    let [n, c, h, w, k, r, s, stride, pad] = spec;
+    conv_with(
+        Conv2d::new(n, c, h, w, k, r, s, stride, pad),
+        dtype,
+        out,
+        epilogue,
+    )
+}
+
+fn conv_with(conv: Conv2d, dtype: DType, out: DType, epilogue: Epilogue) -> Task {
+    Task::new(Operator::Conv2d(conv), epilogue)
+        .unwrap()
+        .with_types(dtype, out, Layout::Nhwc)
+        .unwrap()
+}
+
+fn run(task: &Task, kernel: &Kernel) -> Result<(), String> {
+    let c = task.contraction();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut ints =
+        |n: u64| -> Vec<f32> { (0..n).map(|_| (rng.next_u32() % 7) as f32 - 3.0).collect() };
+    let (a, b) = (ints(c.inputs[0].elements()), ints(c.inputs[1].elements()));
+    let bias = c.bias.as_ref().map(|x| ints(x.elements()));
+    let inputs = Inputs {
+        inputs: [&a, &b],
+        bias: bias.as_deref(),
+    };
+    let expected = interp::reference(&c, &inputs);
+    let got = interp::run(kernel, &inputs, expected.len()).map_err(|e| e.to_string())?;
+    match (0..got.len()).find(|&i| got[i] != expected[i]) {
+        Some(i) => Err(format!("output {i} is {} not {}", got[i], expected[i])),
+        None => Ok(()),
+    }
+}
+
+/// A row-span tiling: `block_m` pixels over `warps` warps along M, `block_n` channels
+/// over two warps where they divide, the least k-steps that hold a filter row.
+fn tiling(task: &Task, block_m: u32, block_n: u32, stages: u32) -> MmaTiling {
+    let c = task.contraction();
+    let span = schedule::row_span::RowSpan::of(&c).unwrap();
+    let steps = ((span.columns() + 15) / 16) as u32;
+    let warps_m = (block_m / 16).min(4);
+    let warps_n = if block_n.is_multiple_of(16) { 2 } else { 1 };
+    MmaTiling {
+        block_m,
+        block_n,
+        warps_m,
+        warps_n,
+        k_steps: steps.next_power_of_two(),
+        stages,
+        vector: [8, 1],
+        swizzle: true,
+        row_span: true,
+    }
+}
+
+fn check(task: &Task, state: &State) {
+    let gpu = GpuSpec::h100();
+    validate(&task.contraction(), state, &gpu)
+        .unwrap_or_else(|e| panic!("{task} {}: {e}", state.to_json()));
+    let kernel = lower(task, state);
+    if let Err(e) = run(task, &kernel) {
+        panic!("{task} {}: {e}", state.to_json());
+    }
+}
+
+#[test]
+fn row_spans_equal_the_definition() {
+    let plain = Epilogue::default();
+    let both = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let f16 = DType::Fp16;
+    // (task, block_m, block_n)
+    let cases = [
+        // A stem: C = 3, stride 2, pad 3 (one zero column), 8-pixel rows padded to 16,
+        // two images.
+        (
+            conv([2, 3, 20, 16, 16, 7, 7, 2, 3], f16, DType::F32, plain),
+            32,
+            16,
+        ),
+        // C = 4 at stride 1 (no zero column), a tail of N.
+        (
+            conv([1, 4, 9, 10, 24, 3, 3, 1, 1], f16, DType::F32, both),
+            16,
+            16,
+        ),
+        // C = 2, a 5×5 filter, pad 2; bf16 into a bf16 output.
+        (
+            conv([1, 2, 8, 12, 8, 5, 5, 1, 2], DType::Bf16, DType::Bf16, both),
+            64,
+            8,
+        ),
+        // C = 2, stride 2, pad 1, rows of exactly one group.
+        (conv([1, 2, 31, 32, 8, 3, 3, 2, 1], f16, f16, plain), 32, 8),
+        // No padding.
+        (
+            conv([1, 3, 12, 16, 16, 3, 3, 2, 0], f16, DType::F32, plain),
+            16,
+            16,
+        ),
+    ];
+    for (task, block_m, block_n) in &cases {
+        for stages in 1..=4 {
+            let s = State::tensor_core(tiling(task, *block_m, *block_n, stages), 1);
+            check(task, &s);
+        }
+    }
+    // Dilated filter height, asymmetric end padding.
+    let mut odd = Conv2d::new(1, 3, 11, 16, 8, 3, 5, 2, 2);
+    odd.dilation_h = 2;
+    odd.pad_bottom = Some(3);
+    odd.pad_right = Some(0);
+    let task = conv_with(odd, f16, DType::F32, both);
+    check(&task, &State::tensor_core(tiling(&task, 32, 8, 3), 1));
+}
+
+#[test]
+fn row_spans_split_the_filter_rows() {
+    let both = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let task = conv(
+        [1, 3, 20, 16, 16, 7, 7, 2, 3],
+        DType::Fp16,
+        DType::Fp16,
+        both,
+    );
+    for split in [2, 3, 4, 7] {
+        for sums in [SplitSums::Ordered, SplitSums::Atomic] {
+            for stages in [1, 2, 3] {
+                let mut s = State::tensor_core(tiling(&task, 32, 16, stages), split);
+                s.split_sums = sums;
+                check(&task, &s);
+            }
+        }
+    }
+}
+
+/// The sampler draws row spans for a stem (half its tensor-core draws), and every one
+/// it draws is exact.
+#[test]
+fn sampled_row_spans_are_exact() {
+    let gpu = GpuSpec::h100();
+    let task = conv(
+        [2, 3, 20, 16, 16, 7, 7, 2, 3],
+        DType::Fp16,
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let spans: Vec<State> = Sampler::new(&task, &gpu, 9)
+        .sample_distinct(40)
+        .into_iter()
+        .filter(|s| s.mma.is_some_and(|t| t.row_span))
+        .collect();
+    assert!(spans.len() >= 4, "only {} row-span states", spans.len());
+    for s in spans.iter().take(8) {
+        check(&task, s);
+    }
+}
+
+/// `kernel` with every row-span fragment layout changed by `f`.
+fn respan(kernel: &Kernel, f: impl Fn(SpanLayout) -> SpanLayout + Copy) -> Kernel {
+    let mut k = kernel.clone();
+    k.body = map(&kernel.body, &mut |s| match s {
+        Stmt::LoadFragment {
+            layout: OperandLayout::Span(span),
+            ..
+        } => {
+            let mut s = s.clone();
+            if let Stmt::LoadFragment { layout, .. } = &mut s {
+                *layout = OperandLayout::Span(f(*span));
+            }
+            Some(s)
+        }
+        other => Some(other.clone()),
+    });
+    k
+}
+
+fn map(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt) -> Option<Stmt>) -> Vec<Stmt> {
+    stmts
+        .iter()
+        .filter_map(|s| {
+            let s = f(s)?;
+            Some(match s {
+                Stmt::For {
+                    var,
+                    extent,
+                    unroll,
+                    body,
+                } => Stmt::For {
+                    var,
+                    extent,
+                    unroll,
+                    body: map(&body, f),
+                },
+                Stmt::If { conds, body } => Stmt::If {
+                    conds,
+                    body: map(&body, f),
+                },
+                Stmt::Block { body } => Stmt::Block {
+                    body: map(&body, f),
+                },
+                other => other,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn broken_row_spans_are_caught() {
+    let task = conv(
+        [1, 3, 20, 16, 16, 7, 7, 2, 3],
+        DType::Fp16,
+        DType::F32,
+        Epilogue::default(),
+    );
+    let s = State::tensor_core(tiling(&task, 32, 16, 2), 1);
+    let kernel = lower(&task, &s);
+    run(&task, &kernel).unwrap();
+    // Windows read one pixel's channel pair off.
+    let shifted = respan(&kernel, |l| SpanLayout {
+        skew: l.skew + 2,
+        ..l
+    });
+    assert!(run(&task, &shifted).is_err(), "a shifted skew passed");
+    // An odd skew: a register's 32-bit load would be misaligned.
+    let odd = respan(&kernel, |l| SpanLayout {
+        skew: l.skew + 1,
+        ..l
+    });
+    let e = run(&task, &odd).unwrap_err();
+    assert!(e.contains("odd element"), "{e}");
+    // Weights held one tap off (the zero column forgotten).
+    let mut off = kernel.clone();
+    off.body = map(&kernel.body, &mut |s| match s {
+        Stmt::AsyncCopy { read, write } if read.input == 1 => {
+            let mut read = read.clone();
+            read.at = Expr::Add(Box::new(read.at.clone()), Box::new(Expr::Const(1)));
+            Some(Stmt::AsyncCopy {
+                read,
+                write: write.clone(),
+            })
+        }
+        other => Some(other.clone()),
+    });
+    assert!(run(&task, &off).is_err(), "weights a tap off passed");
+    // A run's copies dropped.
+    let mut dropped = kernel.clone();
+    dropped.body = map(&kernel.body, &mut |s| match s {
+        Stmt::AsyncCopy { read, .. } if read.input == 0 => None,
+        other => Some(other.clone()),
+    });
+    assert!(run(&task, &dropped).is_err(), "missing run copies passed");
+}
+
+#[test]
+fn validation_refuses_what_row_spans_cannot_read() {
+    let gpu = GpuSpec::h100();
+    let f16 = DType::Fp16;
+    let plain = Epilogue::default();
+    let refused = |task: &Task, t: MmaTiling| {
+        validate(&task.contraction(), &State::tensor_core(t, 1), &gpu).unwrap_err()
+    };
+    let stem = conv([1, 3, 20, 16, 16, 7, 7, 2, 3], f16, f16, plain);
+    let good = tiling(&stem, 32, 16, 2);
+    // Vector widths other than [8, 1], and a K tile shorter than a filter row.
+    assert!(matches!(
+        refused(
+            &stem,
+            MmaTiling {
+                vector: [8, 8],
+                ..good
+            }
+        ),
+        InvalidState::RowSpanVectors { .. }
+    ));
+    assert!(matches!(
+        refused(&stem, MmaTiling { k_steps: 1, ..good }),
+        InvalidState::RowSpanColumns { .. }
+    ));
+    // C = 3 at stride 1: windows an odd number of elements apart.
+    let odd = conv([1, 3, 20, 16, 16, 3, 3, 1, 1], f16, f16, plain);
+    assert!(matches!(
+        refused(&odd, MmaTiling { k_steps: 1, ..good }),
+        InvalidState::RowSpan(_)
+    ));
+    // Rows of 3 × 10 elements: not whole 16-byte copies.
+    let ragged = conv([1, 3, 20, 10, 16, 3, 3, 2, 1], f16, f16, plain);
+    assert!(matches!(
+        refused(&ragged, MmaTiling { k_steps: 1, ..good }),
+        InvalidState::RowSpan(_)
+    ));
+    // NCHW, TF32, groups and a dilated filter width.
+    let nchw = Task::new(
+        Operator::Conv2d(Conv2d::new(1, 4, 8, 8, 16, 3, 3, 1, 1)),
+        plain,
+    )
+    .unwrap()
+    .with_types(f16, f16, Layout::Nchw)
+    .unwrap();
+    assert!(validate(&nchw.contraction(), &State::tensor_core(good, 1), &gpu).is_err());
+    let tf32 = conv([1, 4, 8, 8, 16, 3, 3, 1, 1], DType::Tf32, DType::F32, plain);
+    assert!(matches!(refused(&tf32, good), InvalidState::RowSpan(_)));
+    let mut grouped = Conv2d::new(1, 4, 8, 8, 16, 3, 3, 1, 1);
+    grouped.groups = 2;
+    let grouped = conv_with(grouped, f16, f16, plain);
+    assert!(validate(&grouped.contraction(), &State::tensor_core(good, 1), &gpu).is_err());
+    let mut dilated = Conv2d::new(1, 4, 8, 8, 16, 3, 3, 1, 2);
+    dilated.dilation_w = 2;
+    let dilated = conv_with(dilated, f16, f16, plain);
+    assert!(matches!(
+        refused(&dilated, MmaTiling { k_steps: 1, ..good }),
+        InvalidState::RowSpan(_)
+    ));
+}
+
+/// The printed kernel of a stem's row-span state: 16-byte run copies per filter row,
+/// the held weights' element loop, 32-bit fragment loads, padded pixels unstored.
+#[test]
+fn generated_row_span_kernel_is_stable() {
+    let gpu = GpuSpec::h100();
+    let task = conv(
+        [1, 3, 224, 224, 64, 7, 7, 2, 3],
+        DType::Fp16,
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let t = MmaTiling {
+        block_m: 128,
+        block_n: 64,
+        warps_m: 4,
+        warps_n: 2,
+        k_steps: 2,
+        stages: 3,
+        vector: [8, 1],
+        swizzle: true,
+        row_span: true,
+    };
+    let k = schedule::generate(&task, &State::tensor_core(t, 1), &gpu).unwrap();
+    insta::assert_snapshot!("row_span_stem", k.source);
+}
