@@ -368,3 +368,32 @@ fn generated_row_span_kernel_is_stable() {
     let k = schedule::generate(&task, &State::tensor_core(t, 1), &gpu).unwrap();
     insta::assert_snapshot!("row_span_stem", k.source);
 }
+
+/// Seven warps over three filter rows' weights: the last round of the held weights is
+/// short of threads, and those past the end copy nothing (they once wrote past the
+/// weights' tiles).
+#[test]
+fn a_short_last_round_of_held_weights_copies_nothing() {
+    let both = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let task = conv(
+        [1, 4, 56, 56, 32, 3, 3, 1, 1],
+        DType::Fp16,
+        DType::Fp16,
+        both,
+    );
+    let t = MmaTiling {
+        block_m: 112,
+        block_n: 64,
+        warps_m: 7,
+        warps_n: 1,
+        k_steps: 2,
+        stages: 3,
+        vector: [8, 1],
+        swizzle: true,
+        row_span: true,
+    };
+    check(&task, &State::tensor_core(t, 1));
+}
