@@ -644,16 +644,21 @@ pub(crate) fn fill(
     row.mma_weight_n_major = flag(!view.b_k_major);
     let grid = Grid::new(view, t, dtype, span.as_ref());
     let split_k = i64::from(state.split_k);
-    let grid_blocks = grid.tiles * split_k;
-    let ktiles_per_block = ceil_div(grid.ktiles, split_k);
+    // A persistent block works through several tiles in turn.
+    let (grid_blocks, tiles_per_block) = match i64::from(t.persistent) {
+        0 => (grid.tiles * split_k, 1),
+        blocks => (blocks, ceil_div(grid.tiles, blocks)),
+    };
+    row.mma_persistent = t.persistent as f64;
+    let ktiles_per_block = ceil_div(grid.ktiles, split_k) * tiles_per_block;
     // Per-block values follow one block over its chunk of the K tiles (the longest
-    // under split-K); totals count each (output tile, K tile) once.
+    // under split-K) of each of its tiles; totals count each (output tile, K tile) once.
     let block_ktiles = ktiles_per_block as f64;
     let tile_ktiles = grid.tiles as f64 * grid.ktiles as f64;
     row.thread_blocks = grid_blocks as f64;
     row.reduction_stages = block_ktiles;
     row.mma_ktiles = grid.ktiles as f64;
-    let prologue = (i64::from(t.stages) - 1).min(ktiles_per_block);
+    let prologue = (i64::from(t.stages) - 1).min(ceil_div(grid.ktiles, split_k)) * tiles_per_block;
     row.mma_prologue_tiles = prologue as f64;
     row.mma_pipeline_fill = ratio(prologue as f64, block_ktiles);
     let executed = tile_ktiles * row.block_tile_elements * grid.block_k as f64;

@@ -31,6 +31,7 @@ fn tiling(block_m: u32, block_n: u32, warps: [u32; 2], k_steps: u32, stages: u32
         vector: [8, 8],
         swizzle: true,
         row_span: false,
+        persistent: 0,
     }
 }
 
@@ -479,6 +480,7 @@ proptest! {
             vector: [fields[6], fields[7]],
             swizzle,
             row_span: false,
+            persistent: 0,
         };
         let mut state = State::tensor_core(t, fields[8]);
         if mixed {

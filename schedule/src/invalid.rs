@@ -100,6 +100,14 @@ pub enum InvalidState {
     )]
     RowSpanColumns { block_k: u64, columns: i64 },
     #[error(
+        "{blocks} persistent blocks over {tiles} tiles of {n_tiles} N tiles: persistent grids are row spans without a split, a whole number of blocks per N tile, at most one block per tile"
+    )]
+    MmaPersistent {
+        blocks: u32,
+        tiles: u64,
+        n_tiles: u64,
+    },
+    #[error(
         "row spans copy A 16 bytes and the weights one element at a time: vector widths [8, 1], not {vector:?}"
     )]
     RowSpanVectors { vector: [u32; 2] },

@@ -282,7 +282,19 @@ pub fn validate_mma(
     if bytes / 4 > i32::MAX as u64 {
         return Err(InvalidState::SplitWorkspace { bytes });
     }
-    let blocks = t.tiles(&tiled) * u64::from(split_k);
+    let mut blocks = t.tiles(&tiled) * u64::from(split_k);
+    if t.persistent > 0 {
+        let n_tiles = tiled.n.div_ceil(u64::from(t.block_n));
+        let p = u64::from(t.persistent);
+        if span.is_none() || split_k != 1 || !p.is_multiple_of(n_tiles) || p > blocks {
+            return Err(InvalidState::MmaPersistent {
+                blocks: t.persistent,
+                tiles: blocks,
+                n_tiles,
+            });
+        }
+        blocks = p;
+    }
     gpu.check_block(
         blocks,
         t.shared_bytes(c.dtype, span.as_ref()),

@@ -314,6 +314,7 @@ impl Sampler {
             vector: [1, 1],
             swizzle: !self.mma_rng.next_u64().is_multiple_of(4),
             row_span: false,
+            persistent: 0,
         };
         for input in 0..2 {
             let feasible: Vec<u32> = [8, 4, 2, 1]
@@ -328,7 +329,8 @@ impl Sampler {
             };
         }
         // Row spans half the time where they apply: A in 16-byte runs, the weights
-        // element by element, the least K tile that holds a filter row, or twice it.
+        // element by element, the least K tile that holds a filter row, or twice it;
+        // persistent half of those times.
         let span_draw = self.span_rng.next_u64();
         if let Some(span) = self.span.filter(|_| span_draw.is_multiple_of(2)) {
             let steps = ((span.columns() + k_step as i64 - 1) / k_step as i64) as u32;
@@ -337,6 +339,17 @@ impl Sampler {
             tiling.row_span = true;
             tiling.vector = [COPY_ELEMENTS as u32, 1];
             tiling.k_steps = if twice { least * 2 } else { least };
+            // Persistent half the time: 1 to 4 blocks per SM, a whole number per N
+            // tile, no more than the tiles.
+            if (span_draw >> 3).is_multiple_of(2) {
+                let tiles = view.batch
+                    * span.pixels().div_ceil(u64::from(block_m))
+                    * view.n.div_ceil(u64::from(block_n));
+                let n_tiles = view.n.div_ceil(u64::from(block_n));
+                let per_sm = 1 + (span_draw >> 4) % 4;
+                let blocks = (u64::from(self.gpu.sm_count) * per_sm).div_ceil(n_tiles) * n_tiles;
+                tiling.persistent = blocks.min(tiles / n_tiles * n_tiles) as u32;
+            }
         }
         let mut state = State::tensor_core(tiling, 1);
         state.split_k = self.split_k(&state);

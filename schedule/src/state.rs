@@ -166,6 +166,11 @@ pub struct MmaTiling {
     /// (`row_span`). Left out of the JSON when off.
     #[serde(default, skip_serializing_if = "is_false")]
     pub row_span: bool,
+    /// Persistent blocks (row spans only): this many blocks each hold one N tile's
+    /// weights and work through every `persistent / N tiles`-th M tile (0: one block
+    /// per tile). Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub persistent: u32,
 }
 
 /// Deepest shared ring of the `wgmma` sketch.
@@ -543,7 +548,10 @@ impl State {
         let split = || self.spatial_blocks(c) * u64::from(self.split_k);
         self.sketch(
             split,
-            |_| split(),
+            |m| match m.persistent {
+                0 => split(),
+                blocks => u64::from(blocks),
+            },
             |w| GemmView::of(c).map_or(1, |v| w.grid(&v, self.split_k).1),
         )
     }

@@ -75,6 +75,7 @@ fn tiling(task: &Task, block_m: u32, block_n: u32, stages: u32) -> MmaTiling {
         vector: [8, 1],
         swizzle: true,
         row_span: true,
+        persistent: 0,
     }
 }
 
@@ -364,6 +365,7 @@ fn generated_row_span_kernel_is_stable() {
         vector: [8, 1],
         swizzle: true,
         row_span: true,
+        persistent: 0,
     };
     let k = schedule::generate(&task, &State::tensor_core(t, 1), &gpu).unwrap();
     insta::assert_snapshot!("row_span_stem", k.source);
@@ -394,6 +396,127 @@ fn a_short_last_round_of_held_weights_copies_nothing() {
         vector: [8, 1],
         swizzle: true,
         row_span: true,
+        persistent: 0,
     };
     check(&task, &State::tensor_core(t, 1));
+}
+
+/// Persistent row-span grids: blocks that keep their N tile's weights and work through
+/// M tiles in turn (one to all of them per block, two N tiles, a last round short of
+/// tiles), exact; and what validation refuses of them.
+#[test]
+fn persistent_row_spans_equal_the_definition() {
+    let gpu = GpuSpec::h100();
+    let both = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let task = conv(
+        [2, 3, 20, 16, 16, 7, 7, 2, 3],
+        DType::Fp16,
+        DType::Fp16,
+        both,
+    );
+    // 320 padded pixels: 10 M tiles of 32.
+    for (block_n, blocks) in [(16, 1), (16, 3), (16, 4), (16, 10), (8, 2), (8, 6)] {
+        for stages in [1, 2, 3] {
+            let t = MmaTiling {
+                persistent: blocks,
+                ..tiling(&task, 32, block_n, stages)
+            };
+            check(&task, &State::tensor_core(t, 1));
+        }
+    }
+    // Without the barrier after each tile, the next tile's prologue overwrites a stage
+    // a slower warp may still read (3 stages: the last filter row's stage is stage 0).
+    let t = MmaTiling {
+        persistent: 3,
+        ..tiling(&task, 32, 16, 3)
+    };
+    let kernel = lower(&task, &State::tensor_core(t, 1));
+    let mut unsynced = kernel.clone();
+    let mut dropped = 0;
+    unsynced.body = kernel
+        .body
+        .iter()
+        .map(|s| match s {
+            Stmt::For {
+                var,
+                extent,
+                unroll,
+                body,
+            } => Stmt::For {
+                var: *var,
+                extent: *extent,
+                unroll: *unroll,
+                body: body
+                    .iter()
+                    .map(|s| match s {
+                        Stmt::If { conds, body } if body.last() == Some(&Stmt::Sync) => {
+                            dropped += 1;
+                            Stmt::If {
+                                conds: conds.clone(),
+                                body: body[..body.len() - 1].to_vec(),
+                            }
+                        }
+                        other => other.clone(),
+                    })
+                    .collect(),
+            },
+            other => other.clone(),
+        })
+        .collect();
+    assert_eq!(dropped, 1);
+    assert!(
+        run(&task, &unsynced).is_err(),
+        "no barrier between tiles passed"
+    );
+    let refused = |t: MmaTiling, split| {
+        let s = State::tensor_core(t, split);
+        matches!(
+            validate(&task.contraction(), &s, &gpu),
+            Err(InvalidState::MmaPersistent { .. })
+        )
+    };
+    let t = tiling(&task, 32, 8, 2);
+    assert!(
+        refused(MmaTiling { persistent: 3, ..t }, 1),
+        "odd per N tile"
+    );
+    assert!(
+        refused(
+            MmaTiling {
+                persistent: 22,
+                ..t
+            },
+            1
+        ),
+        "past the tiles"
+    );
+    assert!(refused(MmaTiling { persistent: 4, ..t }, 2), "split");
+    let plain = conv(
+        [1, 16, 8, 8, 16, 3, 3, 1, 1],
+        DType::Fp16,
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let s = State::tensor_core(
+        MmaTiling {
+            block_m: 32,
+            block_n: 16,
+            warps_m: 2,
+            warps_n: 1,
+            k_steps: 1,
+            stages: 2,
+            vector: [8, 8],
+            swizzle: true,
+            row_span: false,
+            persistent: 2,
+        },
+        1,
+    );
+    assert!(matches!(
+        validate(&plain.contraction(), &s, &gpu),
+        Err(InvalidState::MmaPersistent { .. })
+    ));
 }

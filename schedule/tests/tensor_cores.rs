@@ -215,6 +215,7 @@ fn half_output_and_every_copy_width() {
                 vector,
                 swizzle: true,
                 row_span: false,
+                persistent: 0,
             },
             1,
         );
@@ -253,6 +254,7 @@ fn split_k_into_a_half_output_with_relu() {
                         vector: [8, 8],
                         swizzle: true,
                         row_span: false,
+                        persistent: 0,
                     },
                     split_k,
                 );
@@ -314,6 +316,7 @@ fn a_broken_pipeline_is_caught() {
                 vector: [8, 8],
                 swizzle: true,
                 row_span: false,
+                persistent: 0,
             },
             1,
         );
@@ -361,6 +364,7 @@ fn generated_tensor_core_kernels_are_stable() {
         vector: [8, 8],
         swizzle: true,
         row_span: false,
+        persistent: 0,
     };
     let conv = task(
         "conv2d",

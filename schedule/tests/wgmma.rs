@@ -710,6 +710,7 @@ fn broken_split_k_fixups_are_caught() {
         vector: [8, 8],
         swizzle: true,
         row_span: false,
+        persistent: 0,
     };
     for state in [
         split_state(tiling(1, 1, 48, 32, 2), 4),

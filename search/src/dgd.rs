@@ -102,6 +102,7 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 s.split_k,
                 u32::from(!s.split_sums.is_ordered()),
                 u32::from(t.row_span),
+                t.persistent,
             ]
         },
         |t| {
@@ -516,6 +517,7 @@ mod tests {
                 vector: [4, 4],
                 swizzle: false,
                 row_span: false,
+                persistent: 0,
             };
             let s = State::tensor_core(t, 2);
             assert!(validate(&c, &s, &gpu).is_ok());
@@ -580,12 +582,13 @@ mod tests {
                 vector: [4, 4],
                 swizzle: true,
                 row_span: false,
+                persistent: 0,
             },
             1,
         );
         assert_eq!(
             tile_vector(&mma),
-            vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1, 0, 0]
+            vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1, 0, 0, 0]
         );
     }
 

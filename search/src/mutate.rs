@@ -191,10 +191,13 @@ pub enum MmaCoordinate {
     /// Row-span staging, 0 or 1: turning it on also sets its copy widths ([8, 1]) and
     /// the least k-steps that hold a filter row; off, copies of one element.
     RowSpan,
+    /// Persistent blocks: off to one per SM of an H100 (132), on to off, or doubled
+    /// or halved.
+    Persistent,
 }
 
 impl MmaCoordinate {
-    pub const ALL: [MmaCoordinate; 12] = [
+    pub const ALL: [MmaCoordinate; 13] = [
         MmaCoordinate::BlockM,
         MmaCoordinate::BlockN,
         MmaCoordinate::WarpsM,
@@ -207,6 +210,7 @@ impl MmaCoordinate {
         MmaCoordinate::SplitK,
         MmaCoordinate::SplitSums,
         MmaCoordinate::RowSpan,
+        MmaCoordinate::Persistent,
     ];
 
     /// The coordinate's value in tensor-core state `s` (0 for another sketch's); the
@@ -227,6 +231,7 @@ impl MmaCoordinate {
             MmaCoordinate::SplitK => s.split_k,
             MmaCoordinate::SplitSums => u32::from(s.split_sums == SplitSums::Atomic),
             MmaCoordinate::RowSpan => u32::from(t.row_span),
+            MmaCoordinate::Persistent => t.persistent,
         }
     }
 
@@ -235,6 +240,13 @@ impl MmaCoordinate {
     /// counts (1 to 4), go one up or down; the swizzle toggles. Validation decides
     /// which of them give a state.
     fn steps(self, value: u32) -> Vec<u32> {
+        if self == MmaCoordinate::Persistent {
+            return match value {
+                0 => vec![PERSISTENT_START],
+                v if v.is_multiple_of(2) => vec![0, v / 2, v * 2],
+                v => vec![0, v * 2],
+            };
+        }
         let candidates = match self {
             // Shared rows are a power of two of chunks: k-steps double or halve.
             MmaCoordinate::Stages => [value.checked_sub(1), value.checked_add(1)],
@@ -289,8 +301,10 @@ impl MmaCoordinate {
                         SplitSums::Atomic
                     }
                 }
+                MmaCoordinate::Persistent => t.persistent = value,
                 MmaCoordinate::RowSpan => {
                     t.row_span = value != 0;
+                    t.persistent = 0;
                     t.vector = [1, 1];
                     if let Some(span) = RowSpan::of(c).ok().filter(|_| t.row_span) {
                         let step = schedule::mma::MmaTiling::k_step(c.dtype) as i64;
@@ -304,6 +318,9 @@ impl MmaCoordinate {
         n
     }
 }
+
+/// Persistent blocks a state turning them on starts from: one per SM of an H100.
+const PERSISTENT_START: u32 = 132;
 
 /// Every valid state one move from tensor-core state `s`: one coordinate
 /// (`MmaCoordinate`) to a neighbouring value, nothing else changed, in the order of
@@ -637,6 +654,7 @@ mod tests {
             vector: [4, 4],
             swizzle: true,
             row_span: false,
+            persistent: 0,
         };
         [
             ("conv2d", "1,64,56,56,64,3,3,1,1"),
@@ -689,9 +707,10 @@ mod tests {
                 let (from, to) = (k.get(&s), k.get(&m));
                 let neighbouring = match k {
                     MmaCoordinate::Stages => from.abs_diff(to) == 1,
-                    MmaCoordinate::Swizzle | MmaCoordinate::SplitSums | MmaCoordinate::RowSpan => {
-                        true
-                    }
+                    MmaCoordinate::Swizzle
+                    | MmaCoordinate::SplitSums
+                    | MmaCoordinate::RowSpan
+                    | MmaCoordinate::Persistent => true,
                     _ => to == 2 * from || 2 * to == from,
                 };
                 assert!(neighbouring, "{k:?}: {from} -> {to}");
@@ -700,10 +719,10 @@ mod tests {
                 // where every coordinate can move.
                 s = if i % 5 == 4 { start.clone() } else { m };
             }
-            // Neither task has row spans (64 channels; a matmul).
+            // Neither task has row spans (64 channels; a matmul), nor persistent grids.
             assert_eq!(
                 seen.len(),
-                MmaCoordinate::ALL.len() - 1,
+                MmaCoordinate::ALL.len() - 2,
                 "{}: {seen:?}",
                 task.key()
             );
@@ -735,6 +754,7 @@ mod tests {
                 vector: [1, 1],
                 swizzle: true,
                 row_span: false,
+                persistent: 0,
             },
             1,
         );

@@ -183,7 +183,10 @@ impl<'a> MmaLowering<'a> {
         let block_k = t.block_k(c.dtype) as i64;
         let ktiles = t.ktiles(view, c.dtype, span.as_ref()) as i64;
         let split = i64::from(split_k);
-        let grid = split * t.tiles(tiled) as i64;
+        let grid = match t.persistent {
+            0 => split * t.tiles(tiled) as i64,
+            blocks => i64::from(blocks),
+        };
         MmaLowering {
             c,
             view,
@@ -207,6 +210,9 @@ impl<'a> MmaLowering<'a> {
     }
 
     fn body(&mut self) -> Vec<Stmt> {
+        if let Some(span) = self.span.filter(|_| self.t.persistent > 0) {
+            return self.persistent_body(&span);
+        }
         let (t, view) = (self.t, self.tiled);
         let mut body = vec![Stmt::ZeroAcc];
         // Block coordinates: split, batch, M tile, N tile.
@@ -242,14 +248,7 @@ impl<'a> MmaLowering<'a> {
                 ([Vec::new(), Vec::new()], runs)
             }
         };
-        let warp = self.scope.div(Expr::ThreadIdx, 32);
-        let lane = self.scope.rem(Expr::ThreadIdx, 32);
-        let wm = self.scope.div(warp.clone(), i64::from(t.warps_n));
-        let wm = self.scope.mul(wm, i64::from(t.warp_m()));
-        let wm = bind(&mut self.scope, &mut body, "warp_m0", wm);
-        let wn = self.scope.rem(warp, i64::from(t.warps_n));
-        let wn = self.scope.mul(wn, i64::from(t.warp_n()));
-        let wn = bind(&mut self.scope, &mut body, "warp_n0", wn);
+        let (wm, wn, lane) = self.warp_origin(&mut body);
 
         let (stages, tiles) = (i64::from(t.stages), self.chunk);
         let mut prologue = Vec::new();
@@ -267,6 +266,71 @@ impl<'a> MmaLowering<'a> {
         body.extend(main);
         body.extend(self.store(&batch_coords, &m0, &n0, &wm, &wn, &lane));
         body
+    }
+
+    /// A persistent row-span grid: block `b` keeps N tile `b % N tiles`, whose weights
+    /// it reads once, and works through M tiles `b / N tiles`, then every `persistent /
+    /// N tiles`-th after it, each its own ring and epilogue; a barrier after each tile
+    /// keeps the next one's prologue from overwriting a stage a slower warp still reads.
+    fn persistent_body(&mut self, span: &SpanStaging) -> Vec<Stmt> {
+        let (t, view) = (self.t, self.tiled);
+        let mtiles = ceil_div(view.m as i64, i64::from(t.block_m));
+        let ntiles = ceil_div(view.n as i64, i64::from(t.block_n));
+        let step = i64::from(t.persistent) / ntiles;
+        let mut body = Vec::new();
+        let s = &self.scope;
+        let (bn, first) = (s.rem(Expr::BlockIdx, ntiles), s.div(Expr::BlockIdx, ntiles));
+        let n0 = s.mul(bn, i64::from(t.block_n));
+        let n0 = bind(&mut self.scope, &mut body, "n0", n0);
+        let first = bind(&mut self.scope, &mut body, "b_first", first);
+        let z = Expr::Const(0);
+        self.hold_weights(&mut body, span, &z, &n0);
+        let (wm, wn, lane) = self.warp_origin(&mut body);
+        let rounds = ceil_div(mtiles, step);
+        let round = self.loop_var("tile_round", rounds);
+        let s = &self.scope;
+        let bm = s.add(first, s.mul(var_or_zero(round), step));
+        let mut tile = vec![Stmt::ZeroAcc];
+        let bm = bind(&mut self.scope, &mut tile, "b_m", bm);
+        let exists = self.scope.bound(&bm, 0, mtiles);
+        let m0 = self.scope.mul(bm, i64::from(t.block_m));
+        let m0 = bind(&mut self.scope, &mut tile, "m0", m0);
+        let runs = self.runs(&mut tile, span, &m0);
+        let copies = [Vec::new(), Vec::new()];
+        let (stages, tiles) = (i64::from(t.stages), self.chunk);
+        let mut prologue = Vec::new();
+        let mut ring = Tiles {
+            lowering: self,
+            copies: &copies,
+            runs: &runs,
+            z: &z,
+            batch: &[],
+            wm: &wm,
+            wn: &wn,
+        };
+        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, tiles, &mut prologue);
+        tile.extend(prologue);
+        tile.extend(main);
+        tile.extend(self.store(&[], &m0, &n0, &wm, &wn, &lane));
+        tile.push(Stmt::Sync);
+        let mut guarded_tile = Vec::new();
+        guarded(&mut guarded_tile, exists, tile, false);
+        body.extend(wrap_loops(&[round], &[rounds], |_| false, guarded_tile));
+        body
+    }
+
+    /// Each warp's first row and column in the block's tile, and the lane.
+    fn warp_origin(&mut self, body: &mut Vec<Stmt>) -> (Expr, Expr, Expr) {
+        let t = self.t;
+        let warp = self.scope.div(Expr::ThreadIdx, 32);
+        let lane = self.scope.rem(Expr::ThreadIdx, 32);
+        let wm = self.scope.div(warp.clone(), i64::from(t.warps_n));
+        let wm = self.scope.mul(wm, i64::from(t.warp_m()));
+        let wm = bind(&mut self.scope, body, "warp_m0", wm);
+        let wn = self.scope.rem(warp, i64::from(t.warps_n));
+        let wn = self.scope.mul(wn, i64::from(t.warp_n()));
+        let wn = bind(&mut self.scope, body, "warp_n0", wn);
+        (wm, wn, lane)
     }
 
     fn loop_var(&mut self, name: &str, extent: i64) -> Option<Var> {
