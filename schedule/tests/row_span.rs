@@ -369,6 +369,13 @@ fn generated_row_span_kernel_is_stable() {
     };
     let k = schedule::generate(&task, &State::tensor_core(t, 1), &gpu).unwrap();
     insta::assert_snapshot!("row_span_stem", k.source);
+    // Persistent: weights read once, then a loop over M tiles.
+    let persistent = MmaTiling {
+        persistent: 66,
+        ..t
+    };
+    let k = schedule::generate(&task, &State::tensor_core(persistent, 1), &gpu).unwrap();
+    insta::assert_snapshot!("row_span_stem_persistent", k.source);
 }
 
 /// Seven warps over three filter rows' weights: the last round of the held weights is

@@ -290,8 +290,9 @@ impl<'a> MmaLowering<'a> {
         let round = self.loop_var("tile_round", rounds);
         let s = &self.scope;
         let bm = s.add(first, s.mul(var_or_zero(round), step));
+        let mut round_body = Vec::new();
+        let bm = bind(&mut self.scope, &mut round_body, "b_m", bm);
         let mut tile = vec![Stmt::ZeroAcc];
-        let bm = bind(&mut self.scope, &mut tile, "b_m", bm);
         let exists = self.scope.bound(&bm, 0, mtiles);
         let m0 = self.scope.mul(bm, i64::from(t.block_m));
         let m0 = bind(&mut self.scope, &mut tile, "m0", m0);
@@ -313,9 +314,8 @@ impl<'a> MmaLowering<'a> {
         tile.extend(main);
         tile.extend(self.store(&[], &m0, &n0, &wm, &wn, &lane));
         tile.push(Stmt::Sync);
-        let mut guarded_tile = Vec::new();
-        guarded(&mut guarded_tile, exists, tile, false);
-        body.extend(wrap_loops(&[round], &[rounds], |_| false, guarded_tile));
+        guarded(&mut round_body, exists, tile, false);
+        body.extend(wrap_loops(&[round], &[rounds], |_| false, round_body));
         body
     }
 
