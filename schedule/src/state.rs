@@ -501,12 +501,16 @@ impl State {
         )
     }
 
-    /// Whether the reduction may be split at all: over at least two stages, and in the
-    /// CUDA-core sketch, which adds partial sums atomically into the output, only into
-    /// an f32 output (the type with the atomic add) without a ReLU (which does not
-    /// distribute over partial sums). The tensor-core sketches' last block of a tile
+    /// Whether the reduction may be split at all: over at least two stages, not in a
+    /// persistent `mma.sync` grid, and in the CUDA-core sketch, which adds partial sums
+    /// atomically into the output, only into an f32 output (the type with the atomic
+    /// add) without a ReLU (which does not distribute over partial sums). The tensor-core sketches' last block of a tile
     /// runs the epilogue on the whole sum.
     pub fn may_split(&self, c: &Contraction) -> bool {
+        // A persistent `mma.sync` grid holds one tile's weights per block: no split.
+        if self.mma.is_some_and(|m| m.persistent > 0) {
+            return false;
+        }
         let atomic = self.mma.is_none() && self.wgmma.is_none();
         let into_output = !c.relu && c.out_dtype == crate::task::DType::F32;
         (!atomic || into_output) && self.stages(c) > 1

@@ -8,10 +8,9 @@
 //! Mutation tests show that a shifted or odd skew, weights read one tap off and a
 //! missing run copy are caught, and validation refuses what row spans cannot read.
 
-use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::{Rng, SeedableRng};
+mod support;
+
 use schedule::atom::{OperandLayout, SpanLayout};
-use schedule::interp::{self, Inputs};
 use schedule::ir::{Expr, Kernel, Stmt};
 use schedule::mma::MmaTiling;
 use schedule::state::SplitSums;
@@ -20,6 +19,7 @@ use schedule::{
     DType, Epilogue, GpuSpec, InvalidState, Layout, Operator, Sampler, State, Task, lower::lower,
     validate,
 };
+use support::wgmma::{edit_all, run};
 
 fn conv(spec: [u32; 9], dtype: DType, out: DType, epilogue: Epilogue) -> Task {
     let [n, c, h, w, k, r, s, stride, pad] = spec;
@@ -36,25 +36,6 @@ fn conv_with(conv: Conv2d, dtype: DType, out: DType, epilogue: Epilogue) -> Task
         .unwrap()
         .with_types(dtype, out, Layout::Nhwc)
         .unwrap()
-}
-
-fn run(task: &Task, kernel: &Kernel) -> Result<(), String> {
-    let c = task.contraction();
-    let mut rng = ChaCha8Rng::seed_from_u64(11);
-    let mut ints =
-        |n: u64| -> Vec<f32> { (0..n).map(|_| (rng.next_u32() % 7) as f32 - 3.0).collect() };
-    let (a, b) = (ints(c.inputs[0].elements()), ints(c.inputs[1].elements()));
-    let bias = c.bias.as_ref().map(|x| ints(x.elements()));
-    let inputs = Inputs {
-        inputs: [&a, &b],
-        bias: bias.as_deref(),
-    };
-    let expected = interp::reference(&c, &inputs);
-    let got = interp::run(kernel, &inputs, expected.len()).map_err(|e| e.to_string())?;
-    match (0..got.len()).find(|&i| got[i] != expected[i]) {
-        Some(i) => Err(format!("output {i} is {} not {}", got[i], expected[i])),
-        None => Ok(()),
-    }
 }
 
 /// A row-span tiling: `block_m` pixels over `warps` warps along M, `block_n` channels
@@ -188,52 +169,19 @@ fn sampled_row_spans_are_exact() {
 }
 
 /// `kernel` with every row-span fragment layout changed by `f`.
-fn respan(kernel: &Kernel, f: impl Fn(SpanLayout) -> SpanLayout + Copy) -> Kernel {
+fn respan(kernel: &Kernel, f: impl Fn(SpanLayout) -> SpanLayout) -> Kernel {
     let mut k = kernel.clone();
-    k.body = map(&kernel.body, &mut |s| match s {
+    edit_all(&mut k.body, &|s| match s {
         Stmt::LoadFragment {
             layout: OperandLayout::Span(span),
             ..
         } => {
-            let mut s = s.clone();
-            if let Stmt::LoadFragment { layout, .. } = &mut s {
-                *layout = OperandLayout::Span(f(*span));
-            }
-            Some(s)
+            *span = f(*span);
+            true
         }
-        other => Some(other.clone()),
+        _ => false,
     });
     k
-}
-
-fn map(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt) -> Option<Stmt>) -> Vec<Stmt> {
-    stmts
-        .iter()
-        .filter_map(|s| {
-            let s = f(s)?;
-            Some(match s {
-                Stmt::For {
-                    var,
-                    extent,
-                    unroll,
-                    body,
-                } => Stmt::For {
-                    var,
-                    extent,
-                    unroll,
-                    body: map(&body, f),
-                },
-                Stmt::If { conds, body } => Stmt::If {
-                    conds,
-                    body: map(&body, f),
-                },
-                Stmt::Block { body } => Stmt::Block {
-                    body: map(&body, f),
-                },
-                other => other,
-            })
-        })
-        .collect()
 }
 
 #[test]
@@ -262,23 +210,23 @@ fn broken_row_spans_are_caught() {
     assert!(e.contains("odd element"), "{e}");
     // Weights held one tap off (the zero column forgotten).
     let mut off = kernel.clone();
-    off.body = map(&kernel.body, &mut |s| match s {
-        Stmt::AsyncCopy { read, write } if read.input == 1 => {
-            let mut read = read.clone();
+    let edited = edit_all(&mut off.body, &|s| match s {
+        Stmt::AsyncCopy { read, .. } if read.input == 1 => {
             read.at = Expr::Add(Box::new(read.at.clone()), Box::new(Expr::Const(1)));
-            Some(Stmt::AsyncCopy {
-                read,
-                write: write.clone(),
-            })
+            true
         }
-        other => Some(other.clone()),
+        _ => false,
     });
+    assert_eq!(edited, 1);
     assert!(run(&task, &off).is_err(), "weights a tap off passed");
     // A run's copies dropped.
     let mut dropped = kernel.clone();
-    dropped.body = map(&kernel.body, &mut |s| match s {
-        Stmt::AsyncCopy { read, .. } if read.input == 0 => None,
-        other => Some(other.clone()),
+    edit_all(&mut dropped.body, &|s| match s {
+        Stmt::AsyncCopy { read, .. } if read.input == 0 => {
+            *s = Stmt::Block { body: Vec::new() };
+            true
+        }
+        _ => false,
     });
     assert!(run(&task, &dropped).is_err(), "missing run copies passed");
 }
@@ -442,37 +390,13 @@ fn persistent_row_spans_equal_the_definition() {
     };
     let kernel = lower(&task, &State::tensor_core(t, 1));
     let mut unsynced = kernel.clone();
-    let mut dropped = 0;
-    unsynced.body = kernel
-        .body
-        .iter()
-        .map(|s| match s {
-            Stmt::For {
-                var,
-                extent,
-                unroll,
-                body,
-            } => Stmt::For {
-                var: *var,
-                extent: *extent,
-                unroll: *unroll,
-                body: body
-                    .iter()
-                    .map(|s| match s {
-                        Stmt::If { conds, body } if body.last() == Some(&Stmt::Sync) => {
-                            dropped += 1;
-                            Stmt::If {
-                                conds: conds.clone(),
-                                body: body[..body.len() - 1].to_vec(),
-                            }
-                        }
-                        other => other.clone(),
-                    })
-                    .collect(),
-            },
-            other => other.clone(),
-        })
-        .collect();
+    let dropped = edit_all(&mut unsynced.body, &|s| match s {
+        Stmt::If { body, .. } if body.last() == Some(&Stmt::Sync) => {
+            body.pop();
+            true
+        }
+        _ => false,
+    });
     assert_eq!(dropped, 1);
     assert!(
         run(&task, &unsynced).is_err(),

@@ -248,24 +248,35 @@ impl<'a> MmaLowering<'a> {
                 ([Vec::new(), Vec::new()], runs)
             }
         };
-        let (wm, wn, lane) = self.warp_origin(&mut body);
+        let warp = self.warp_origin(&mut body);
+        body.extend(self.tile_nest((&copies, &runs), (&z, &batch_coords), (&m0, &n0), &warp));
+        body
+    }
 
-        let (stages, tiles) = (i64::from(t.stages), self.chunk);
-        let mut prologue = Vec::new();
+    /// One output tile's reduction, the `pipeline` ring over its K tiles, then its
+    /// epilogue (`store`).
+    fn tile_nest(
+        &mut self,
+        (copies, runs): (&[Vec<Copy>; 2], &[RunCopy]),
+        (z, batch): (&Expr, &[Expr]),
+        (m0, n0): (&Expr, &Expr),
+        (wm, wn, lane): &(Expr, Expr, Expr),
+    ) -> Vec<Stmt> {
+        let (stages, tiles) = (i64::from(self.t.stages), self.chunk);
+        let mut nest = Vec::new();
         let mut ring = Tiles {
             lowering: self,
-            copies: &copies,
-            runs: &runs,
-            z: &z,
-            batch: &batch_coords,
-            wm: &wm,
-            wn: &wn,
+            copies,
+            runs,
+            z,
+            batch,
+            wm,
+            wn,
         };
-        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, tiles, &mut prologue);
-        body.extend(prologue);
-        body.extend(main);
-        body.extend(self.store(&batch_coords, &m0, &n0, &wm, &wn, &lane));
-        body
+        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, tiles, &mut nest);
+        nest.extend(main);
+        nest.extend(self.store(batch, m0, n0, wm, wn, lane));
+        nest
     }
 
     /// A persistent row-span grid: block `b` keeps N tile `b % N tiles`, whose weights
@@ -285,7 +296,7 @@ impl<'a> MmaLowering<'a> {
         let first = bind(&mut self.scope, &mut body, "b_first", first);
         let z = Expr::Const(0);
         self.hold_weights(&mut body, span, &z, &n0);
-        let (wm, wn, lane) = self.warp_origin(&mut body);
+        let warp = self.warp_origin(&mut body);
         let rounds = ceil_div(mtiles, step);
         let round = self.loop_var("tile_round", rounds);
         let s = &self.scope;
@@ -298,21 +309,7 @@ impl<'a> MmaLowering<'a> {
         let m0 = bind(&mut self.scope, &mut tile, "m0", m0);
         let runs = self.runs(&mut tile, span, &m0);
         let copies = [Vec::new(), Vec::new()];
-        let (stages, tiles) = (i64::from(t.stages), self.chunk);
-        let mut prologue = Vec::new();
-        let mut ring = Tiles {
-            lowering: self,
-            copies: &copies,
-            runs: &runs,
-            z: &z,
-            batch: &[],
-            wm: &wm,
-            wn: &wn,
-        };
-        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, tiles, &mut prologue);
-        tile.extend(prologue);
-        tile.extend(main);
-        tile.extend(self.store(&[], &m0, &n0, &wm, &wn, &lane));
+        tile.extend(self.tile_nest((&copies, &runs), (&z, &[]), (&m0, &n0), &warp));
         tile.push(Stmt::Sync);
         guarded(&mut round_body, exists, tile, false);
         body.extend(wrap_loops(&[round], &[rounds], |_| false, round_body));

@@ -1,5 +1,6 @@
 //! Helpers of the `wgmma` sketch's interpreter tests: tasks, states and the check of a
-//! lowered kernel against the definition on small integers.
+//! lowered kernel against the definition on small integers (`run` and `edit_all` serve
+//! the row-span tests too).
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
