@@ -152,52 +152,6 @@ impl Stages for Tiles<'_, '_> {
     }
 }
 
-/// The persistent row-span ring (`MmaLowering::persistent_body`): ring tile `g` is
-/// filter row `g % R` of the block's `g / R`-th M tile, whose last filter row ends with
-/// the tile's epilogue and fresh accumulators.
-struct PersistentTiles<'l, 'a> {
-    lowering: &'l mut MmaLowering<'a>,
-    span: SpanStaging,
-    first: Expr,
-    step: i64,
-    mtiles: i64,
-    n0: Expr,
-    warp: (Expr, Expr, Expr),
-}
-
-impl Stages for PersistentTiles<'_, '_> {
-    fn scope(&mut self) -> &mut Scope {
-        &mut self.lowering.scope
-    }
-    fn fill(&mut self, local: Expr, out: &mut Vec<Stmt>) {
-        let l = &mut *self.lowering;
-        let mut outer = Vec::new();
-        let tiling = (&self.first, self.step, self.mtiles);
-        let (m0, exists, row) = l.persistent_tile(&mut outer, tiling, &local);
-        let stage = l.scope.rem(local, i64::from(l.t.stages));
-        let mut body = Vec::new();
-        let runs = l.runs(&mut body, &self.span, &m0);
-        l.fill_runs(&mut body, &self.span, &runs, &row, &stage);
-        guarded(&mut outer, exists, body, true);
-        out.push(Stmt::Block { body: outer });
-    }
-    fn consume(&mut self, local: Expr, stage: Expr, out: &mut Vec<Stmt>) {
-        let l = &mut *self.lowering;
-        let mut outer = Vec::new();
-        let tiling = (&self.first, self.step, self.mtiles);
-        let (m0, exists, row) = l.persistent_tile(&mut outer, tiling, &local);
-        let (wm, wn, lane) = &self.warp;
-        let mut body = Vec::new();
-        l.products(&mut body, stage, row.clone(), wm, wn);
-        let rows = self.span.span.filter_rows;
-        let mut last = l.store(&[], &m0, &self.n0, wm, wn, lane);
-        last.push(Stmt::ZeroAcc);
-        guarded(&mut body, l.scope.bound(&row, rows - 1, rows), last, true);
-        guarded(&mut outer, exists, body, true);
-        out.push(Stmt::Block { body: outer });
-    }
-}
-
 struct MmaLowering<'a> {
     c: &'a Contraction,
     view: &'a GemmView,
@@ -327,61 +281,39 @@ impl<'a> MmaLowering<'a> {
 
     /// A persistent row-span grid: block `b` keeps N tile `b % N tiles`, whose weights
     /// it reads once, and works through M tiles `b / N tiles`, then every `persistent /
-    /// N tiles`-th after it, in one ring over all their K tiles (`PersistentTiles`), so
-    /// that the next tile's first filter rows load while this one's last are multiplied.
+    /// N tiles`-th after it, each its own ring and epilogue; a barrier after each tile
+    /// keeps the next one's prologue from overwriting a stage a slower warp still reads.
     fn persistent_body(&mut self, span: &SpanStaging) -> Vec<Stmt> {
         let (t, view) = (self.t, self.tiled);
         let mtiles = ceil_div(view.m as i64, i64::from(t.block_m));
         let ntiles = ceil_div(view.n as i64, i64::from(t.block_n));
         let step = i64::from(t.persistent) / ntiles;
-        let mut body = vec![Stmt::ZeroAcc];
+        let mut body = Vec::new();
         let s = &self.scope;
         let (bn, first) = (s.rem(Expr::BlockIdx, ntiles), s.div(Expr::BlockIdx, ntiles));
         let n0 = s.mul(bn, i64::from(t.block_n));
         let n0 = bind(&mut self.scope, &mut body, "n0", n0);
         let first = bind(&mut self.scope, &mut body, "b_first", first);
-        self.hold_weights(&mut body, span, &Expr::Const(0), &n0);
+        let z = Expr::Const(0);
+        self.hold_weights(&mut body, span, &z, &n0);
         let warp = self.warp_origin(&mut body);
         let rounds = ceil_div(mtiles, step);
-        let mut ring = PersistentTiles {
-            lowering: self,
-            span: *span,
-            first,
-            step,
-            mtiles,
-            n0,
-            warp,
-        };
-        let (stages, tiles) = (i64::from(t.stages), rounds * span.span.filter_rows);
-        let mut prologue = Vec::new();
-        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, tiles, &mut prologue);
-        body.extend(prologue);
-        body.extend(main);
-        body
-    }
-
-    /// Ring tile `local` of a persistent grid: its M tile's first row and whether that
-    /// tile exists (bound in `out`), and its filter row.
-    fn persistent_tile(
-        &mut self,
-        out: &mut Vec<Stmt>,
-        (first, step, mtiles): (&Expr, i64, i64),
-        local: &Expr,
-    ) -> (Expr, Option<Cond>, Expr) {
-        let rows = self
-            .span
-            .expect("persistent grids are row spans")
-            .span
-            .filter_rows;
+        let round = self.loop_var("tile_round", rounds);
         let s = &self.scope;
-        let bm = s.add(first.clone(), s.mul(s.div(local.clone(), rows), step));
-        let bm = bind(&mut self.scope, out, "b_m", bm);
+        let bm = s.add(first, s.mul(var_or_zero(round), step));
+        let mut round_body = Vec::new();
+        let bm = bind(&mut self.scope, &mut round_body, "b_m", bm);
+        let mut tile = vec![Stmt::ZeroAcc];
         let exists = self.scope.bound(&bm, 0, mtiles);
-        let m0 = self.scope.mul(bm, i64::from(self.t.block_m));
-        let m0 = bind(&mut self.scope, out, "m0", m0);
-        let row = self.scope.rem(local.clone(), rows);
-        let row = bind(&mut self.scope, out, "filter_row", row);
-        (m0, exists, row)
+        let m0 = self.scope.mul(bm, i64::from(t.block_m));
+        let m0 = bind(&mut self.scope, &mut tile, "m0", m0);
+        let runs = self.runs(&mut tile, span, &m0);
+        let copies = [Vec::new(), Vec::new()];
+        tile.extend(self.tile_nest((&copies, &runs), (&z, &[]), (&m0, &n0), &warp));
+        tile.push(Stmt::Sync);
+        guarded(&mut round_body, exists, tile, false);
+        body.extend(wrap_loops(&[round], &[rounds], |_| false, round_body));
+        body
     }
 
     /// Each warp's first row and column in the block's tile, and the lane.
@@ -775,30 +707,19 @@ impl<'a> MmaLowering<'a> {
         wm: &Expr,
         wn: &Expr,
     ) {
+        let t = self.t;
         let (_, exists) = self.tile(z, local.clone());
         let mut body = Vec::new();
-        // Row spans: B is the held weights' filter row, the chunk's `local`-th.
-        let b_tile = if self.span.is_some() {
-            local
-        } else {
-            stage.clone()
-        };
-        self.products(&mut body, stage, b_tile, wm, wn);
-        guarded(out, exists, body, true);
-    }
-
-    /// The products of the K tile in stage `stage` (A) and B tile `b_tile`.
-    fn products(&mut self, body: &mut Vec<Stmt>, stage: Expr, b_tile: Expr, wm: &Expr, wn: &Expr) {
-        let t = self.t;
-        // Row spans: A's stage holds runs.
+        // Row spans: A's stage holds runs, and B is the held weights' filter row.
         let a_layout = match &self.span {
             Some(s) => OperandLayout::Span(s.a),
             None => OperandLayout::Tile(self.layouts[0]),
         };
-        let base_a = self.scope.mul(stage, a_layout.elements());
+        let base_a = self.scope.mul(stage.clone(), a_layout.elements());
+        let b_tile = if self.span.is_some() { local } else { stage };
         let base_b = self.scope.mul(b_tile, self.layouts[1].elements());
-        let base_a = bind(&mut self.scope, body, "stage_a", base_a);
-        let base_b = bind(&mut self.scope, body, "stage_b", base_b);
+        let base_a = bind(&mut self.scope, &mut body, "stage_a", base_a);
+        let base_b = bind(&mut self.scope, &mut body, "stage_b", base_b);
         for ks in 0..i64::from(t.k_steps) {
             let k = Expr::Const(ks * self.k_step);
             for i in 0..t.tiles_m() as usize {
@@ -842,6 +763,7 @@ impl<'a> MmaLowering<'a> {
                 }
             }
         }
+        guarded(out, exists, body, true);
     }
 
     /// The epilogue: each thread's accumulators of every MMA tile of its warp through
