@@ -62,6 +62,13 @@ impl MmaTiling {
         }))
     }
 
+    /// The least k-steps whose K tile holds a filter row of `span` (its taps and zero
+    /// columns), a power of two.
+    pub fn span_k_steps(span: &RowSpan, dtype: DType) -> u32 {
+        let step = Self::k_step(dtype) as i64;
+        (((span.columns() + step - 1) / step) as u32).next_power_of_two()
+    }
+
     /// The GEMM view the grid tiles: under row spans, M is the padded pixels.
     pub fn tiled_view(view: &GemmView, span: Option<&SpanStaging>) -> GemmView {
         let mut tiled = view.clone();

@@ -333,8 +333,7 @@ impl Sampler {
         // persistent half of those times.
         let span_draw = self.span_rng.next_u64();
         if let Some(span) = self.span.filter(|_| span_draw.is_multiple_of(2)) {
-            let steps = ((span.columns() + k_step as i64 - 1) / k_step as i64) as u32;
-            let least = steps.next_power_of_two().min(MAX_K_STEPS);
+            let least = MmaTiling::span_k_steps(&span, dtype).min(MAX_K_STEPS);
             let twice = (span_draw >> 1).is_multiple_of(4) && least < MAX_K_STEPS;
             tiling.row_span = true;
             tiling.vector = [COPY_ELEMENTS as u32, 1];

@@ -21,6 +21,11 @@ use schedule::{
 };
 use support::wgmma::{edit_all, run};
 
+const BIAS_RELU: Epilogue = Epilogue {
+    bias: true,
+    relu: true,
+};
+
 fn conv(spec: [u32; 9], dtype: DType, out: DType, epilogue: Epilogue) -> Task {
     let [n, c, h, w, k, r, s, stride, pad] = spec;
     conv_with(
@@ -43,7 +48,6 @@ fn conv_with(conv: Conv2d, dtype: DType, out: DType, epilogue: Epilogue) -> Task
 fn tiling(task: &Task, block_m: u32, block_n: u32, stages: u32) -> MmaTiling {
     let c = task.contraction();
     let span = schedule::row_span::RowSpan::of(&c).unwrap();
-    let steps = ((span.columns() + 15) / 16) as u32;
     let warps_m = (block_m / 16).min(4);
     let warps_n = if block_n.is_multiple_of(16) { 2 } else { 1 };
     MmaTiling {
@@ -51,7 +55,7 @@ fn tiling(task: &Task, block_m: u32, block_n: u32, stages: u32) -> MmaTiling {
         block_n,
         warps_m,
         warps_n,
-        k_steps: steps.next_power_of_two(),
+        k_steps: MmaTiling::span_k_steps(&span, c.dtype),
         stages,
         vector: [8, 1],
         swizzle: true,
@@ -73,10 +77,6 @@ fn check(task: &Task, state: &State) {
 #[test]
 fn row_spans_equal_the_definition() {
     let plain = Epilogue::default();
-    let both = Epilogue {
-        bias: true,
-        relu: true,
-    };
     let f16 = DType::Fp16;
     // (task, block_m, block_n)
     let cases = [
@@ -89,13 +89,18 @@ fn row_spans_equal_the_definition() {
         ),
         // C = 4 at stride 1 (no zero column), a tail of N.
         (
-            conv([1, 4, 9, 10, 24, 3, 3, 1, 1], f16, DType::F32, both),
+            conv([1, 4, 9, 10, 24, 3, 3, 1, 1], f16, DType::F32, BIAS_RELU),
             16,
             16,
         ),
         // C = 2, a 5×5 filter, pad 2; bf16 into a bf16 output.
         (
-            conv([1, 2, 8, 12, 8, 5, 5, 1, 2], DType::Bf16, DType::Bf16, both),
+            conv(
+                [1, 2, 8, 12, 8, 5, 5, 1, 2],
+                DType::Bf16,
+                DType::Bf16,
+                BIAS_RELU,
+            ),
             64,
             8,
         ),
@@ -119,21 +124,17 @@ fn row_spans_equal_the_definition() {
     odd.dilation_h = 2;
     odd.pad_bottom = Some(3);
     odd.pad_right = Some(0);
-    let task = conv_with(odd, f16, DType::F32, both);
+    let task = conv_with(odd, f16, DType::F32, BIAS_RELU);
     check(&task, &State::tensor_core(tiling(&task, 32, 8, 3), 1));
 }
 
 #[test]
 fn row_spans_split_the_filter_rows() {
-    let both = Epilogue {
-        bias: true,
-        relu: true,
-    };
     let task = conv(
         [1, 3, 20, 16, 16, 7, 7, 2, 3],
         DType::Fp16,
         DType::Fp16,
-        both,
+        BIAS_RELU,
     );
     for split in [2, 3, 4, 7] {
         for sums in [SplitSums::Ordered, SplitSums::Atomic] {
@@ -331,15 +332,11 @@ fn generated_row_span_kernel_is_stable() {
 /// weights' tiles).
 #[test]
 fn a_short_last_round_of_held_weights_copies_nothing() {
-    let both = Epilogue {
-        bias: true,
-        relu: true,
-    };
     let task = conv(
         [1, 4, 56, 56, 32, 3, 3, 1, 1],
         DType::Fp16,
         DType::Fp16,
-        both,
+        BIAS_RELU,
     );
     let t = MmaTiling {
         block_m: 112,
@@ -362,15 +359,11 @@ fn a_short_last_round_of_held_weights_copies_nothing() {
 #[test]
 fn persistent_row_spans_equal_the_definition() {
     let gpu = GpuSpec::h100();
-    let both = Epilogue {
-        bias: true,
-        relu: true,
-    };
     let task = conv(
         [2, 3, 20, 16, 16, 7, 7, 2, 3],
         DType::Fp16,
         DType::Fp16,
-        both,
+        BIAS_RELU,
     );
     // 320 padded pixels: 10 M tiles of 32.
     for (block_n, blocks) in [(16, 1), (16, 3), (16, 4), (16, 10), (8, 2), (8, 6)] {

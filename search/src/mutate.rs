@@ -307,10 +307,8 @@ impl MmaCoordinate {
                     t.persistent = 0;
                     t.vector = [1, 1];
                     if let Some(span) = RowSpan::of(c).ok().filter(|_| t.row_span) {
-                        let step = schedule::mma::MmaTiling::k_step(c.dtype) as i64;
-                        let steps = ((span.columns() + step - 1) / step) as u32;
                         t.vector = [COPY_ELEMENTS as u32, 1];
-                        t.k_steps = steps.next_power_of_two();
+                        t.k_steps = schedule::mma::MmaTiling::span_k_steps(&span, c.dtype);
                     }
                 }
             }
