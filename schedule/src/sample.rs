@@ -341,9 +341,7 @@ impl Sampler {
             // Persistent half the time: 1 to 4 blocks per SM, a whole number per N
             // tile, no more than the tiles.
             if (span_draw >> 3).is_multiple_of(2) {
-                let tiles = view.batch
-                    * span.pixels().div_ceil(u64::from(block_m))
-                    * view.n.div_ceil(u64::from(block_n));
+                let tiles = State::tensor_core(tiling, 1).spatial_blocks(&self.contraction);
                 let n_tiles = view.n.div_ceil(u64::from(block_n));
                 let per_sm = 1 + (span_draw >> 4) % 4;
                 let blocks = (u64::from(self.gpu.sm_count) * per_sm).div_ceil(n_tiles) * n_tiles;

@@ -504,8 +504,8 @@ impl State {
     /// Whether the reduction may be split at all: over at least two stages, not in a
     /// persistent `mma.sync` grid, and in the CUDA-core sketch, which adds partial sums
     /// atomically into the output, only into an f32 output (the type with the atomic
-    /// add) without a ReLU (which does not distribute over partial sums). The tensor-core sketches' last block of a tile
-    /// runs the epilogue on the whole sum.
+    /// add) without a ReLU (which does not distribute over partial sums). The
+    /// tensor-core sketches' last block of a tile runs the epilogue on the whole sum.
     pub fn may_split(&self, c: &Contraction) -> bool {
         // A persistent `mma.sync` grid holds one tile's weights per block: no split.
         if self.mma.is_some_and(|m| m.persistent > 0) {
