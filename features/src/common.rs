@@ -6,6 +6,7 @@
 use crate::occupancy::{Occupancy, SCHEDULERS_PER_SM, waves};
 use crate::table::FeatureRow;
 use schedule::state::SplitSums;
+use schedule::stream_k::StreamK;
 use schedule::validate::register_cap;
 use schedule::{GpuSpec, State};
 
@@ -45,6 +46,20 @@ pub(crate) fn split_traffic(row: &mut FeatureRow, state: &State, tiles: f64) -> 
             per_unit: 2.0 * partial,
             total: 2.0 * partial * split * tiles,
         }
+    }
+}
+
+/// Stream-K's workspace traffic (`stream`): each partial segment adds its block tile's
+/// f32 sums atomically into its tile's, and each cut tile's last block reads and
+/// clears them.
+pub(crate) fn stream_traffic(row: &mut FeatureRow, stream: &StreamK) -> SplitTraffic {
+    let (partial, cut) = stream.segments();
+    let sectors = row.block_tile_elements * 4.0 / SECTOR_BYTES;
+    row.split_atomic = 1.0;
+    row.atomic_output_sectors = sectors * partial as f64;
+    SplitTraffic {
+        per_unit: 3.0 * sectors * (partial as f64 / stream.blocks.max(1) as f64).ceil(),
+        total: row.atomic_output_sectors + 2.0 * sectors * cut as f64,
     }
 }
 

@@ -36,7 +36,9 @@
 //! group, chunk) pair is read equally often, so their mean over the tile is the exact
 //! conflict degree.
 
-use crate::common::{fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic};
+use crate::common::{
+    fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic, stream_traffic,
+};
 use crate::fetch::{FetchCost, InstructionCost, Weighted, ratio_or_one, summarize};
 use crate::geometry::{Coords, MAX_AXES};
 use crate::sample::{R2, R3, scattered, warp_instructions};
@@ -644,13 +646,20 @@ pub(crate) fn fill(
     row.mma_weight_n_major = flag(!view.b_k_major);
     let grid = Grid::new(view, t, dtype, span.as_ref());
     let split_k = i64::from(state.split_k);
-    // A persistent block works through several tiles in turn.
-    let (grid_blocks, tiles_per_block) = match i64::from(t.persistent) {
-        0 => (grid.tiles * split_k, 1),
-        blocks => (blocks, ceil_div(grid.tiles, blocks)),
+    // A persistent block works through several tiles in turn; a stream-K block
+    // through its run of K tiles (the longest), as one unit.
+    let stream = (t.stream_k > 0).then(|| t.stream(view, dtype));
+    let (grid_blocks, tiles_per_block) = match (i64::from(t.persistent), &stream) {
+        (0, None) => (grid.tiles * split_k, 1),
+        (0, Some(s)) => (s.blocks as i64, 1),
+        (blocks, _) => (blocks, ceil_div(grid.tiles, blocks)),
     };
     row.mma_persistent = t.persistent as f64;
-    let ktiles_per_block = ceil_div(grid.ktiles, split_k) * tiles_per_block;
+    row.mma_stream_k = t.stream_k as f64;
+    let ktiles_per_block = match &stream {
+        Some(s) => s.longest() as i64,
+        None => ceil_div(grid.ktiles, split_k) * tiles_per_block,
+    };
     // Per-block values follow one block over its chunk of the K tiles (the longest
     // under split-K) of each of its tiles; totals count each (output tile, K tile) once.
     let block_ktiles = ktiles_per_block as f64;
@@ -658,7 +667,8 @@ pub(crate) fn fill(
     row.thread_blocks = grid_blocks as f64;
     row.reduction_stages = block_ktiles;
     row.mma_ktiles = grid.ktiles as f64;
-    let prologue = (i64::from(t.stages) - 1).min(ceil_div(grid.ktiles, split_k)) * tiles_per_block;
+    let prologue =
+        (i64::from(t.stages) - 1).min(ktiles_per_block / tiles_per_block) * tiles_per_block;
     row.mma_prologue_tiles = prologue as f64;
     row.mma_pipeline_fill = ratio(prologue as f64, block_ktiles);
     let executed = tile_ktiles * row.block_tile_elements * grid.block_k as f64;
@@ -745,7 +755,10 @@ pub(crate) fn fill(
     // stores its f32 partial sums (coalesced) and the tile's last warps read them back
     // (`split_traffic`).
     let out = epilogue(task, &grid, t);
-    let split = split_traffic(row, state, grid.tiles as f64);
+    let split = match &stream {
+        Some(s) => stream_traffic(row, s),
+        None => split_traffic(row, state, grid.tiles as f64),
+    };
     row.output_sectors_per_store = out.sectors_per_instruction;
     row.output_store_coalescing = out.coalescing;
     row.output_sectors_per_block = out.sectors_per_block + split.per_unit;

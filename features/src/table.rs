@@ -212,6 +212,7 @@ feature_table! {
     mma_weight_n_major: "1 when the weight is stored N-major (matmul's row-major B: ldmatrix.trans, or 32-bit loads for tf32), else 0",
     mma_row_span: "1 when the input is staged as raw input-row runs (one filter row per K tile, 32-bit fragment loads) and the weights held for the whole reduction, else 0",
     mma_persistent: "persistent blocks working through the tiles in turn, each holding its weights once (0: one block per tile) (count)",
+    mma_stream_k: "stream-K blocks sharing every tile's K tiles in even contiguous runs (0: none) (count)",
 
     // Tensor-core sketch only: the cp.async pipeline.
     mma_stages: "K tiles in flight in shared memory (cp.async pipeline depth) (count)",

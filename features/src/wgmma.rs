@@ -5,11 +5,11 @@
 //! memory through the async proxy, not through load and store instructions.
 
 use crate::common::{
-    SECTOR_BYTES, SplitTraffic, fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic,
+    SECTOR_BYTES, fill_occupancy, fill_registers, flag, log2_1p, ratio, split_traffic,
+    stream_traffic,
 };
 use crate::table::FeatureRow;
 use schedule::atom::wgmma::K_STEP_BYTES;
-use schedule::gemm::GemmView;
 use schedule::state::WgmmaTiling;
 use schedule::task::Contraction;
 use schedule::validate;
@@ -55,7 +55,7 @@ pub(crate) fn fill(
     let tiles = t.tiles(view);
     let tiles_f = tiles as f64;
     let (chunk, units_f, units_per_block) = if t.stream_k > 0 {
-        let total = t.stream_iterations(view);
+        let total = t.stream(view).iterations();
         let longest = total.div_ceil(grid.max(1)) as f64;
         (longest, total as f64 / longest, 1.0)
     } else {
@@ -102,7 +102,7 @@ pub(crate) fn fill(
         row.block_tile_elements / 4.0
     };
     let split = if t.stream_k > 0 {
-        stream_traffic(row, t, view)
+        stream_traffic(row, &t.stream(view))
     } else {
         split_traffic(row, state, tiles_f)
     };
@@ -140,17 +140,4 @@ pub(crate) fn fill(
         * (row.input_sectors_per_block
             + row.weight_sectors_per_block
             + row.output_sectors_per_block);
-}
-
-/// Stream-K's workspace traffic: each partial segment adds its block tile's f32 sums
-/// atomically into its tile's, and each cut tile's last block reads and clears them.
-fn stream_traffic(row: &mut FeatureRow, t: &WgmmaTiling, view: &GemmView) -> SplitTraffic {
-    let (partial, cut) = t.stream_segments(view);
-    let sectors = row.block_tile_elements * 4.0 / SECTOR_BYTES;
-    row.split_atomic = 1.0;
-    row.atomic_output_sectors = sectors * partial as f64;
-    SplitTraffic {
-        per_unit: 3.0 * sectors * (partial as f64 / f64::from(t.stream_k.max(1))).ceil(),
-        total: row.atomic_output_sectors + 2.0 * sectors * cut as f64,
-    }
 }

@@ -582,24 +582,39 @@ fn every_feature_varies_over_states_and_tasks() {
             }
         }
     }
-    // Row-span states of a stem, which the sampler draws.
-    let task = common::typed_task(
-        "conv2d",
-        "1,3,224,224,64,7,7,2,3",
-        DType::Fp16,
-        DType::Fp16,
-        Epilogue::default(),
-    );
-    let extractor = FeatureExtractor::new(&task, &gpu);
-    let spans: Vec<State> = Sampler::new(&task, &gpu, 3)
-        .sample_distinct(40)
-        .into_iter()
-        .filter(|s| s.mma.is_some_and(|t| t.row_span))
-        .collect();
-    assert!(spans.len() >= 5, "{} row-span states", spans.len());
-    for state in spans {
-        for (column, value) in columns.iter_mut().zip(extractor.extract(&state)) {
-            column.push(value);
+    // Row-span states of a stem and stream-K states of a small layer, which the
+    // sampler draws.
+    let mut drawn = Vec::new();
+    for (shape, samples, what) in [
+        ("1,3,224,224,64,7,7,2,3", 40, "row span"),
+        ("1,512,7,7,512,3,3,1,1", 120, "stream-K"),
+    ] {
+        let task = common::typed_task(
+            "conv2d",
+            shape,
+            DType::Fp16,
+            DType::Fp16,
+            Epilogue::default(),
+        );
+        let states: Vec<State> = Sampler::new(&task, &gpu, 3)
+            .sample_distinct(samples)
+            .into_iter()
+            .filter(|s| {
+                s.mma.is_some_and(|t| match what {
+                    "row span" => t.row_span,
+                    _ => t.stream_k > 0,
+                })
+            })
+            .collect();
+        assert!(states.len() >= 5, "{} {what} states", states.len());
+        drawn.push((task, states));
+    }
+    for (task, states) in &drawn {
+        let extractor = FeatureExtractor::new(task, &gpu);
+        for state in states {
+            for (column, value) in columns.iter_mut().zip(extractor.extract(state)) {
+                column.push(value);
+            }
         }
     }
     // `wgmma` states of a matmul (an N-major weight), a 1×1 convolution (a K-major

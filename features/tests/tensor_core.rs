@@ -32,6 +32,7 @@ fn tiling(block_m: u32, block_n: u32, warps: [u32; 2], k_steps: u32, stages: u32
         swizzle: true,
         row_span: false,
         persistent: 0,
+        stream_k: 0,
     }
 }
 
@@ -481,6 +482,7 @@ proptest! {
             swizzle,
             row_span: false,
             persistent: 0,
+            stream_k: 0,
         };
         let mut state = State::tensor_core(t, fields[8]);
         if mixed {

@@ -30,6 +30,7 @@ fn span(block_m: u32, block_n: u32, warps: (u32, u32), k_steps: u32, stages: u32
         swizzle: true,
         row_span: true,
         persistent: 0,
+        stream_k: 0,
     }
 }
 

@@ -4,7 +4,7 @@
 //! memory — the copy-round cap and the register estimate keep the sampled tiles
 //! spill-free, except where ptxas's occupancy heuristic caps a one-warp block at 128
 //! registers (seen: 2 of 96 fp16 kernels with 8-byte frames), the stem's row-span
-//! states among them; sampled `wgmma` states
+//! states among them (and stream-K states are sampled too); sampled `wgmma` states
 //! likewise for sm_90a. Needs NVRTC
 //! (scripts/setup.sh installs it), not a GPU.
 
@@ -97,6 +97,12 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
             dtype == DType::Tf32 || spans > 0,
             "{dtype}: no row-span state sampled"
         );
+        // The small layers draw stream-K (each fill's coordinates per K tile).
+        let streams = jobs
+            .iter()
+            .filter(|(_, s)| s.mma.is_some_and(|t| t.stream_k > 0))
+            .count();
+        assert!(streams > 0, "{dtype}: no stream-K state sampled");
         compile_without_local_memory(dtype, &jobs);
     }
 }

@@ -108,6 +108,16 @@ pub enum InvalidState {
         n_tiles: u64,
     },
     #[error(
+        "stream-K over {blocks} blocks of {iterations} K tiles (a split of {split_k}, row spans {row_span}, {persistent} persistent blocks): 2 blocks or more, fewer than the K tiles, with no split, row spans or persistent grid, and indices within 32 bits"
+    )]
+    MmaStreamK {
+        blocks: u32,
+        iterations: u64,
+        split_k: u32,
+        row_span: bool,
+        persistent: u32,
+    },
+    #[error(
         "row spans copy A 16 bytes and the weights one element at a time: vector widths [8, 1], not {vector:?}"
     )]
     RowSpanVectors { vector: [u32; 2] },

@@ -34,6 +34,7 @@ pub mod sample;
 pub mod shape;
 pub mod staging;
 pub mod state;
+pub mod stream_k;
 pub mod task;
 pub mod tiling;
 pub mod validate;

@@ -9,6 +9,8 @@
 //! tile `t`). Fragments are read from shared memory with `ldmatrix`. With `row_span` a
 //! few-channel convolution's A comes as raw input-row runs instead, one filter row per
 //! K tile, and the weights stay in shared memory (`SpanStaging`, `crate::row_span`).
+//! With `stream_k` a grid of its own deals the output tiles' K tiles in even runs
+//! (`crate::stream_k`), their parts of tiles meeting in the workspace.
 //!
 //! Every shared row is a whole number of 16-byte chunks (one MMA k-step is always 32
 //! bytes of a row: 16 halves or 8 floats), laid out as `atom::SharedTileLayout` says
@@ -23,6 +25,7 @@ use crate::invalid::InvalidState;
 use crate::row_span::{COPY_ELEMENTS, RowSpan};
 use crate::state::check_tile_split;
 pub use crate::state::{MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling};
+use crate::stream_k::StreamK;
 use crate::task::{Contraction, DType};
 
 /// Registers besides accumulators and fragments (addresses, loop counters, predicates),
@@ -188,18 +191,29 @@ impl MmaTiling {
             * view.n.div_ceil(u64::from(self.block_n))
     }
 
-    /// The workspace of a `split_k` reduction (none without a split): one semaphore
-    /// per output tile and warp, then every block's partial sums (each thread's
-    /// accumulators), in f32. Semaphores and bytes.
+    /// The workspace of a `split_k` reduction (none without a split or stream-K): one
+    /// semaphore per output tile and warp, then every block's partial sums (each
+    /// thread's accumulators), in f32; stream-K's segments add into one tile of sums
+    /// per output tile. Semaphores and bytes.
     pub fn workspace(&self, view: &GemmView, split_k: u32) -> (u64, u64) {
-        if split_k <= 1 {
+        if split_k <= 1 && self.stream_k == 0 {
             return (0, 0);
         }
         let tiles = self.tiles(view);
         let semaphores = tiles * u64::from(self.warps_m * self.warps_n);
-        let partials =
-            tiles * u64::from(split_k) * u64::from(self.accumulators()) * u64::from(self.threads());
+        let units = tiles * u64::from(split_k.max(1));
+        let partials = units * u64::from(self.accumulators()) * u64::from(self.threads());
         (semaphores, crate::ir::workspace_bytes(semaphores, partials))
+    }
+
+    /// Stream-K's deal of the K tiles of `view`'s output tiles to this tiling's blocks
+    /// (`crate::stream_k`).
+    pub fn stream(&self, view: &GemmView, dtype: DType) -> StreamK {
+        StreamK {
+            blocks: u64::from(self.stream_k),
+            tiles: self.tiles(view),
+            ktiles: self.ktiles(view, dtype, None),
+        }
     }
 
     /// Whether input `input` can be filled `width` elements at a time: a supported copy
@@ -301,6 +315,21 @@ pub fn validate_mma(
             });
         }
         blocks = p;
+    }
+    // Stream-K deals the K tiles itself (no split), of im2col tiles: row spans hold a
+    // block's filter rows, and a persistent grid is one of its own.
+    if t.stream_k > 0 {
+        let stream = t.stream(&view, c.dtype);
+        if !stream.valid() || split_k != 1 || span.is_some() || t.persistent != 0 {
+            return Err(InvalidState::MmaStreamK {
+                blocks: t.stream_k,
+                iterations: stream.iterations(),
+                split_k,
+                row_span: t.row_span,
+                persistent: t.persistent,
+            });
+        }
+        blocks = u64::from(t.stream_k);
     }
     gpu.check_block(
         blocks,

@@ -23,7 +23,9 @@
 //! ChaCha8 stream of the same seed, so the tiles drawn for a seed are those drawn
 //! before split-K existed; a `wgmma` draw takes it from the sketch's own stream. A
 //! tensor-core split's partial sums are atomic (`SplitSums`) half the time, drawn from
-//! a stream of their own (stream 5, one draw per tensor-core state).
+//! a stream of their own (stream 5, one draw per tensor-core state). Row spans (stream
+//! 7) and the tensor-core sketch's stream-K (stream 8) are drawn on streams of their
+//! own too, one draw each per tensor-core state.
 //!
 //! Shared layouts come from a third stream (stream 2), two draws per input and state:
 //! the tensor's own order with probability 1/2, else one of the input's spatial
@@ -80,6 +82,8 @@ pub struct Sampler {
     stream_rng: ChaCha8Rng,
     /// Row spans' stream (stream 7): one draw per tensor-core state.
     span_rng: ChaCha8Rng,
+    /// The tensor-core sketch's stream-K draws (stream 8): one per tensor-core state.
+    mma_stream_rng: ChaCha8Rng,
     /// The task's row spans, where they apply and pay (`row_span_pays`).
     span: Option<RowSpan>,
     /// Innermost-dimension choices per input (`tiling::innermost_choices`).
@@ -111,6 +115,8 @@ impl Sampler {
         stream_rng.set_stream(6);
         let mut span_rng = ChaCha8Rng::seed_from_u64(seed);
         span_rng.set_stream(7);
+        let mut mma_stream_rng = ChaCha8Rng::seed_from_u64(seed);
+        mma_stream_rng.set_stream(8);
         let span = RowSpan::of(&contraction)
             .ok()
             .filter(|s| gemm.is_some() && row_span_pays(s));
@@ -118,6 +124,7 @@ impl Sampler {
             sums_rng,
             stream_rng,
             span_rng,
+            mma_stream_rng,
             span,
             mma_rng,
             gemm,
@@ -272,7 +279,8 @@ impl Sampler {
     /// One tensor-core draw, valid or not: block tiles up to the GEMM's size (rounded
     /// up to a power of two), warps that divide them into whole MMA tiles, k-steps and
     /// pipeline depth uniform, the widest feasible copies three times in four,
-    /// swizzled three times in four, and split-K as for the CUDA-core sketch.
+    /// swizzled three times in four, and split-K as for the CUDA-core sketch; row
+    /// spans and persistent grids on their stream (7), then stream-K on its own (8).
     fn draw_mma(&mut self) -> State {
         let view = self.gemm.clone().expect("only drawn with a GEMM view");
         let dtype = self.contraction.dtype;
@@ -315,6 +323,7 @@ impl Sampler {
             swizzle: !self.mma_rng.next_u64().is_multiple_of(4),
             row_span: false,
             persistent: 0,
+            stream_k: 0,
         };
         for input in 0..2 {
             let feasible: Vec<u32> = [8, 4, 2, 1]
@@ -351,6 +360,23 @@ impl Sampler {
         let mut state = State::tensor_core(tiling, 1);
         state.split_k = self.split_k(&state);
         state.split_sums = self.split_sums(state.split_k);
+        // A quarter of the time where the tiles are fewer than twice the SMs: stream-K
+        // over one or two blocks per SM instead of the split, where it is valid.
+        let stream_draw = self.mma_stream_rng.next_u64();
+        let tiles = state.spatial_blocks(&self.contraction);
+        if stream_draw.is_multiple_of(4) && tiles < 2 * u64::from(self.gpu.sm_count) {
+            let per_sm = 1 + (stream_draw >> 2) % 2;
+            let streamed = State::tensor_core(
+                MmaTiling {
+                    stream_k: self.gpu.sm_count * per_sm as u32,
+                    ..tiling
+                },
+                1,
+            );
+            if validate(&self.contraction, &streamed, &self.gpu).is_ok() {
+                return streamed;
+            }
+        }
         state
     }
 

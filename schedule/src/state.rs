@@ -171,6 +171,11 @@ pub struct MmaTiling {
     /// per tile). Left out of the JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub persistent: u32,
+    /// Stream-K over this many blocks (0: none): the output tiles' K tiles dealt in
+    /// even runs (`crate::stream_k`), a run's parts of tiles meeting in the workspace.
+    /// Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stream_k: u32,
 }
 
 /// Deepest shared ring of the `wgmma` sketch.
@@ -502,13 +507,14 @@ impl State {
     }
 
     /// Whether the reduction may be split at all: over at least two stages, not in a
-    /// persistent `mma.sync` grid, and in the CUDA-core sketch, which adds partial sums
+    /// persistent or stream-K `mma.sync` grid, and in the CUDA-core sketch, which adds partial sums
     /// atomically into the output, only into an f32 output (the type with the atomic
     /// add) without a ReLU (which does not distribute over partial sums). The
     /// tensor-core sketches' last block of a tile runs the epilogue on the whole sum.
     pub fn may_split(&self, c: &Contraction) -> bool {
-        // A persistent `mma.sync` grid holds one tile's weights per block: no split.
-        if self.mma.is_some_and(|m| m.persistent > 0) {
+        // A persistent `mma.sync` grid holds one tile's weights per block, and stream-K
+        // deals the reduction itself: no split.
+        if self.mma.is_some_and(|m| m.persistent > 0 || m.stream_k > 0) {
             return false;
         }
         let atomic = self.mma.is_none() && self.wgmma.is_none();
@@ -547,14 +553,14 @@ impl State {
     }
 
     /// Thread blocks in the grid: one per output tile and reduction chunk (a
-    /// persistent `wgmma` grid's own count).
+    /// persistent or stream-K grid's own count).
     pub fn blocks(&self, c: &Contraction) -> u64 {
         let split = || self.spatial_blocks(c) * u64::from(self.split_k);
         self.sketch(
             split,
-            |m| match m.persistent {
-                0 => split(),
-                blocks => u64::from(blocks),
+            |m| match (m.persistent, m.stream_k) {
+                (0, 0) => split(),
+                (0, blocks) | (blocks, _) => u64::from(blocks),
             },
             |w| GemmView::of(c).map_or(1, |v| w.grid(&v, self.split_k).1),
         )

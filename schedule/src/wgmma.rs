@@ -26,7 +26,7 @@
 //! workspace, and the last of a tile's blocks to arrive on its semaphore adds them up
 //! and runs the epilogue (`lower::wgmma`). Stream-K (`stream_k`) instead deals every
 //! tile's K tiles out in even runs to a grid of its own, a run's parts of tiles meeting
-//! in the workspace the same way (`stream_segments` counts them for the features).
+//! in the workspace the same way (`crate::stream_k`).
 //!
 //! TMA needs each operand to be a strided matrix (at most a batch of them) with rows
 //! 16-byte aligned: a matmul, a batch matmul, an NHWC 1×1 stride-1 unpadded
@@ -44,6 +44,7 @@ use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
 use crate::state::check_tile_split;
 pub use crate::state::{MAX_WGMMA_STAGES, WgmmaTiling};
+use crate::stream_k::StreamK;
 use crate::task::{Access, AxisRef, Contraction};
 use thiserror::Error;
 
@@ -806,36 +807,13 @@ impl WgmmaTiling {
         }
     }
 
-    /// Stream-K's iterations: every output tile's K tiles, tile by tile.
-    pub fn stream_iterations(&self, view: &GemmView) -> u64 {
-        self.tiles(view) * self.ktiles(view)
-    }
-
-    /// Stream-K's partial segments (a block's part of a tile that is not the whole
-    /// tile, whose sums go through the workspace) and the tiles they cut, as the
-    /// lowering deals the runs (block `b` of `B` takes `[b·I/B, (b+1)·I/B)`).
-    pub fn stream_segments(&self, view: &GemmView) -> (u64, u64) {
-        let (blocks, total, ktiles) = (
-            u64::from(self.stream_k.max(1)),
-            self.stream_iterations(view),
-            self.ktiles(view).max(1),
-        );
-        let (mut partial, mut cut, mut last_cut) = (0, 0, None);
-        for b in 0..blocks {
-            let (start, end) = (b * total / blocks, (b + 1) * total / blocks);
-            for tile in start / ktiles..end.div_ceil(ktiles) {
-                let from = start.max(tile * ktiles);
-                let to = end.min((tile + 1) * ktiles);
-                if to > from && to - from < ktiles {
-                    partial += 1;
-                    if last_cut != Some(tile) {
-                        cut += 1;
-                        last_cut = Some(tile);
-                    }
-                }
-            }
+    /// Stream-K's deal of the iterations to this tiling's blocks (`crate::stream_k`).
+    pub fn stream(&self, view: &GemmView) -> StreamK {
+        StreamK {
+            blocks: u64::from(self.stream_k),
+            tiles: self.tiles(view),
+            ktiles: self.ktiles(view),
         }
-        (partial, cut)
     }
 
     /// Consumer warps of a block: a split tile's semaphores count arrivals per warp.
@@ -974,12 +952,11 @@ pub fn validate_wgmma(
         }
     }
     // Stream-K deals the K tiles out itself, to blocks of a grid of its own, and its
-    // partial tiles meet in the workspace: (blocks + 1) · iterations must fit in 32 bits.
+    // partial tiles meet in the workspace.
     if t.stream_k != 0 {
-        let iterations = t.stream_iterations(view);
-        if t.stream_k < 2
-            || u64::from(t.stream_k) >= iterations
-            || (u64::from(t.stream_k) + 1) * iterations > i32::MAX as u64
+        let stream = t.stream(view);
+        let iterations = stream.iterations();
+        if !stream.valid()
             || split_k != 1
             || t.persistent != 0
             || t.cluster != 0

@@ -61,6 +61,7 @@ fn tiling(task: &Task, block_m: u32, block_n: u32, stages: u32) -> MmaTiling {
         swizzle: true,
         row_span: true,
         persistent: 0,
+        stream_k: 0,
     }
 }
 
@@ -315,6 +316,7 @@ fn generated_row_span_kernel_is_stable() {
         swizzle: true,
         row_span: true,
         persistent: 0,
+        stream_k: 0,
     };
     let k = schedule::generate(&task, &State::tensor_core(t, 1), &gpu).unwrap();
     insta::assert_snapshot!("row_span_stem", k.source);
@@ -349,6 +351,7 @@ fn a_short_last_round_of_held_weights_copies_nothing() {
         swizzle: true,
         row_span: true,
         persistent: 0,
+        stream_k: 0,
     };
     check(&task, &State::tensor_core(t, 1));
 }
@@ -436,6 +439,7 @@ fn persistent_row_spans_equal_the_definition() {
             swizzle: true,
             row_span: false,
             persistent: 2,
+            stream_k: 0,
         },
         1,
     );

@@ -216,6 +216,7 @@ fn half_output_and_every_copy_width() {
                 swizzle: true,
                 row_span: false,
                 persistent: 0,
+                stream_k: 0,
             },
             1,
         );
@@ -255,6 +256,7 @@ fn split_k_into_a_half_output_with_relu() {
                         swizzle: true,
                         row_span: false,
                         persistent: 0,
+                        stream_k: 0,
                     },
                     split_k,
                 );
@@ -267,6 +269,114 @@ fn split_k_into_a_half_output_with_relu() {
         }
     }
     assert!(ran >= 16, "only {ran} split kernels ran");
+}
+
+/// Stream-K in the `mma.sync` sketch: every K tile of every output tile dealt once,
+/// whatever the runs' cuts, into a half output with bias and ReLU (run once, on the
+/// whole sum), at every pipeline depth, over a batch and over convolutions' im2col
+/// tiles with padding, stride and tails; and validation's refusals.
+#[test]
+fn mma_stream_k_deals_every_k_tile_once() {
+    let gpu = GpuSpec::h100();
+    let fused = Epilogue {
+        bias: true,
+        relu: true,
+    };
+    let tiling = |block_m, block_n, warps: [u32; 2], stages, stream_k| MmaTiling {
+        block_m,
+        block_n,
+        warps_m: warps[0],
+        warps_n: warps[1],
+        k_steps: 2,
+        stages,
+        vector: [8, 8],
+        swizzle: true,
+        row_span: false,
+        persistent: 0,
+        stream_k,
+    };
+    let typed = |op: &str, shape: &str, dtype: DType, epilogue: Epilogue| {
+        Task::new(parse_shape(op, shape).unwrap(), epilogue)
+            .unwrap()
+            .with_types(dtype, dtype, Layout::Nhwc)
+            .unwrap()
+    };
+    let mut ran = 0;
+    let mut check = |t: &Task, s: MmaTiling| {
+        let state = State::tensor_core(s, 1);
+        assert_eq!(validate(&t.contraction(), &state, &gpu), Ok(()), "{t}");
+        run(t, &lower(t, &state)).unwrap_or_else(|e| panic!("{t} {}: {e}", state.to_json()));
+        ran += 1;
+    };
+    for dtype in [DType::Fp16, DType::Bf16] {
+        // 3 × 2 tiles of 7 K tiles (K = 200, a tail): 42 iterations. 4 blocks take runs
+        // of 10 or 11 (whole tiles inside, both ends inside tiles), 6 exactly one tile
+        // each, 5 and 11 cut tiles in several places, 41 runs of one or two.
+        let t = typed("matmul", "40,24,200", dtype, fused);
+        for blocks in [2, 4, 5, 6, 11, 41] {
+            for stages in [1, 2, 3, 5] {
+                check(&t, tiling(16, 16, [1, 2], stages, blocks));
+            }
+        }
+        // More warps than one, along both axes.
+        check(&t, tiling(32, 16, [2, 1], 3, 7));
+    }
+    let bmm = typed(
+        "batch_matmul",
+        "3,40,24,96",
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    check(&bmm, tiling(32, 16, [2, 1], 2, 5));
+    // 3×3 convolutions: padding and a tail of output pixels; stride 2 and 12 channels.
+    let conv = typed("conv2d", "1,32,6,6,24,3,3,1,1", DType::Fp16, fused);
+    check(&conv, tiling(16, 16, [1, 2], 3, 9));
+    check(&conv, tiling(32, 8, [2, 1], 2, 4));
+    let strided = typed("conv2d", "2,16,9,9,16,3,3,2,1", DType::Bf16, fused);
+    check(&strided, tiling(16, 16, [1, 1], 2, 7));
+    assert_eq!(ran, 2 * 25 + 4);
+    // Refused: one block, as many blocks as iterations, a split, row spans.
+    let t = typed("matmul", "40,24,200", DType::Fp16, Epilogue::default());
+    let c = t.contraction();
+    let base = tiling(16, 16, [1, 2], 2, 4);
+    for (s, split_k) in [
+        (tiling(16, 16, [1, 2], 2, 1), 1),
+        (tiling(16, 16, [1, 2], 2, 42), 1),
+        (base, 2),
+    ] {
+        assert!(
+            validate(&c, &State::tensor_core(s, split_k), &gpu).is_err(),
+            "{s:?} split {split_k}"
+        );
+    }
+    let stem = typed(
+        "conv2d",
+        "1,3,16,16,8,7,7,2,3",
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let spans = MmaTiling {
+        row_span: true,
+        vector: [8, 1],
+        ..base
+    };
+    assert!(validate(&stem.contraction(), &State::tensor_core(spans, 1), &gpu).is_err());
+    // The sampler draws stream-K for a small layer: sampled states equal the definition.
+    let small = typed(
+        "conv2d",
+        "1,64,7,7,64,3,3,1,1",
+        DType::Fp16,
+        Epilogue::default(),
+    );
+    let states = Sampler::new(&small, &gpu, 11).sample_distinct(200);
+    let streamed: Vec<&State> = states
+        .iter()
+        .filter(|s| s.mma.is_some_and(|m| m.stream_k > 0))
+        .collect();
+    assert!(streamed.len() >= 5, "{} stream-K states", streamed.len());
+    for s in streamed.into_iter().take(5) {
+        run(&small, &lower(&small, s)).unwrap_or_else(|e| panic!("{}: {e}", s.to_json()));
+    }
 }
 
 fn rewrite(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt) -> Option<Stmt>) -> Vec<Stmt> {
@@ -317,6 +427,7 @@ fn a_broken_pipeline_is_caught() {
                 swizzle: true,
                 row_span: false,
                 persistent: 0,
+                stream_k: 0,
             },
             1,
         );
@@ -365,6 +476,7 @@ fn generated_tensor_core_kernels_are_stable() {
         swizzle: true,
         row_span: false,
         persistent: 0,
+        stream_k: 0,
     };
     let conv = task(
         "conv2d",
@@ -392,4 +504,13 @@ fn generated_tensor_core_kernels_are_stable() {
     };
     let k = schedule::generate(&tf, &State::tensor_core(tiling, 2), &gpu).unwrap();
     insta::assert_snapshot!("tf32_matmul_split_k", k.source);
+    // Stream-K over 5 blocks of the convolution's 2 tiles of 9 K tiles.
+    let streamed = MmaTiling {
+        stream_k: 5,
+        vector: [8, 8],
+        stages: 3,
+        ..tiling
+    };
+    let k = schedule::generate(&conv, &State::tensor_core(streamed, 1), &gpu).unwrap();
+    insta::assert_snapshot!("fp16_conv2d_nhwc_stream_k", k.source);
 }

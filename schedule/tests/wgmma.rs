@@ -670,11 +670,36 @@ fn stream_k_deals_every_k_tile_once() {
     }
 }
 
+/// Stream-K's fixups, as both tensor-core sketches run them, broken each way the
+/// split's could be, and a segment weighed as one K tile.
 #[test]
 fn broken_stream_k_fixups_are_caught() {
     let t = task("matmul", "200,40,200", DType::Fp16, Epilogue::default());
-    for blocks in [5, 13] {
-        let state = stream(tiling(1, 1, 48, 32, 2), blocks);
+    let mma = |stream_k| {
+        State::tensor_core(
+            MmaTiling {
+                block_m: 32,
+                block_n: 16,
+                warps_m: 2,
+                warps_n: 1,
+                k_steps: 1,
+                stages: 2,
+                vector: [8, 8],
+                swizzle: true,
+                row_span: false,
+                persistent: 0,
+                stream_k,
+            },
+            1,
+        )
+    };
+    for state in [
+        stream(tiling(1, 1, 48, 32, 2), 5),
+        stream(tiling(1, 1, 48, 32, 2), 13),
+        // 21 tiles of 13 K tiles: runs of 34 or 35 and of 8 or 9, cutting tiles.
+        mma(8),
+        mma(31),
+    ] {
         broken_split_k_fixup_is_caught(&t, &state);
         // A segment that counts one K tile where it covered more: the semaphore never
         // reaches the tile's count, no block stores the tile, and it is left set.
@@ -711,6 +736,7 @@ fn broken_split_k_fixups_are_caught() {
         swizzle: true,
         row_span: false,
         persistent: 0,
+        stream_k: 0,
     };
     for state in [
         split_state(tiling(1, 1, 48, 32, 2), 4),
@@ -739,7 +765,8 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
     // No fixup: the epilogue stores zeros, and atomic sums are left in the workspace.
     let e = broken(&|b| without(b, &|s| matches!(s, Stmt::PartialAdd { .. }))).unwrap_err();
     // Stream-K's partial sums always meet atomically.
-    let stream_k = state.wgmma.is_some_and(|t| t.stream_k > 0);
+    let stream_k =
+        state.wgmma.is_some_and(|t| t.stream_k > 0) || state.mma.is_some_and(|t| t.stream_k > 0);
     let left = state.split_sums == SplitSums::Atomic || stream_k;
     assert!(
         if left {
@@ -760,10 +787,13 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
     assert!(e.starts_with("output "), "{e}");
     // Arrived before adding (the semaphore released early): the fixup takes sums
     // whose additions no arrival published, or (where the early arrival was the last)
-    // runs before the block's own additions, which then stay in the workspace.
+    // runs before the block's own additions, which then stay in the workspace, and
+    // (`mma.sync` stream-K, whose fixup starts from zeros in the same registers) the
+    // tile's output lacks them.
     let e = broken(&|b| store_after_arrival(b)).unwrap_err();
     assert!(
-        e.contains("before every partial sum") || left && e.contains("left non-zero"),
+        e.contains("before every partial sum")
+            || left && (e.contains("left non-zero") || e.starts_with("output ")),
         "{e}"
     );
     // One arrival too few counted: the fixup runs before the last chunk is stored, and

@@ -80,8 +80,8 @@ fn divisors(n: u32) -> Vec<u32> {
 /// thread, outer, inner, then reduction axes' middle, inner), the unroll depth, the
 /// vector widths, the split, each input's layout (innermost dimension + 1, or 0 for
 /// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
-/// warps_m, warps_n, k_steps, stages, both copy widths, swizzle, split and atomic
-/// split sums. `wgmma` (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight,
+/// warps_m, warps_n, k_steps, stages, both copy widths, swizzle, split, atomic
+/// split sums, row spans, persistent and stream-K blocks. `wgmma` (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight,
 /// persistent, producer_warp, split, raster, cluster, cluster_m, tma_store, atomic
 /// split sums and stream-K's blocks.
 pub fn tile_vector(s: &State) -> Vec<u32> {
@@ -103,6 +103,7 @@ pub fn tile_vector(s: &State) -> Vec<u32> {
                 u32::from(!s.split_sums.is_ordered()),
                 u32::from(t.row_span),
                 t.persistent,
+                t.stream_k,
             ]
         },
         |t| {
@@ -518,6 +519,7 @@ mod tests {
                 swizzle: false,
                 row_span: false,
                 persistent: 0,
+                stream_k: 0,
             };
             let s = State::tensor_core(t, 2);
             assert!(validate(&c, &s, &gpu).is_ok());
@@ -583,12 +585,13 @@ mod tests {
                 swizzle: true,
                 row_span: false,
                 persistent: 0,
+                stream_k: 0,
             },
             1,
         );
         assert_eq!(
             tile_vector(&mma),
-            vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1, 0, 0, 0]
+            vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1, 0, 0, 0, 0]
         );
     }
 

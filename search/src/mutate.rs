@@ -194,10 +194,12 @@ pub enum MmaCoordinate {
     /// Persistent blocks: off to one per SM of an H100 (132), on to off, or doubled
     /// or halved.
     Persistent,
+    /// Stream-K's blocks, as persistent blocks move (valid only unsplit).
+    StreamK,
 }
 
 impl MmaCoordinate {
-    pub const ALL: [MmaCoordinate; 13] = [
+    pub const ALL: [MmaCoordinate; 14] = [
         MmaCoordinate::BlockM,
         MmaCoordinate::BlockN,
         MmaCoordinate::WarpsM,
@@ -211,6 +213,7 @@ impl MmaCoordinate {
         MmaCoordinate::SplitSums,
         MmaCoordinate::RowSpan,
         MmaCoordinate::Persistent,
+        MmaCoordinate::StreamK,
     ];
 
     /// The coordinate's value in tensor-core state `s` (0 for another sketch's); the
@@ -232,6 +235,7 @@ impl MmaCoordinate {
             MmaCoordinate::SplitSums => u32::from(s.split_sums == SplitSums::Atomic),
             MmaCoordinate::RowSpan => u32::from(t.row_span),
             MmaCoordinate::Persistent => t.persistent,
+            MmaCoordinate::StreamK => t.stream_k,
         }
     }
 
@@ -240,9 +244,9 @@ impl MmaCoordinate {
     /// counts (1 to 4), go one up or down; the swizzle toggles. Validation decides
     /// which of them give a state.
     fn steps(self, value: u32) -> Vec<u32> {
-        if self == MmaCoordinate::Persistent {
+        if matches!(self, MmaCoordinate::Persistent | MmaCoordinate::StreamK) {
             return match value {
-                0 => vec![PERSISTENT_START],
+                0 => vec![GRID_START],
                 v if v.is_multiple_of(2) => vec![0, v / 2, v * 2],
                 v => vec![0, v * 2],
             };
@@ -302,6 +306,7 @@ impl MmaCoordinate {
                     }
                 }
                 MmaCoordinate::Persistent => t.persistent = value,
+                MmaCoordinate::StreamK => t.stream_k = value,
                 MmaCoordinate::RowSpan => {
                     t.row_span = value != 0;
                     t.persistent = 0;
@@ -317,8 +322,9 @@ impl MmaCoordinate {
     }
 }
 
-/// Persistent blocks a state turning them on starts from: one per SM of an H100.
-const PERSISTENT_START: u32 = 132;
+/// Persistent or stream-K blocks a state turning them on starts from: one per SM of an
+/// H100.
+const GRID_START: u32 = 132;
 
 /// Every valid state one move from tensor-core state `s`: one coordinate
 /// (`MmaCoordinate`) to a neighbouring value, nothing else changed, in the order of
@@ -653,6 +659,7 @@ mod tests {
             swizzle: true,
             row_span: false,
             persistent: 0,
+            stream_k: 0,
         };
         [
             ("conv2d", "1,64,56,56,64,3,3,1,1"),
@@ -708,7 +715,8 @@ mod tests {
                     MmaCoordinate::Swizzle
                     | MmaCoordinate::SplitSums
                     | MmaCoordinate::RowSpan
-                    | MmaCoordinate::Persistent => true,
+                    | MmaCoordinate::Persistent
+                    | MmaCoordinate::StreamK => true,
                     _ => to == 2 * from || 2 * to == from,
                 };
                 assert!(neighbouring, "{k:?}: {from} -> {to}");
@@ -753,6 +761,7 @@ mod tests {
                 swizzle: true,
                 row_span: false,
                 persistent: 0,
+                stream_k: 0,
             },
             1,
         );

@@ -50,6 +50,7 @@ pub fn mma_states(task: &Task, gpu: &GpuSpec, count: usize) -> Vec<State> {
                                     swizzle,
                                     row_span: false,
                                     persistent: 0,
+                                    stream_k: 0,
                                 };
                                 t.vector = [0, 1].map(|i| widest_vector(&t, i, task));
                                 let s = State::tensor_core(t, split_k);

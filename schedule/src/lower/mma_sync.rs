@@ -26,6 +26,15 @@
 //! them up and runs the epilogue (`common::split_fixup`), so any output type and a
 //! ReLU work.
 //!
+//! Stream-K (`MmaTiling::stream_k`) runs the same ring over block `b`'s run of the
+//! output tiles' K tiles (`crate::stream_k`): each fill and product finds its output
+//! tile and K tile from the iteration, so a fill's row-side coordinates are computed
+//! per iteration, not hoisted. A tile's last K tile ends the block's segment of it: a
+//! whole tile runs the epilogue; a part adds its sums atomically into the tile's slots
+//! and arrives on the tile's semaphores weighted by its K tiles, and the arrival that
+//! completes them takes the sums and runs the epilogue. The run's last segment ends
+//! after the loop.
+//!
 //! Row spans (`MmaTiling::row_span`, `crate::row_span`) change three things: the grid
 //! tiles padded pixels (output rows rounded up to 16-pixel groups; the padding pixels
 //! are not stored), a K tile is one filter row whose stage holds each group's raw
@@ -126,16 +135,42 @@ struct RunCopy {
     valid: Vec<Cond>,
 }
 
-/// The pipeline ring's view of the lowering (`pipeline::Stages`): the fill's copies
-/// and the block's coordinates.
+/// The pipeline ring's view of the lowering (`pipeline::Stages`): what its local
+/// tiles are, and the warp's origin and lane.
 struct Tiles<'l, 'a> {
     lowering: &'l mut MmaLowering<'a>,
-    copies: &'l [Vec<Copy>; 2],
-    runs: &'l [RunCopy],
-    z: &'l Expr,
-    batch: &'l [Expr],
-    wm: &'l Expr,
-    wn: &'l Expr,
+    walk: Walk<'l>,
+    warp: &'l (Expr, Expr, Expr),
+}
+
+/// What the ring's local tiles are.
+enum Walk<'l> {
+    /// The K tiles of split chunk `z` of one output tile (batch coordinates `batch`),
+    /// filled by the hoisted `copies` (or `runs`, under row spans).
+    Chunk {
+        copies: &'l [Vec<Copy>; 2],
+        runs: &'l [RunCopy],
+        z: &'l Expr,
+        batch: &'l [Expr],
+    },
+    /// Stream-K: the iterations of the block's run.
+    Stream(&'l StreamRun),
+}
+
+/// A stream-K block's run of iterations: its first, the one past its last, and their
+/// count.
+struct StreamRun {
+    start: Expr,
+    end: Expr,
+    len: Expr,
+}
+
+impl StreamRun {
+    /// Iteration `g` is in the run.
+    fn has(&self, scope: &Scope, g: &Expr) -> Option<Cond> {
+        let left = scope.add(self.len.clone(), scope.mul(g.clone(), -1));
+        scope.bound(&left, 1, i64::MAX)
+    }
 }
 
 impl Stages for Tiles<'_, '_> {
@@ -143,12 +178,47 @@ impl Stages for Tiles<'_, '_> {
         &mut self.lowering.scope
     }
     fn fill(&mut self, local: Expr, out: &mut Vec<Stmt>) {
-        self.lowering
-            .fill(out, (self.copies, self.runs), self.z, self.batch, local);
+        match &self.walk {
+            Walk::Chunk {
+                copies,
+                runs,
+                z,
+                batch,
+            } => self.lowering.fill(out, (copies, runs), z, batch, local),
+            Walk::Stream(run) => self.lowering.stream_fill(out, run, local),
+        }
     }
     fn consume(&mut self, local: Expr, stage: Expr, out: &mut Vec<Stmt>) {
-        self.lowering
-            .compute(out, self.z, local, stage, self.wm, self.wn);
+        let (wm, wn, _) = self.warp;
+        let l = &mut *self.lowering;
+        match &self.walk {
+            Walk::Chunk { z, .. } => {
+                let (_, exists) = l.tile(z, local.clone());
+                l.compute(out, exists, local, stage, wm, wn);
+            }
+            Walk::Stream(run) => {
+                let exists = run.has(&l.scope, &local);
+                l.compute(out, exists, local.clone(), stage, wm, wn);
+                // A tile's last K tile that is not the run's last ends the segment.
+                let ktiles = l.ktiles;
+                let s = &l.scope;
+                let at = s.add(run.start.clone(), local.clone());
+                let (tile, kt) = (s.div(at.clone(), ktiles), s.rem(at, ktiles));
+                let later = s.add(run.len.clone(), s.mul(local.clone(), -1));
+                let ends: Vec<Cond> = [
+                    s.bound(&kt, ktiles - 1, i64::MAX),
+                    s.bound(&later, 2, i64::MAX),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                // The segment began at the run's start or at the tile's first K tile.
+                let weight = s.min(s.add(local, Expr::Const(1)), Expr::Const(ktiles));
+                let mut body = l.segment(tile, weight, self.warp);
+                body.push(Stmt::ZeroAcc);
+                out.push(Stmt::If { conds: ends, body });
+            }
+        }
     }
 }
 
@@ -183,9 +253,9 @@ impl<'a> MmaLowering<'a> {
         let block_k = t.block_k(c.dtype) as i64;
         let ktiles = t.ktiles(view, c.dtype, span.as_ref()) as i64;
         let split = i64::from(split_k);
-        let grid = match t.persistent {
-            0 => split * t.tiles(tiled) as i64,
-            blocks => i64::from(blocks),
+        let grid = match (t.persistent, t.stream_k) {
+            (0, 0) => split * t.tiles(tiled) as i64,
+            (0, blocks) | (blocks, _) => i64::from(blocks),
         };
         MmaLowering {
             c,
@@ -212,6 +282,9 @@ impl<'a> MmaLowering<'a> {
     fn body(&mut self) -> Vec<Stmt> {
         if let Some(span) = self.span.filter(|_| self.t.persistent > 0) {
             return self.persistent_body(&span);
+        }
+        if self.t.stream_k > 0 {
+            return self.stream_body();
         }
         let (t, view) = (self.t, self.tiled);
         let mut body = vec![Stmt::ZeroAcc];
@@ -264,19 +337,111 @@ impl<'a> MmaLowering<'a> {
     ) -> Vec<Stmt> {
         let (stages, tiles) = (i64::from(self.t.stages), self.chunk);
         let mut nest = Vec::new();
+        let warp = (wm.clone(), wn.clone(), lane.clone());
         let mut ring = Tiles {
             lowering: self,
-            copies,
-            runs,
-            z,
-            batch,
-            wm,
-            wn,
+            walk: Walk::Chunk {
+                copies,
+                runs,
+                z,
+                batch,
+            },
+            warp: &warp,
         };
         let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, tiles, &mut nest);
         nest.extend(main);
-        nest.extend(self.store(batch, m0, n0, wm, wn, lane));
+        nest.extend(self.store(batch, m0, n0, &warp));
         nest
+    }
+
+    /// Stream-K: block `b` of `B` runs the ring over its run `[b·I/B, (b+1)·I/B)` of
+    /// the `I` iterations (`crate::stream_k`), one loop whose iterations past a short
+    /// run do nothing; segments end inside it (`Tiles::consume`) and after it.
+    fn stream_body(&mut self) -> Vec<Stmt> {
+        let stream = self.t.stream(self.view, self.c.dtype);
+        let (total, blocks) = (stream.iterations() as i64, stream.blocks as i64);
+        let (shortest, longest) = (total / blocks, stream.longest() as i64);
+        let mut body = vec![Stmt::ZeroAcc];
+        let s = &self.scope;
+        let start = s.div(s.mul(Expr::BlockIdx, total), blocks);
+        let end = s.div(s.mul(s.add(Expr::BlockIdx, Expr::Const(1)), total), blocks);
+        let start = bind(&mut self.scope, &mut body, "run_start", start);
+        let end = bind(&mut self.scope, &mut body, "run_end", end);
+        let len = self.scope.var("run_len", shortest, longest);
+        let value = self
+            .scope
+            .add(end.clone(), self.scope.mul(start.clone(), -1));
+        body.push(Stmt::Let { var: len, value });
+        let run = StreamRun {
+            start,
+            end,
+            len: Expr::Var(len),
+        };
+        let warp = self.warp_origin(&mut body);
+        let stages = i64::from(self.t.stages);
+        let mut ring = Tiles {
+            lowering: self,
+            walk: Walk::Stream(&run),
+            warp: &warp,
+        };
+        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, longest, &mut body);
+        body.extend(main);
+        let s = &self.scope;
+        let last = s.add(run.end.clone(), Expr::Const(-1));
+        let (tile, kt) = (s.div(last.clone(), self.ktiles), s.rem(last, self.ktiles));
+        let weight = s.min(run.len.clone(), s.add(kt, Expr::Const(1)));
+        body.extend(self.segment(tile, weight, &warp));
+        body
+    }
+
+    /// The results of a stream-K block's segment of output tile `tile`, `weight` of its
+    /// K tiles: a whole tile's epilogue; else its sums added into the tile's in the
+    /// workspace, and the arrival that completes the tile's K tiles takes them and runs
+    /// the epilogue.
+    fn segment(&mut self, tile: Expr, weight: Expr, warp: &(Expr, Expr, Expr)) -> Vec<Stmt> {
+        let mut out = Vec::new();
+        let tile = bind(&mut self.scope, &mut out, "tile", tile);
+        let weight = bind(&mut self.scope, &mut out, "segment", weight);
+        let (batch, m0, n0) = self.tile_origin(&mut out, tile.clone());
+        let origin = self.lane_origin(&mut out, &m0, &n0, warp);
+        let ktiles = self.ktiles;
+        let whole = self.scope.bound(&weight, ktiles, i64::MAX);
+        let epilogue = self.epilogue(&origin, &batch);
+        guarded(&mut out, whole, epilogue, false);
+        let mut part = self.partial(&origin, tile.clone(), (false, true));
+        let take = FixupReads::Take(self.partial(&origin, tile.clone(), (true, true)));
+        let epilogue = self.epilogue(&origin, &batch);
+        part.push(self.fixup(tile, take, (ktiles, weight.clone()), epilogue));
+        let partial = self.scope.bound(&weight, i64::MIN, ktiles);
+        guarded(&mut out, partial, part, false);
+        out
+    }
+
+    /// The batch coordinates and first row and column of output tile `tile` (batch, M
+    /// tiles, N tiles; N fastest), bound in `out`.
+    fn tile_origin(&mut self, out: &mut Vec<Stmt>, tile: Expr) -> (Vec<Expr>, Expr, Expr) {
+        let (t, view) = (self.t, self.tiled);
+        let mtiles = ceil_div(view.m as i64, i64::from(t.block_m));
+        let ntiles = ceil_div(view.n as i64, i64::from(t.block_n));
+        let names: Vec<String> = ["b_batch", "b_m", "b_n"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let block = decompose(
+            &mut self.scope,
+            out,
+            tile,
+            &[view.batch as i64, mtiles, ntiles],
+            &names,
+        );
+        let [batch, bm, bn] = [0, 1, 2].map(|i| block[i].clone());
+        let (batch_ext, batch_names) = self.extents(&view.batch_axes);
+        let batch = decompose(&mut self.scope, out, batch, &batch_ext, &batch_names);
+        let m0 = self.scope.mul(bm, i64::from(t.block_m));
+        let n0 = self.scope.mul(bn, i64::from(t.block_n));
+        let m0 = bind(&mut self.scope, out, "m0", m0);
+        let n0 = bind(&mut self.scope, out, "n0", n0);
+        (batch, m0, n0)
     }
 
     /// A persistent row-span grid: block `b` keeps N tile `b % N tiles`, whose weights
@@ -406,13 +571,41 @@ impl<'a> MmaLowering<'a> {
         let (tile, exists) = self.tile(z, local.clone());
         let stage = self.scope.rem(local, i64::from(self.t.stages));
         let mut body = Vec::new();
-        if let Some(span) = self.span {
-            self.fill_runs(&mut body, &span, runs, &tile, &stage);
-            guarded(out, exists, body, true);
-            return;
+        match self.span {
+            Some(span) => self.fill_runs(&mut body, &span, runs, &tile, &stage),
+            None => self.fill_copies(&mut body, copies, batch, tile, &stage),
         }
+        guarded(out, exists, body, true);
+    }
+
+    /// Issues the copies of stream-K iteration `local` of `run` into its stage: its
+    /// output tile's copies, computed here, at its K tile.
+    fn stream_fill(&mut self, out: &mut Vec<Stmt>, run: &StreamRun, local: Expr) {
+        let exists = run.has(&self.scope, &local);
+        let s = &self.scope;
+        let stage = s.rem(local.clone(), i64::from(self.t.stages));
+        let at = s.add(run.start.clone(), local);
+        let (tile, kt) = (s.div(at.clone(), self.ktiles), s.rem(at, self.ktiles));
+        let mut body = Vec::new();
+        let tile = bind(&mut self.scope, &mut body, "fill_tile", tile);
+        let (batch, m0, n0) = self.tile_origin(&mut body, tile);
+        let copies = [0, 1].map(|i| self.copies(&mut body, i, &m0, &n0));
+        self.fill_copies(&mut body, &copies, &batch, kt, &stage);
+        guarded(out, exists, body, true);
+    }
+
+    /// The copies of K tile `tile` (of the output tile whose batch coordinates are
+    /// `batch` and whose copies are `copies`) into stage `stage`.
+    fn fill_copies(
+        &mut self,
+        body: &mut Vec<Stmt>,
+        copies: &[Vec<Copy>; 2],
+        batch: &[Expr],
+        tile: Expr,
+        stage: &Expr,
+    ) {
         let k0 = self.scope.mul(tile, self.block_k);
-        let k0 = bind(&mut self.scope, &mut body, "k0", k0);
+        let k0 = bind(&mut self.scope, body, "k0", k0);
         for (input, rounds) in copies.iter().enumerate() {
             let access = &self.c.inputs[input];
             let tensor = access.tensor;
@@ -504,10 +697,9 @@ impl<'a> MmaLowering<'a> {
                         vector: true,
                     },
                 });
-                guarded(&mut body, copy.exists.clone(), copy_body, false);
+                guarded(body, copy.exists.clone(), copy_body, false);
             }
         }
-        guarded(out, exists, body, true);
     }
 
     /// Every 16-byte copy of a stage's runs for this thread, hoisted: copy `v` is
@@ -697,18 +889,17 @@ impl<'a> MmaLowering<'a> {
         ));
     }
 
-    /// The products of local K tile `local` from stage `stage`.
+    /// The products of local K tile `local` from stage `stage`, where `exists`.
     fn compute(
         &mut self,
         out: &mut Vec<Stmt>,
-        z: &Expr,
+        exists: Option<Cond>,
         local: Expr,
         stage: Expr,
         wm: &Expr,
         wn: &Expr,
     ) {
         let t = self.t;
-        let (_, exists) = self.tile(z, local.clone());
         let mut body = Vec::new();
         // Row spans: A's stage holds runs, and B is the held weights' filter row.
         let a_layout = match &self.span {
@@ -770,58 +961,19 @@ impl<'a> MmaLowering<'a> {
     /// the fused epilogue; split, the block's partial sums into the workspace (its own
     /// slots, or added into its tile's), then `split_fixup` (a tile's chunks are
     /// `tiles` blocks apart).
-    #[allow(clippy::too_many_arguments)]
     fn store(
         &mut self,
         batch: &[Expr],
         m0: &Expr,
         n0: &Expr,
-        wm: &Expr,
-        wn: &Expr,
-        lane: &Expr,
+        warp: &(Expr, Expr, Expr),
     ) -> Vec<Stmt> {
-        let (t, view, c) = (self.t, self.view, self.c);
         let mut head = Vec::new();
-        // The accumulator fragment's lane parts of each coordinate.
-        let layout = self.atom.c;
-        let g = part(&self.scope, layout.row, Index::Lane, lane);
-        let row0 = self.scope.sum([m0.clone(), wm.clone(), g]);
-        let row0 = bind(&mut self.scope, &mut head, "lane_row", row0);
-        let q2 = part(&self.scope, layout.column, Index::Lane, lane);
-        let col0 = self.scope.sum([n0.clone(), wn.clone(), q2]);
-        let col0 = bind(&mut self.scope, &mut head, "lane_col", col0);
-        let origin = (row0, col0);
-        // Padded pixels need mapping only where output rows are not whole groups.
-        let span = self
-            .span
-            .map(|s| s.span)
-            .filter(|s| s.row_pixels != s.out_width);
-        let epilogue = |l: &mut Self| {
-            l.values(&origin, |scope, (row, col, acc)| match span {
-                None => gemm_store(scope, c, view, batch, (row, col, acc, 1), (None, None)),
-                Some(span) => {
-                    // A padded row: its pixel, stored where the output row has it.
-                    let pixel = scope.rem(row.clone(), span.row_pixels);
-                    let rows = scope.div(row, span.row_pixels);
-                    let real = scope.add(scope.mul(rows, span.out_width), pixel.clone());
-                    let store =
-                        gemm_store(scope, c, view, batch, (real, col, acc, 1), (None, None));
-                    let mut out = Vec::new();
-                    guarded(
-                        &mut out,
-                        scope.bound(&pixel, 0, span.out_width),
-                        store,
-                        false,
-                    );
-                    out
-                }
-            })
-        };
+        let origin = self.lane_origin(&mut head, m0, n0, warp);
         if self.split == 1 {
-            head.extend(epilogue(self));
+            head.extend(self.epilogue(&origin, batch));
             return head;
         }
-        let sums = (i64::from(t.accumulators()), i64::from(t.threads()));
         let tiles = self.scope.grid / self.split;
         let atomic = self.atomic;
         let tile_of = |l: &mut Self, head: &mut Vec<Stmt>| {
@@ -831,22 +983,14 @@ impl<'a> MmaLowering<'a> {
         // A block stores to its own slots (its index), or adds into its tile's.
         let atomic_tile = atomic.then(|| tile_of(self, &mut head));
         let own = atomic_tile.clone().unwrap_or(Expr::BlockIdx);
-        let tiled = self.tiled;
-        let partial = |l: &mut Self, unit: Expr, read: bool| {
-            l.values(&origin, |scope, (row, col, acc)| {
-                let at = partial_index(scope, unit, acc.clone(), sums);
-                let valid = gemm_valid(scope, tiled, &row, &col);
-                vec![partial_sum(read, atomic, (acc, at, valid))]
-            })
-        };
-        let stores = partial(self, own, false);
+        let stores = self.partial(&origin, own, (false, atomic));
         head.extend(stores);
         let tile = match atomic_tile {
             Some(tile) => tile,
             None => tile_of(self, &mut head),
         };
         let reads = if atomic {
-            FixupReads::Take(partial(self, tile.clone(), true))
+            FixupReads::Take(self.partial(&origin, tile.clone(), (true, true)))
         } else {
             let chunk = self.scope.var("chunk", 0, self.split - 1);
             let unit = self
@@ -854,20 +998,99 @@ impl<'a> MmaLowering<'a> {
                 .add(self.scope.mul(Expr::Var(chunk), tiles), tile.clone());
             FixupReads::Chunks {
                 chunk,
-                adds: partial(self, unit, true),
+                adds: self.partial(&origin, unit, (true, false)),
             }
         };
-        let epilogue = epilogue(self);
+        let epilogue = self.epilogue(&origin, batch);
+        head.push(self.fixup(tile, reads, (self.split, Expr::Const(1)), epilogue));
+        head
+    }
+
+    /// This thread's first output row and column in the tile at (`m0`, `n0`): the
+    /// warp's origin and the lane's part of the accumulator fragment, bound in `out`.
+    fn lane_origin(
+        &mut self,
+        out: &mut Vec<Stmt>,
+        m0: &Expr,
+        n0: &Expr,
+        (wm, wn, lane): &(Expr, Expr, Expr),
+    ) -> (Expr, Expr) {
+        let layout = self.atom.c;
+        let g = part(&self.scope, layout.row, Index::Lane, lane);
+        let row0 = self.scope.sum([m0.clone(), wm.clone(), g]);
+        let row0 = bind(&mut self.scope, out, "lane_row", row0);
+        let q2 = part(&self.scope, layout.column, Index::Lane, lane);
+        let col0 = self.scope.sum([n0.clone(), wn.clone(), q2]);
+        let col0 = bind(&mut self.scope, out, "lane_col", col0);
+        (row0, col0)
+    }
+
+    /// The fused epilogue of this thread's accumulators from its first row and column
+    /// `origin`; under row spans, padded pixels map to their output rows (where output
+    /// rows are not whole groups), and the padding pixels are not stored.
+    fn epilogue(&mut self, origin: &(Expr, Expr), batch: &[Expr]) -> Vec<Stmt> {
+        let (c, view) = (self.c, self.view);
+        let span = self
+            .span
+            .map(|s| s.span)
+            .filter(|s| s.row_pixels != s.out_width);
+        self.values(origin, |scope, (row, col, acc)| match span {
+            None => gemm_store(scope, c, view, batch, (row, col, acc, 1), (None, None)),
+            Some(span) => {
+                // A padded row: its pixel, stored where the output row has it.
+                let pixel = scope.rem(row.clone(), span.row_pixels);
+                let rows = scope.div(row, span.row_pixels);
+                let real = scope.add(scope.mul(rows, span.out_width), pixel.clone());
+                let store = gemm_store(scope, c, view, batch, (real, col, acc, 1), (None, None));
+                let mut out = Vec::new();
+                guarded(
+                    &mut out,
+                    scope.bound(&pixel, 0, span.out_width),
+                    store,
+                    false,
+                );
+                out
+            }
+        })
+    }
+
+    /// Every accumulator's partial-sum statement in `unit`'s slots of the workspace
+    /// (`partial_sum`): with `read` the fixup's read, else the store (an addition with
+    /// `atomic`).
+    fn partial(
+        &mut self,
+        origin: &(Expr, Expr),
+        unit: Expr,
+        (read, atomic): (bool, bool),
+    ) -> Vec<Stmt> {
+        let sums = (
+            i64::from(self.t.accumulators()),
+            i64::from(self.t.threads()),
+        );
+        let tiled = self.tiled;
+        self.values(origin, |scope, (row, col, acc)| {
+            let at = partial_index(scope, unit, acc.clone(), sums);
+            let valid = gemm_valid(scope, tiled, &row, &col);
+            vec![partial_sum(read, atomic, (acc, at, valid))]
+        })
+    }
+
+    /// The fixup of output tile `tile` (`split_fixup`): each warp arrives on its own
+    /// semaphore with `weight`, and the arrival that brings it to `arrivals` reads the
+    /// sums (`reads`) and runs `epilogue`.
+    fn fixup(
+        &mut self,
+        tile: Expr,
+        reads: FixupReads,
+        (arrivals, weight): (i64, Expr),
+        epilogue: Vec<Stmt>,
+    ) -> Stmt {
+        let t = self.t;
         let s = &self.scope;
         let warp = s.div(Expr::ThreadIdx, 32);
         let counter = s.add(s.mul(tile, i64::from(t.warps_m * t.warps_n)), warp);
-        head.push(split_fixup(
-            (self.split, sums.0),
-            (counter, Expr::Const(1)),
-            reads,
-            epilogue,
-        ));
-        head
+        let accumulators = i64::from(t.accumulators());
+        split_fixup((arrivals, accumulators), (counter, weight), reads, epilogue)
     }
 
     /// Loops over this thread's accumulators (every MMA tile of its warp, each

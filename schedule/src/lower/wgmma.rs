@@ -872,7 +872,7 @@ impl WgmmaLowering<'_> {
     /// Stream-K: binds this block's run of iterations in `out`.
     fn stream_run(&mut self, out: &mut Vec<Stmt>) -> StreamRun {
         let blocks = i64::from(self.t.stream_k);
-        let total = self.t.stream_iterations(&self.gemm.view) as i64;
+        let total = self.t.stream(&self.gemm.view).iterations() as i64;
         let s = &self.scope;
         let start = s.div(s.mul(Expr::BlockIdx, total), blocks);
         let end = s.div(s.mul(s.add(Expr::BlockIdx, Expr::Const(1)), total), blocks);
