@@ -379,7 +379,8 @@ fn snapshot_conv2d_deep_layer_split_k() {
 }
 
 /// Only the CUDA-core sketch's split adds into a zeroed output; the tensor-core
-/// sketches' splits go through a workspace that every launch leaves zeroed.
+/// sketches' splits (and stream-K) go through a workspace that every launch leaves
+/// zeroed.
 #[test]
 fn only_cuda_core_splits_need_a_zeroed_output() {
     let gpu = GpuSpec::h100();
@@ -397,9 +398,15 @@ fn only_cuda_core_splits_need_a_zeroed_output() {
         for state in states {
             let k = generate(&t, &state, &gpu).unwrap();
             let split = state.split_k > 1;
+            // Stream-K's segments meet in a workspace too, unsplit.
+            let streamed = state.mma.is_some_and(|m| m.stream_k > 0)
+                || state.wgmma.is_some_and(|w| w.stream_k > 0);
             assert_eq!(state.mma.is_none() && state.wgmma.is_none(), cuda_core);
             assert_eq!(k.launch.zero_output, split && cuda_core);
-            assert_eq!(k.launch.workspace_bytes > 0, split && !cuda_core);
+            assert_eq!(
+                k.launch.workspace_bytes > 0,
+                (split || streamed) && !cuda_core
+            );
             assert_eq!(u64::from(k.launch.grid), state.blocks(&t.contraction()));
             assert_eq!(k.source.contains("atomicAdd(&out"), split && cuda_core);
         }

@@ -189,7 +189,8 @@ pub enum MmaCoordinate {
     /// The split's partial sums: 0 ordered, 1 atomic (`SplitSums`).
     SplitSums,
     /// Row-span staging, 0 or 1: turning it on also sets its copy widths ([8, 1]) and
-    /// the least k-steps that hold a filter row; off, copies of one element.
+    /// the least k-steps that hold a filter row; off, copies of one element. Either
+    /// way a persistent grid and stream-K are dropped.
     RowSpan,
     /// Persistent blocks: off to one per SM of an H100 (132), on to off, or doubled
     /// or halved.
@@ -309,7 +310,9 @@ impl MmaCoordinate {
                 MmaCoordinate::StreamK => t.stream_k = value,
                 MmaCoordinate::RowSpan => {
                     t.row_span = value != 0;
+                    // Persistent grids need row spans, and stream-K excludes them.
                     t.persistent = 0;
+                    t.stream_k = 0;
                     t.vector = [1, 1];
                     if let Some(span) = RowSpan::of(c).ok().filter(|_| t.row_span) {
                         t.vector = [COPY_ELEMENTS as u32, 1];

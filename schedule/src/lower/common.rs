@@ -1,9 +1,10 @@
 //! What the sketches' lowerings build their nests with: named bindings, index
 //! decomposition, affine index terms, the bias offset, loop wrapping, and the
-//! tensor-core sketches' split-K fixup.
+//! tensor-core sketches' split-K fixup and stream-K runs.
 
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, Param, Role, Scope, Stmt, Var};
+use crate::stream_k::StreamK;
 use crate::task::{Access, AffineIndex, AxisRef, Contraction};
 
 /// Binds `value` to a named `const int` unless it is already trivial.
@@ -307,5 +308,91 @@ pub(super) fn split_fixup(
         arrivals: split as u32,
         weight,
         body: fixup,
+    }
+}
+
+/// A stream-K block's run of the tile-major iterations (every tile's K tiles,
+/// `crate::stream_k`): block `b` of `B` takes `[b·I/B, (b+1)·I/B)` of the `I`, so runs
+/// differ by one at most. Its first iteration, the one past its last, their count, and
+/// the longest run's (a loop's trip count).
+pub(super) struct StreamRun {
+    pub start: Expr,
+    pub end: Expr,
+    pub len: Expr,
+    pub longest: i64,
+    /// K tiles per output tile.
+    ktiles: i64,
+}
+
+impl StreamRun {
+    /// This block's run of `stream`, bound in `out`.
+    pub fn bind(scope: &mut Scope, out: &mut Vec<Stmt>, stream: &StreamK) -> StreamRun {
+        let (total, blocks) = (stream.iterations() as i64, stream.blocks as i64);
+        let start = scope.div(scope.mul(Expr::BlockIdx, total), blocks);
+        let end = scope.div(
+            scope.mul(scope.add(Expr::BlockIdx, Expr::Const(1)), total),
+            blocks,
+        );
+        let start = bind(scope, out, "run_start", start);
+        let end = bind(scope, out, "run_end", end);
+        let longest = stream.longest() as i64;
+        let len = scope.var("run_len", total / blocks, longest);
+        let value = scope.add(end.clone(), scope.mul(start.clone(), -1));
+        out.push(Stmt::Let { var: len, value });
+        StreamRun {
+            start,
+            end,
+            len: Expr::Var(len),
+            longest,
+            ktiles: stream.ktiles as i64,
+        }
+    }
+
+    /// Iteration `g` is in the run.
+    pub fn has(&self, scope: &Scope, g: &Expr) -> Option<Cond> {
+        let left = scope.add(self.len.clone(), scope.mul(g.clone(), -1));
+        scope.bound(&left, 1, i64::MAX)
+    }
+
+    /// The output tile and the K tile (of the tile's reduction) of iteration `g`.
+    pub fn work(&self, scope: &Scope, g: &Expr) -> (Expr, Expr) {
+        let at = scope.add(self.start.clone(), g.clone());
+        (
+            scope.div(at.clone(), self.ktiles),
+            scope.rem(at, self.ktiles),
+        )
+    }
+
+    /// Where iteration `g` ends the block's segment of its tile before the run's end
+    /// (the tile's last K tile, with more of the run after it), and the segment's K
+    /// tiles: it began at the run's start or at the tile's first K tile.
+    pub fn segment_end(&self, scope: &Scope, g: &Expr) -> (Vec<Cond>, Expr) {
+        let (_, kt) = self.work(scope, g);
+        let later = scope.add(self.len.clone(), scope.mul(g.clone(), -1));
+        let ends = [
+            scope.bound(&kt, self.ktiles - 1, i64::MAX),
+            scope.bound(&later, 2, i64::MAX),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let weight = scope.min(
+            scope.add(g.clone(), Expr::Const(1)),
+            Expr::Const(self.ktiles),
+        );
+        (ends, weight)
+    }
+
+    /// The run's last segment: its output tile and K tiles.
+    pub fn last_segment(&self, scope: &Scope) -> (Expr, Expr) {
+        let last = scope.add(self.end.clone(), Expr::Const(-1));
+        let (tile, kt) = (
+            scope.div(last.clone(), self.ktiles),
+            scope.rem(last, self.ktiles),
+        );
+        (
+            tile,
+            scope.min(self.len.clone(), scope.add(kt, Expr::Const(1))),
+        )
     }
 }

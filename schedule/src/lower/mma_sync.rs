@@ -43,8 +43,8 @@
 //! are read once before the ring into as many B tiles, which the K tiles then index.
 
 use super::common::{
-    FixupReads, affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded,
-    partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
+    FixupReads, StreamRun, affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid,
+    guarded, partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::span::GROUP_ROWS;
@@ -157,22 +157,6 @@ enum Walk<'l> {
     Stream(&'l StreamRun),
 }
 
-/// A stream-K block's run of iterations: its first, the one past its last, and their
-/// count.
-struct StreamRun {
-    start: Expr,
-    end: Expr,
-    len: Expr,
-}
-
-impl StreamRun {
-    /// Iteration `g` is in the run.
-    fn has(&self, scope: &Scope, g: &Expr) -> Option<Cond> {
-        let left = scope.add(self.len.clone(), scope.mul(g.clone(), -1));
-        scope.bound(&left, 1, i64::MAX)
-    }
-}
-
 impl Stages for Tiles<'_, '_> {
     fn scope(&mut self) -> &mut Scope {
         &mut self.lowering.scope
@@ -200,20 +184,8 @@ impl Stages for Tiles<'_, '_> {
                 let exists = run.has(&l.scope, &local);
                 l.compute(out, exists, local.clone(), stage, wm, wn);
                 // A tile's last K tile that is not the run's last ends the segment.
-                let ktiles = l.ktiles;
-                let s = &l.scope;
-                let at = s.add(run.start.clone(), local.clone());
-                let (tile, kt) = (s.div(at.clone(), ktiles), s.rem(at, ktiles));
-                let later = s.add(run.len.clone(), s.mul(local.clone(), -1));
-                let ends: Vec<Cond> = [
-                    s.bound(&kt, ktiles - 1, i64::MAX),
-                    s.bound(&later, 2, i64::MAX),
-                ]
-                .into_iter()
-                .flatten()
-                .collect();
-                // The segment began at the run's start or at the tile's first K tile.
-                let weight = s.min(s.add(local, Expr::Const(1)), Expr::Const(ktiles));
+                let (tile, _) = run.work(&l.scope, &local);
+                let (ends, weight) = run.segment_end(&l.scope, &local);
                 let mut body = l.segment(tile, weight, self.warp);
                 body.push(Stmt::ZeroAcc);
                 out.push(Stmt::If { conds: ends, body });
@@ -359,24 +331,8 @@ impl<'a> MmaLowering<'a> {
     /// run do nothing; segments end inside it (`Tiles::consume`) and after it.
     fn stream_body(&mut self) -> Vec<Stmt> {
         let stream = self.t.stream(self.view, self.c.dtype);
-        let (total, blocks) = (stream.iterations() as i64, stream.blocks as i64);
-        let (shortest, longest) = (total / blocks, stream.longest() as i64);
         let mut body = vec![Stmt::ZeroAcc];
-        let s = &self.scope;
-        let start = s.div(s.mul(Expr::BlockIdx, total), blocks);
-        let end = s.div(s.mul(s.add(Expr::BlockIdx, Expr::Const(1)), total), blocks);
-        let start = bind(&mut self.scope, &mut body, "run_start", start);
-        let end = bind(&mut self.scope, &mut body, "run_end", end);
-        let len = self.scope.var("run_len", shortest, longest);
-        let value = self
-            .scope
-            .add(end.clone(), self.scope.mul(start.clone(), -1));
-        body.push(Stmt::Let { var: len, value });
-        let run = StreamRun {
-            start,
-            end,
-            len: Expr::Var(len),
-        };
+        let run = StreamRun::bind(&mut self.scope, &mut body, &stream);
         let warp = self.warp_origin(&mut body);
         let stages = i64::from(self.t.stages);
         let mut ring = Tiles {
@@ -384,12 +340,9 @@ impl<'a> MmaLowering<'a> {
             walk: Walk::Stream(&run),
             warp: &warp,
         };
-        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, longest, &mut body);
+        let main = pipeline::ring(&mut ring, &CpAsyncGroups, stages, run.longest, &mut body);
         body.extend(main);
-        let s = &self.scope;
-        let last = s.add(run.end.clone(), Expr::Const(-1));
-        let (tile, kt) = (s.div(last.clone(), self.ktiles), s.rem(last, self.ktiles));
-        let weight = s.min(run.len.clone(), s.add(kt, Expr::Const(1)));
+        let (tile, weight) = run.last_segment(&self.scope);
         body.extend(self.segment(tile, weight, &warp));
         body
     }
@@ -584,8 +537,7 @@ impl<'a> MmaLowering<'a> {
         let exists = run.has(&self.scope, &local);
         let s = &self.scope;
         let stage = s.rem(local.clone(), i64::from(self.t.stages));
-        let at = s.add(run.start.clone(), local);
-        let (tile, kt) = (s.div(at.clone(), self.ktiles), s.rem(at, self.ktiles));
+        let (tile, kt) = run.work(s, &local);
         let mut body = Vec::new();
         let tile = bind(&mut self.scope, &mut body, "fill_tile", tile);
         let (batch, m0, n0) = self.tile_origin(&mut body, tile);

@@ -65,8 +65,8 @@
 //! takes the sums and runs the epilogue. The run's last segment is stored after the loop.
 
 use super::common::{
-    FixupReads, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded, partial_index,
-    partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
+    FixupReads, StreamRun, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded,
+    partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
 };
 use crate::atom::Index;
 use crate::atom::fragment;
@@ -196,16 +196,6 @@ struct WgmmaLowering<'a> {
     stream: Option<StreamRun>,
 }
 
-/// A stream-K block's run of the tile-major iterations (every tile's K tiles): block `b`
-/// of `B` takes `[b·I/B, (b+1)·I/B)` of the `I`, so runs differ by one at most.
-struct StreamRun {
-    start: Expr,
-    end: Expr,
-    len: Expr,
-    /// The longest run: the loop's trip count.
-    longest: i64,
-}
-
 impl WgmmaLowering<'_> {
     fn stages(&self) -> i64 {
         i64::from(self.t.stages)
@@ -290,9 +280,7 @@ impl WgmmaLowering<'_> {
     /// not; a stream-K block's run ends), None when every one has.
     fn has_unit(&self, g: &Expr) -> Option<Cond> {
         if let Some(run) = &self.stream {
-            let s = &self.scope;
-            let left = s.add(run.len.clone(), s.mul(g.clone(), -1));
-            return s.bound(&left, 1, i64::MAX);
+            return run.has(&self.scope, g);
         }
         self.scope.bound(&self.unit_of(g), 0, self.units())
     }
@@ -301,8 +289,7 @@ impl WgmmaLowering<'_> {
     fn work(&self, g: &Expr) -> (Expr, Expr) {
         let s = &self.scope;
         if let Some(run) = &self.stream {
-            let at = s.add(run.start.clone(), g.clone());
-            return (s.div(at.clone(), self.chunk), s.rem(at, self.chunk));
+            return run.work(s, g);
         }
         let (tile, chunk) = self.tile_and_chunk(self.unit_of(g));
         let chunk = s.mul(chunk, self.chunk);
@@ -384,7 +371,8 @@ impl WgmmaLowering<'_> {
         };
         self.warpgroup = wg;
         if t.stream_k > 0 {
-            self.stream = Some(self.stream_run(&mut body));
+            let stream = self.t.stream(&self.gemm.view);
+            self.stream = Some(StreamRun::bind(&mut self.scope, &mut body, &stream));
         }
 
         let mut init = Vec::new();
@@ -869,54 +857,20 @@ impl WgmmaLowering<'_> {
         split_fixup((arrivals, accumulators), (counter, weight), reads, epilogue)
     }
 
-    /// Stream-K: binds this block's run of iterations in `out`.
-    fn stream_run(&mut self, out: &mut Vec<Stmt>) -> StreamRun {
-        let blocks = i64::from(self.t.stream_k);
-        let total = self.t.stream(&self.gemm.view).iterations() as i64;
-        let s = &self.scope;
-        let start = s.div(s.mul(Expr::BlockIdx, total), blocks);
-        let end = s.div(s.mul(s.add(Expr::BlockIdx, Expr::Const(1)), total), blocks);
-        let start = bind(&mut self.scope, out, "run_start", start);
-        let end = bind(&mut self.scope, out, "run_end", end);
-        let (shortest, longest) = (total / blocks, (total + blocks - 1) / blocks);
-        let len = self.scope.var("run_len", shortest, longest);
-        let value = self
-            .scope
-            .add(end.clone(), self.scope.mul(start.clone(), -1));
-        out.push(Stmt::Let { var: len, value });
-        StreamRun {
-            start,
-            end,
-            len: Expr::Var(len),
-            longest,
-        }
-    }
-
     /// Stream-K's loop over the block's run, with what `roles` do in each iteration. A
     /// tile's last K tile ends the block's segment of that tile, whose results the
     /// consumers then store (and start the next from zeros); the run's last segment's
     /// are stored after the loop.
     fn stream_loop(&mut self, roles: Roles) -> Vec<Stmt> {
-        let run = self.stream.as_ref().expect("a stream-K lowering");
-        let (longest, len, end) = (run.longest, run.len.clone(), run.end.clone());
-        let ktiles = self.chunk;
+        let longest = self.stream.as_ref().expect("a stream-K lowering").longest;
         let gv = self.scope.var("g", 0, longest - 1);
         let g = Expr::Var(gv);
         let mut iteration = Vec::new();
         self.iteration(&mut iteration, roles, (&g, longest));
         if roles.consumers() {
-            let (tile, kt) = self.work(&g);
-            let s = &self.scope;
-            let later = s.add(len.clone(), s.mul(g.clone(), -1));
-            let ends: Vec<Cond> = [
-                s.bound(&kt, ktiles - 1, i64::MAX),
-                s.bound(&later, 2, i64::MAX),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            // The segment began at the run's start or at the tile's first K tile.
-            let weight = s.min(s.add(g.clone(), Expr::Const(1)), Expr::Const(ktiles));
+            let (tile, _) = self.work(&g);
+            let run = self.stream.as_ref().expect("a stream-K lowering");
+            let (ends, weight) = run.segment_end(&self.scope, &g);
             let results = vec![
                 Stmt::WgmmaWait { pending: 0 },
                 Stmt::Block {
@@ -932,10 +886,8 @@ impl WgmmaLowering<'_> {
         guarded(&mut out, self.has_unit(&g), iteration, false);
         let mut out = wrap_loops(&[Some(gv)], &[longest], |_| false, out);
         if roles.consumers() {
-            let s = &self.scope;
-            let last = s.add(end, Expr::Const(-1));
-            let (tile, kt) = (s.div(last.clone(), ktiles), s.rem(last, ktiles));
-            let weight = s.min(len, s.add(kt, Expr::Const(1)));
+            let run = self.stream.as_ref().expect("a stream-K lowering");
+            let (tile, weight) = run.last_segment(&self.scope);
             let results = vec![
                 Stmt::WgmmaWait { pending: 0 },
                 Stmt::Block {
