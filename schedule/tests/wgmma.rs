@@ -678,17 +678,8 @@ fn broken_stream_k_fixups_are_caught() {
     let mma = |stream_k| {
         State::tensor_core(
             MmaTiling {
-                block_m: 32,
-                block_n: 16,
-                warps_m: 2,
-                warps_n: 1,
-                k_steps: 1,
-                stages: 2,
-                vector: [8, 8],
-                swizzle: true,
-                row_span: false,
-                persistent: 0,
                 stream_k,
+                ..fixup_mma()
             },
             1,
         )
@@ -725,7 +716,26 @@ fn broken_stream_k_fixups_are_caught() {
 #[test]
 fn broken_split_k_fixups_are_caught() {
     let t = task("matmul", "64,48,160", DType::Fp16, Epilogue::default());
-    let mma = MmaTiling {
+    for state in [
+        split_state(tiling(1, 1, 48, 32, 2), 4),
+        State::tensor_core(fixup_mma(), 4),
+    ] {
+        for split_sums in [SplitSums::Ordered, SplitSums::Atomic] {
+            broken_split_k_fixup_is_caught(
+                &t,
+                &State {
+                    split_sums,
+                    ..state.clone()
+                },
+            );
+        }
+    }
+}
+
+/// The `mma.sync` tiling whose split and stream-K fixups the mutation tests break: 32×16
+/// tiles of two warps.
+fn fixup_mma() -> MmaTiling {
+    MmaTiling {
         block_m: 32,
         block_n: 16,
         warps_m: 2,
@@ -737,20 +747,6 @@ fn broken_split_k_fixups_are_caught() {
         row_span: false,
         persistent: 0,
         stream_k: 0,
-    };
-    for state in [
-        split_state(tiling(1, 1, 48, 32, 2), 4),
-        State::tensor_core(mma, 4),
-    ] {
-        for split_sums in [SplitSums::Ordered, SplitSums::Atomic] {
-            broken_split_k_fixup_is_caught(
-                &t,
-                &State {
-                    split_sums,
-                    ..state.clone()
-                },
-            );
-        }
     }
 }
 
