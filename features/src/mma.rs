@@ -649,10 +649,11 @@ pub(crate) fn fill(
     // A persistent block works through several tiles in turn; a stream-K block
     // through its run of K tiles (the longest), as one unit.
     let stream = (t.stream_k > 0).then(|| t.stream(view, dtype));
-    let (grid_blocks, tiles_per_block) = match (i64::from(t.persistent), &stream) {
-        (0, None) => (grid.tiles * split_k, 1),
-        (0, Some(s)) => (s.blocks as i64, 1),
-        (blocks, _) => (blocks, ceil_div(grid.tiles, blocks)),
+    let tiled = MmaTiling::tiled_view(view, span.as_ref());
+    let grid_blocks = t.grid_blocks(&tiled, state.split_k) as i64;
+    let tiles_per_block = match t.persistent {
+        0 => 1,
+        _ => ceil_div(grid.tiles, grid_blocks),
     };
     row.mma_persistent = t.persistent as f64;
     row.mma_stream_k = t.stream_k as f64;

@@ -206,6 +206,16 @@ impl MmaTiling {
         (semaphores, crate::ir::workspace_bytes(semaphores, partials))
     }
 
+    /// Blocks of the grid over `tiled` (`tiled_view`) with the reduction split
+    /// `split_k` ways: one per output tile and chunk, or a persistent or stream-K
+    /// grid's own count.
+    pub fn grid_blocks(&self, tiled: &GemmView, split_k: u32) -> u64 {
+        match (self.persistent, self.stream_k) {
+            (0, 0) => self.tiles(tiled) * u64::from(split_k.max(1)),
+            (0, blocks) | (blocks, _) => u64::from(blocks),
+        }
+    }
+
     /// Stream-K's deal of the K tiles of `view`'s output tiles to this tiling's blocks
     /// (`crate::stream_k`).
     pub fn stream(&self, view: &GemmView, dtype: DType) -> StreamK {
@@ -303,18 +313,17 @@ pub fn validate_mma(
     if bytes / 4 > i32::MAX as u64 {
         return Err(InvalidState::SplitWorkspace { bytes });
     }
-    let mut blocks = t.tiles(&tiled) * u64::from(split_k);
     if t.persistent > 0 {
+        let tiles = t.tiles(&tiled) * u64::from(split_k);
         let n_tiles = tiled.n.div_ceil(u64::from(t.block_n));
         let p = u64::from(t.persistent);
-        if span.is_none() || split_k != 1 || !p.is_multiple_of(n_tiles) || p > blocks {
+        if span.is_none() || split_k != 1 || !p.is_multiple_of(n_tiles) || p > tiles {
             return Err(InvalidState::MmaPersistent {
                 blocks: t.persistent,
-                tiles: blocks,
+                tiles,
                 n_tiles,
             });
         }
-        blocks = p;
     }
     // Stream-K deals the K tiles itself (no split), of im2col tiles: row spans hold a
     // block's filter rows, and a persistent grid is one of its own.
@@ -329,10 +338,9 @@ pub fn validate_mma(
                 persistent: t.persistent,
             });
         }
-        blocks = u64::from(t.stream_k);
     }
     gpu.check_block(
-        blocks,
+        t.grid_blocks(&tiled, split_k),
         t.shared_bytes(c.dtype, span.as_ref()),
         t.register_estimate(),
     )?;

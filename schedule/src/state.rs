@@ -507,10 +507,11 @@ impl State {
     }
 
     /// Whether the reduction may be split at all: over at least two stages, not in a
-    /// persistent or stream-K `mma.sync` grid, and in the CUDA-core sketch, which adds partial sums
-    /// atomically into the output, only into an f32 output (the type with the atomic
-    /// add) without a ReLU (which does not distribute over partial sums). The
-    /// tensor-core sketches' last block of a tile runs the epilogue on the whole sum.
+    /// persistent or stream-K `mma.sync` grid, and in the CUDA-core sketch, which adds
+    /// partial sums atomically into the output, only into an f32 output (the type with
+    /// the atomic add) without a ReLU (which does not distribute over partial sums).
+    /// The tensor-core sketches' last block of a tile runs the epilogue on the whole
+    /// sum.
     pub fn may_split(&self, c: &Contraction) -> bool {
         // A persistent `mma.sync` grid holds one tile's weights per block, and stream-K
         // deals the reduction itself: no split.
@@ -558,9 +559,11 @@ impl State {
         let split = || self.spatial_blocks(c) * u64::from(self.split_k);
         self.sketch(
             split,
-            |m| match (m.persistent, m.stream_k) {
-                (0, 0) => split(),
-                (0, blocks) | (blocks, _) => u64::from(blocks),
+            |m| {
+                GemmView::of(c).map_or(1, |v| {
+                    let span = m.span_staging(c, 1).ok().flatten();
+                    m.grid_blocks(&MmaTiling::tiled_view(&v, span.as_ref()), self.split_k)
+                })
             },
             |w| GemmView::of(c).map_or(1, |v| w.grid(&v, self.split_k).1),
         )

@@ -277,19 +277,23 @@ pub(super) enum FixupReads {
     Chunks { chunk: Var, adds: Vec<Stmt> },
 }
 
-/// The end of a split unit, after its partial sums were stored or added: each warp
-/// arrives on its tile's semaphore `counter` (one per tile and warp, as a warp's lanes
-/// read back only their own slots), adding `weight`; the warp whose arrival brings it to
+/// The end of a split unit of output tile `tile`, after its partial sums were stored
+/// or added: each warp arrives on its semaphore of the tile (one per tile and each of
+/// the block's `warps`, as a warp's lanes read back only their own slots), adding
+/// `weight`; the warp whose arrival brings it to
 /// `split` reads the tile's sums (`reads`) and runs `epilogue`. Its arrival resets the
 /// semaphore (and a take clears the atomic sums), so the workspace is zeroed once, not
 /// per launch. (A split's units arrive with weight 1; stream-K's segments with their K
 /// tiles, `split` being the tile's.)
 pub(super) fn split_fixup(
+    scope: &Scope,
     (split, accumulators): (i64, i64),
-    (counter, weight): (Expr, Expr),
+    (tile, warps, weight): (Expr, i64, Expr),
     reads: FixupReads,
     epilogue: Vec<Stmt>,
 ) -> Stmt {
+    let warp = scope.div(Expr::ThreadIdx, 32);
+    let counter = scope.add(scope.mul(tile, warps), warp);
     let mut fixup = vec![Stmt::ZeroAcc];
     match reads {
         FixupReads::Take(take) => fixup.extend(take),

@@ -225,10 +225,7 @@ impl<'a> MmaLowering<'a> {
         let block_k = t.block_k(c.dtype) as i64;
         let ktiles = t.ktiles(view, c.dtype, span.as_ref()) as i64;
         let split = i64::from(split_k);
-        let grid = match (t.persistent, t.stream_k) {
-            (0, 0) => split * t.tiles(tiled) as i64,
-            (0, blocks) | (blocks, _) => i64::from(blocks),
-        };
+        let grid = t.grid_blocks(tiled, split_k) as i64;
         MmaLowering {
             c,
             view,
@@ -1038,11 +1035,12 @@ impl<'a> MmaLowering<'a> {
         epilogue: Vec<Stmt>,
     ) -> Stmt {
         let t = self.t;
-        let s = &self.scope;
-        let warp = s.div(Expr::ThreadIdx, 32);
-        let counter = s.add(s.mul(tile, i64::from(t.warps_m * t.warps_n)), warp);
-        let accumulators = i64::from(t.accumulators());
-        split_fixup((arrivals, accumulators), (counter, weight), reads, epilogue)
+        let (warps, accumulators) = (
+            i64::from(t.warps_m * t.warps_n),
+            i64::from(t.accumulators()),
+        );
+        let tile = (tile, warps, weight);
+        split_fixup(&self.scope, (arrivals, accumulators), tile, reads, epilogue)
     }
 
     /// Loops over this thread's accumulators (every MMA tile of its warp, each

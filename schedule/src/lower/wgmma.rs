@@ -850,11 +850,10 @@ impl WgmmaLowering<'_> {
         (arrivals, weight): (i64, Expr),
     ) -> Stmt {
         let epilogue = self.epilogue(place);
-        let s = &self.scope;
-        let warp = s.div(Expr::ThreadIdx, 32);
-        let counter = s.add(s.mul(tile, i64::from(self.t.consumer_warps())), warp);
-        let accumulators = i64::from(self.t.accumulators());
-        split_fixup((arrivals, accumulators), (counter, weight), reads, epilogue)
+        let (t, warps) = (self.t, i64::from(self.t.consumer_warps()));
+        let accumulators = i64::from(t.accumulators());
+        let tile = (tile, warps, weight);
+        split_fixup(&self.scope, (arrivals, accumulators), tile, reads, epilogue)
     }
 
     /// Stream-K's loop over the block's run, with what `roles` do in each iteration. A
