@@ -1,8 +1,9 @@
 //! On a real GPU (ignored in CI): row-span states (`MmaTiling::row_span`) of few-channel
 //! convolutions — the ResNet stem at batch 1 and 8 in fp16 and bf16, C = 4 at stride 1,
 //! output rows that are not whole 16-pixel groups, split-K into a half output,
-//! persistent grids — fixed and sampled, compiled for the GPU, pass the exact check against the reference kernel
-//! before and after they are timed; each one's time is printed. Needs NVRTC and a GPU.
+//! persistent grids — fixed and sampled, compiled for the GPU, pass the exact check
+//! against the reference kernel before and after they are timed; each one's time is
+//! printed. Needs NVRTC and a GPU.
 
 mod common;
 
