@@ -417,6 +417,40 @@ class Protocol(unittest.TestCase):
         self.assertGreater(tp.spin_us(cap + 1, 150.0), tp.MAX_SPIN_US - 1)
         self.assertEqual(tp.batch_cap_for_spin(1e9), 1)
 
+    def test_eager_picks_are_named_in_order(self):
+        self.assertEqual(tp.eager_pick_names(1), ["eager"])
+        self.assertEqual(tp.eager_pick_names(3), ["eager", "eager pick 2", "eager pick 3"])
+
+    def test_the_fastest_pick_is_kept(self):
+        entries = [{"median_us": 9.0}, None, {"median_us": 7.5}, {"median_us": None},
+                   {"median_us": 7.5}]
+        self.assertEqual(tp.fastest_pick(entries), 2)
+        self.assertIsNone(tp.fastest_pick([None, {"median_us": None}]))
+        self.assertIsNone(tp.fastest_pick([]))
+
+    def test_a_worker_runs_calls_on_its_own_thread_in_order(self):
+        import threading  # noqa: PLC0415
+        worker = tp.Worker("eager pick 2")
+        try:
+            seen = []
+            for i in range(3):
+                self.assertEqual(worker.run(lambda i=i: seen.append(i) or i * i), i * i)
+            self.assertEqual(seen, [0, 1, 2])
+            here = threading.get_ident()
+            there = {worker.run(threading.get_ident) for _ in range(3)}
+            self.assertEqual(len(there), 1)
+            self.assertNotIn(here, there)
+            self.assertEqual(tp.Inline().run(threading.get_ident), here)
+
+            def boom():
+                raise RuntimeError("cuDNN said no")
+            with self.assertRaisesRegex(RuntimeError, "cuDNN said no"):
+                worker.run(boom)
+            self.assertEqual(worker.run(lambda: "still serving"), "still serving")
+        finally:
+            worker.close()
+        self.assertFalse(worker._thread.is_alive())
+
     def test_sides_alternate_their_order(self):
         sides = ["ours", "eager", "compile"]
         self.assertEqual(tp.round_order(sides, 0), sides)
@@ -476,6 +510,27 @@ class Report(unittest.TestCase):
         self.assertAlmostEqual(totals["speedup"], 1.5)
         json.dumps(r, allow_nan=False)  # the report is strict JSON
 
+    def test_first_pick_geomean_and_picks_section(self):
+        rows = [row("conv_a", 10.0, 20.0, 5.0), row("conv_b", 10.0, 5.0, None)]
+        rows[0]["eager_picks"] = [{"cold": {"median_us": 30.0}, "warm": {"median_us": 40.0}},
+                                  {"cold": {"median_us": 20.0}, "warm": None}]
+        rows[1]["eager_picks"] = [{"cold": {"median_us": 5.0}, "warm": {"median_us": 5.0}}]
+        summary = tp.summarize(rows, counts_given=False)
+        self.assertAlmostEqual(summary["geomean_vs_eager_first_pick"], 1.2247, places=4)
+        self.assertAlmostEqual(summary["geomean_vs_eager"], 1.0)  # sqrt(2 * 0.5)
+        self.assertAlmostEqual(summary["warm_geomean_vs_eager_first_pick"], 1.4142, places=4)
+        report = dict(self.report(), rows=rows, settings={"cudnn_benchmark_limit": 0,
+                                                          "eager_picks": 2}, **summary)
+        lines = tp.render_markdown(report).splitlines()
+        self.assertIn("- eager: `cudnn.benchmark` times every cuDNN configuration per "
+                      "convolution (`torch.backends.cudnn.benchmark_limit = 0`), choosing "
+                      "afresh on each of 2 threads; the fastest pick is kept", lines)
+        self.assertIn("- against eager's first pick alone (one PyTorch process's choice): "
+                      "1.22× cold, 1.41× warm", lines)
+        self.assertIn("## Eager's picks", lines)
+        self.assertIn("- `conv_a`: cold 30.00, 20.00; warm 40.00, -", lines)
+        self.assertFalse(any(l.startswith("- `conv_b`: cold") for l in lines))
+
     def test_no_comparable_rows(self):
         summary = tp.summarize([row("x", 1.0, 2.0, None, exact=False)], counts_given=False)
         self.assertIsNone(summary["geomean_vs_eager"])
@@ -501,6 +556,15 @@ class Report(unittest.TestCase):
         self.assertIn("- `conv_b` (torch.compile): BackendCompilerFailed: boom", lines)
         header = [l for l in lines if l.startswith("| task")][0]
         self.assertEqual(header.count("|") - 1, len(table[0].split(" | ")))
+        self.assertFalse(any(l.startswith("- eager:") for l in lines))
+
+    def test_markdown_says_how_many_cudnn_configurations_eager_timed(self):
+        for limit, words in ((0, "every cuDNN configuration"),
+                             (10, "at most 10 cuDNN configurations")):
+            report = dict(self.report(), settings={"cudnn_benchmark_limit": limit})
+            self.assertIn(f"- eager: `cudnn.benchmark` times {words} per convolution "
+                          f"(`torch.backends.cudnn.benchmark_limit = {limit}`)",
+                          tp.render_markdown(report).splitlines())
 
 
 class Inputs(unittest.TestCase):
@@ -788,7 +852,9 @@ class CommandLine(unittest.TestCase):
 
     def test_bad_arguments_exit_2_with_one_line(self):
         for args in ([], ["--out", self.dir], ["--export", "x.json"],
-                     ["--deploy", self.dir, "--out", self.dir, "--rounds", "0"]):
+                     ["--deploy", self.dir, "--out", self.dir, "--rounds", "0"],
+                     ["--deploy", self.dir, "--out", self.dir, "--cudnn-benchmark-limit", "-1"],
+                     ["--deploy", self.dir, "--out", self.dir, "--eager-picks", "0"]):
             line = self.assert_one_line_failure(run_script(args))
             self.assertIn("error", line)
 
