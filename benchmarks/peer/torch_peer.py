@@ -990,13 +990,7 @@ def summarize(rows, counts_given):
     summary = {}
     for protocol, prefix in (("cold", ""), ("warm", "warm_")):
         for other in ("eager", "compile"):
-            pairs = [(row["count"], row[protocol]["ours"]["median_us"],
-                      row[protocol][other]["median_us"])
-                     for row in rows
-                     if row.get("exact") and row.get(protocol)
-                     and row[protocol].get("ours") and row[protocol].get(other)
-                     and row[protocol]["ours"].get("median_us")
-                     and row[protocol][other].get("median_us")]
+            pairs = _pairs(rows, protocol, lambda row: _side(row, protocol, other))
             g = geomean([theirs / ours for _, ours, theirs in pairs])
             summary[f"{prefix}geomean_vs_{other}"] = _number(g, 4)
             summary[f"{prefix}compared_vs_{other}"] = len(pairs)
@@ -1010,14 +1004,9 @@ def summarize(rows, counts_given):
                 if pairs and ours_total > 0 else None,
             }
         # Eager's first pick alone: what a single PyTorch process would have run.
-        pairs = [(row[protocol]["ours"]["median_us"],
-                  row["eager_picks"][0][protocol]["median_us"])
-                 for row in rows
-                 if row.get("exact") and (row.get(protocol) or {}).get("ours")
-                 and row[protocol]["ours"].get("median_us") and row.get("eager_picks")
-                 and (row["eager_picks"][0].get(protocol) or {}).get("median_us")]
+        pairs = _pairs(rows, protocol, lambda row: _pick(row, 0, protocol))
         summary[f"{prefix}geomean_vs_eager_first_pick"] = _number(
-            geomean([first / ours for ours, first in pairs]), 4)
+            geomean([first / ours for _, ours, first in pairs]), 4)
     summary["compared"] = summary["compared_vs_eager"]
     summary["weighted_totals"]["counts"] = "from --counts" if counts_given else "all 1"
     return summary
@@ -1034,6 +1023,23 @@ def _fmt_x(value):
 def _side(row, protocol, side):
     timing = (row.get(protocol) or {}).get(side) or {}
     return timing.get("median_us")
+
+
+def _pick(row, index, protocol):
+    """The median of eager's pick `index` under `protocol`, if it has one."""
+    picks = row.get("eager_picks") or []
+    return ((picks[index] if index < len(picks) else {}).get(protocol) or {}).get("median_us")
+
+
+def _pairs(rows, protocol, theirs):
+    """(count, ours, theirs) medians under `protocol` of the exact rows that have both;
+    `theirs(row)` is the other side's."""
+    pairs = []
+    for row in rows:
+        ours, other = _side(row, protocol, "ours"), theirs(row)
+        if row.get("exact") and ours and other:
+            pairs.append((row["count"], ours, other))
+    return pairs
 
 
 def _types(row):
@@ -1111,8 +1117,8 @@ def render_markdown(report):
         for row in picked:
             cells = []
             for protocol in ("cold", "warm"):
-                times = [_fmt_us((pick.get(protocol) or {}).get("median_us"))
-                         for pick in row["eager_picks"]]
+                times = [_fmt_us(_pick(row, i, protocol))
+                         for i in range(len(row["eager_picks"]))]
                 cells.append(f"{protocol} " + ", ".join(times))
             lines.append(f"- `{row['task']}`: " + "; ".join(cells))
     notes = [(row["task"], note) for row in report["rows"] for note in row.get("notes", [])]
