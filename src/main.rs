@@ -42,6 +42,9 @@ enum Command {
     /// Cost-model tools.
     #[command(subcommand)]
     Model(cmd::model::Command),
+    /// Kernel databases for transfer (`tune --from`).
+    #[command(subcommand)]
+    Database(cmd::database::Command),
     /// The deploy cache: the best cubin of each task per GPU.
     #[command(subcommand)]
     Deploy(cmd::deploy::Command),
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         Command::Sass(args) => cmd::sass::run(args),
         Command::Pipeline(args) => cmd::pipeline::run(args),
         Command::Model(command) => cmd::model::run(command),
+        Command::Database(command) => cmd::database::run(command),
         Command::Deploy(command) => cmd::deploy::run(command),
         Command::Worker(args) => return cmd::worker::run(args),
     };

@@ -3,7 +3,7 @@
 //! passes the exact check against the reference kernel, split-K states of deep
 //! layers (zeroed output, atomic adds, bias from one chunk) included; injected
 //! faulting, hanging and wrong kernels become `launch`, `timeout` and `wrong_answer`
-//! while the run finishes;
+//! while the run finishes; racing keeps the kernel the full protocol finds fastest;
 //! with two GPUs (`TILESCHED_TEST_DEVICES=0,1`) both measure shares of a batch.
 
 use serde_json::Value;
@@ -252,6 +252,62 @@ fn injected_faults_become_their_error_kinds_and_the_run_finishes() {
     assert!(message.contains("CUDA_ERROR"), "{message}");
 }
 
+/// The fastest state of `records` (a run's log) with its median.
+fn fastest(records: &[Value]) -> (String, f64) {
+    records
+        .iter()
+        .filter_map(|r| {
+            let us = r["result"]["ok"]["median_us"].as_f64()?;
+            Some((r["state"].to_string(), us))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("a correct candidate")
+}
+
+#[test]
+#[ignore = "needs a GPU (run by scripts/device-check)"]
+fn racing_keeps_the_kernel_the_full_protocol_finds_fastest() {
+    // Random search draws the same candidates from the same seed whatever is measured,
+    // so both runs measure the same states; racing may only cut the slow ones short.
+    for shape in ["512,512,512", "333,777,555"] {
+        let args = |race: bool| {
+            let mut a = vec![
+                "matmul", "--shape", shape, "--dtype", "fp16", "--out-dtype", "fp16",
+                "--search", "random", "--trials", "96", "--seed", "7", "--no-transfer",
+            ];
+            if !race {
+                a.push("--no-race");
+            }
+            a
+        };
+        let full = tune("race-full", &args(false));
+        let raced = tune("race-raced", &args(true));
+        assert_eq!(full.len(), raced.len());
+        let (winner, full_us) = fastest(&full);
+        let (_, raced_us) = fastest(&raced);
+        let winner_raced = raced
+            .iter()
+            .find(|r| r["state"].to_string() == winner)
+            .expect("the same candidates");
+        assert_ne!(
+            winner_raced["result"]["ok"]["raced"].as_bool(),
+            Some(true),
+            "{shape}: the full protocol's winner ({full_us} µs) was raced out: {}",
+            winner_raced["result"]
+        );
+        assert!(
+            (raced_us - full_us).abs() <= 0.05 * full_us,
+            "{shape}: best {raced_us} µs racing, {full_us} µs without"
+        );
+        let count = raced
+            .iter()
+            .filter(|r| r["result"]["ok"]["raced"].as_bool() == Some(true))
+            .count();
+        assert!(count > 0, "{shape}: no candidate raced");
+        println!("{shape}: {count} of {} raced; best {raced_us} µs vs {full_us} µs", raced.len());
+    }
+}
+
 #[test]
 #[ignore = "needs two GPUs (TILESCHED_TEST_DEVICES=0,1; run by scripts/device-check)"]
 fn two_devices_share_a_batch() {
@@ -386,6 +442,7 @@ fn sass_random_legal_edits_of_the_tuned_kernels_are_bit_exact() {
         min_time_ms: 0.0,
         min_repeats: 1,
         max_repeats: 1,
+        race_us: None,
     };
     let (mut checked, mut moved, mut wgmma) = (0, 0, 0);
     let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
@@ -709,6 +766,7 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
             min_time_ms: 4.0,
             min_repeats: 3,
             max_repeats: 1000,
+            race_us: None,
         },
         rounds: 1,
         cudnn: None,

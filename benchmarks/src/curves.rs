@@ -373,6 +373,7 @@ mod tests {
         Outcome::Ok(Timing {
             median_us: us,
             samples_us: vec![us as f32; 3],
+            raced: false,
         })
     }
 

@@ -81,6 +81,7 @@ impl Options {
             min_time_ms: self.timing.min_time_ms / f64::from(rounds),
             min_repeats: self.timing.min_repeats.div_ceil(rounds),
             max_repeats: self.timing.max_repeats.div_ceil(rounds),
+            race_us: None,
         }
     }
 }

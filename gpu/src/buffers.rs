@@ -19,6 +19,7 @@
 //! values (exactly: fp16 and bf16 widen to f32 without rounding).
 
 use crate::check::{Mismatch, Problem, first_inexact, first_mismatch};
+use crate::compare::Comparer;
 use crate::cuda::{Buffer, Context, CudaError, Function};
 use crate::device::DeviceInfo;
 use schedule::{DType, LaunchConfig};
@@ -246,6 +247,39 @@ impl BufferSets {
         expected: &[f32],
     ) -> Result<Option<Mismatch>, CudaError> {
         let got = self.output_of(ctx, |_| self.launch_zeroing(ctx, function, config, 0, true))?;
+        Ok(first_mismatch(expected, &got))
+    }
+
+    /// A device copy of set 0's output (in its element type): taken right after the
+    /// reference run, it is the expected output `check_on_device` compares against.
+    pub fn copy_output(&self, ctx: &Context) -> Result<Buffer, CudaError> {
+        let out = self.output(0);
+        let copy = ctx.alloc_typed(out.len, out.dtype)?;
+        ctx.copy(&copy, out)?;
+        Ok(copy)
+    }
+
+    /// `check` with the comparison on the GPU (`compare`), against `expected_device`
+    /// (`copy_output` of the reference run): only a candidate that differs has its
+    /// output copied back, and compared with `expected` on the host for the message.
+    pub fn check_on_device(
+        &self,
+        ctx: &Context,
+        comparer: &Comparer,
+        function: &Function,
+        config: &LaunchConfig,
+        expected_device: &Buffer,
+        expected: &[f32],
+    ) -> Result<Option<Mismatch>, CudaError> {
+        ctx.poison(self.output(0))?;
+        self.launch_zeroing(ctx, function, config, 0, true)?;
+        if comparer
+            .first_difference(ctx, expected_device, self.output(0))?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let got = ctx.download(self.output(0))?;
         Ok(first_mismatch(expected, &got))
     }
 }

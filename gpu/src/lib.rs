@@ -8,6 +8,7 @@
 
 pub mod buffers;
 pub mod check;
+pub mod compare;
 pub mod compile;
 pub mod cubin;
 pub mod cubin_cache;
@@ -27,8 +28,8 @@ pub use compile::{CompileError, CompiledKernel, compile};
 pub use cubin::Resources;
 pub use cubin_cache::{CubinCache, Origin};
 pub use device::{DeviceInfo, UnknownArch};
-pub use pool::{Pool, PoolError, ProgressSink, Served, WorkerCommand};
+pub use pool::{Pool, PoolError, ProgressSink, Served, Took, WorkerCommand};
 // The task and launch types of gpu's API, for crates that depend on gpu alone (runtime).
-pub use protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Timing};
+pub use protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Timing};
 pub use schedule::{DType, LaunchConfig, Task};
 pub use timing::TimingConfig;

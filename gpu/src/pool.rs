@@ -6,7 +6,9 @@
 
 use crate::check::Problem;
 use crate::device::DeviceInfo;
-use crate::protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Request, Response};
+use crate::protocol::{
+    ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Request, Response,
+};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -80,6 +82,8 @@ struct Worker {
     /// the preparation did, which for a multi-GB task takes seconds that are the tool's,
     /// not the candidate's. Milliseconds for a layer-sized task.
     check_allowance: Duration,
+    /// Time spent preparing a task for the request being measured (its `Phases`).
+    prepare_ms: f64,
     progress: Option<ProgressSink>,
 }
 
@@ -166,6 +170,7 @@ impl Worker {
             free_bytes,
             prepared: None,
             check_allowance: Duration::ZERO,
+            prepare_ms: 0.0,
             progress: None,
         })
     }
@@ -252,6 +257,7 @@ impl Worker {
                     None => {
                         self.prepared = Some(key);
                         self.check_allowance = started.elapsed();
+                        self.prepare_ms += started.elapsed().as_secs_f64() * 1e3;
                         return Ok(None);
                     }
                     Some(e) if fatal => {
@@ -294,9 +300,29 @@ impl Worker {
         writeln!(self.stdin, "{line}").and_then(|()| self.stdin.flush())
     }
 
-    /// Measures one request; `Err` only when the worker cannot be restarted.
-    fn measure(&mut self, request: &MeasureRequest, timeout: Duration) -> Result<Outcome, Lost> {
+    /// Measures one request, with where its time went; `Err` only when the worker
+    /// cannot be restarted.
+    fn measure(
+        &mut self,
+        request: &MeasureRequest,
+        timeout: Duration,
+    ) -> Result<(Outcome, Phases), Lost> {
+        let measured = self.measure_unprepared(request, timeout);
+        // The task prepared for this request (`prepare`), counted in its phases.
+        let prepared = std::mem::take(&mut self.prepare_ms);
+        measured.map(|(outcome, mut phases)| {
+            phases.prepare_ms += prepared;
+            (outcome, phases)
+        })
+    }
+
+    fn measure_unprepared(
+        &mut self,
+        request: &MeasureRequest,
+        timeout: Duration,
+    ) -> Result<(Outcome, Phases), Lost> {
         let lost = |outcome: Option<Outcome>| move |error: PoolError| Lost { outcome, error };
+        let none = Phases::default();
         // A worker that died while idle is started again before it is given the
         // request: the new process holds no task, so `prepare` readies it under its own
         // deadline rather than the candidate's.
@@ -304,7 +330,7 @@ impl Worker {
             self.restart().map_err(lost(None))?;
         }
         if let Some(failed) = self.prepare(request)? {
-            return Ok(failed);
+            return Ok((failed, none));
         }
         let line = serde_json::to_string(&Request::Measure(request.clone()))
             .expect("requests always serialize");
@@ -312,7 +338,7 @@ impl Worker {
             // It died since: once more, prepared again.
             self.restart().map_err(lost(None))?;
             if let Some(failed) = self.prepare(request)? {
-                return Ok(failed);
+                return Ok((failed, none));
             }
             self.send(&line)
                 .map_err(|e| PoolError::Protocol {
@@ -324,11 +350,16 @@ impl Worker {
         let allowance = self.check_allowance;
         match self.lines.recv_timeout(timeout + allowance) {
             Ok(answer) => match serde_json::from_str::<Response>(&answer) {
-                Ok(Response::Result { id, outcome, fatal }) if id == request.id => {
+                Ok(Response::Result {
+                    id,
+                    outcome,
+                    fatal,
+                    phases,
+                }) if id == request.id => {
                     if fatal {
                         self.restart().map_err(lost(Some(outcome.clone())))?;
                     }
-                    Ok(outcome)
+                    Ok((outcome, phases))
                 }
                 _ => {
                     let error = PoolError::Protocol {
@@ -358,7 +389,7 @@ impl Worker {
                     format!("no answer within {waited}: worker killed and restarted"),
                 );
                 self.restart().map_err(lost(Some(outcome.clone())))?;
-                Ok(outcome)
+                Ok((outcome, none))
             }
             Err(RecvTimeoutError::Disconnected) => {
                 let _ = self.child.kill();
@@ -382,7 +413,7 @@ impl Worker {
                 };
                 let outcome = Outcome::error(kind, message);
                 self.restart().map_err(lost(Some(outcome.clone())))?;
-                Ok(outcome)
+                Ok((outcome, none))
             }
         }
     }
@@ -502,7 +533,7 @@ impl Pool {
     pub fn serve<T: Send>(
         &mut self,
         next: &(dyn Fn() -> Option<(T, MeasureRequest, Duration)> + Sync),
-        done: &(dyn Fn(T, usize, Outcome, Duration) + Sync),
+        done: &(dyn Fn(T, usize, Outcome, Took) + Sync),
         stopped: &AtomicBool,
     ) -> Served {
         let errors: Mutex<Vec<PoolError>> = Mutex::new(Vec::new());
@@ -523,16 +554,16 @@ impl Pool {
                             let measured = worker.measure(&request, timeout);
                             let took = started.elapsed();
                             busy += took;
-                            let (outcome, lost) = match measured {
-                                Ok(outcome) => (outcome, None),
+                            let (outcome, phases, lost) = match measured {
+                                Ok((outcome, phases)) => (outcome, phases, None),
                                 Err(Lost { outcome, error }) => {
                                     let outcome = outcome.unwrap_or_else(|| {
                                         Outcome::error(ErrorKind::Environment, error.to_string())
                                     });
-                                    (outcome, Some(error))
+                                    (outcome, Phases::default(), Some(error))
                                 }
                             };
-                            done(tag, w, outcome, took);
+                            done(tag, w, outcome, Took { wall: took, phases });
                             if let Some(e) = lost {
                                 errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
                                 // Stop handing out work: the caller stops.
@@ -553,6 +584,13 @@ impl Pool {
             busy,
         }
     }
+}
+
+/// The time one request took its device: all of it, and where the worker's went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Took {
+    pub wall: Duration,
+    pub phases: Phases,
 }
 
 /// How `serve` ended: the error that stopped it, if one did, and per device (by
@@ -598,6 +636,7 @@ mod tests {
                 id: 777,
                 outcome,
                 fatal: false,
+                phases: Phases::default(),
             })
             .unwrap()
         };

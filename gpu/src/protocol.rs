@@ -75,6 +75,14 @@ pub struct Timing {
     pub median_us: f64,
     /// Every timed run, in order, in microseconds.
     pub samples_us: Vec<f32>,
+    /// Stopped after its probe, clearly slower than the task's best (`timing`'s race):
+    /// the median of the probe's samples. Left out of the JSON when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub raced: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 impl Timing {
@@ -84,7 +92,50 @@ impl Timing {
         Timing {
             median_us: (median * 1e3).round() / 1e3,
             samples_us,
+            raced: false,
         }
+    }
+
+    /// `from_samples` for a kernel that lost its race.
+    pub fn raced(samples_us: Vec<f32>) -> Timing {
+        Timing {
+            raced: true,
+            ..Timing::from_samples(samples_us)
+        }
+    }
+}
+
+/// Where the time of one measurement went, in milliseconds: what `tune`'s end table
+/// breaks its measuring time into. The worker fills in its three stages; the pool adds
+/// the preparation of the task when the candidate needed one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Phases {
+    /// The task's buffers and reference run, when the worker held another task.
+    #[serde(default)]
+    pub prepare_ms: f64,
+    /// Reading the cubin and loading its module.
+    #[serde(default)]
+    pub load_ms: f64,
+    /// The exact check: a run on the poisoned output, and the comparison.
+    #[serde(default)]
+    pub check_ms: f64,
+    /// The timed runs, warm-up included.
+    #[serde(default)]
+    pub time_ms: f64,
+}
+
+impl Phases {
+    /// The sum of the stages.
+    pub fn total_ms(&self) -> f64 {
+        self.prepare_ms + self.load_ms + self.check_ms + self.time_ms
+    }
+
+    /// Adds `other`'s stages to these.
+    pub fn add(&mut self, other: &Phases) {
+        self.prepare_ms += other.prepare_ms;
+        self.load_ms += other.load_ms;
+        self.check_ms += other.check_ms;
+        self.time_ms += other.time_ms;
     }
 }
 
@@ -161,11 +212,14 @@ pub enum Response {
         fatal: bool,
     },
     /// The answer to request `id`. `fatal`: the context is lost and the worker exits.
+    /// `phases`: where the worker's time went (absent from workers that predate it).
     Result {
         id: u64,
         outcome: Outcome,
         #[serde(default)]
         fatal: bool,
+        #[serde(default)]
+        phases: Phases,
     },
 }
 
@@ -184,13 +238,21 @@ mod tests {
                 outcome: Outcome::Ok(Timing {
                     median_us: 12.5,
                     samples_us: vec![12.0, 12.5, 13.0],
+                    raced: false,
                 }),
                 fatal: false,
+                phases: Phases {
+                    load_ms: 1.5,
+                    check_ms: 2.0,
+                    time_ms: 21.0,
+                    ..Phases::default()
+                },
             },
             Response::Result {
                 id: 4,
                 outcome: Outcome::error(ErrorKind::WrongAnswer, "output[1] = NaN\nexpected 2"),
                 fatal: true,
+                phases: Phases::default(),
             },
         ];
         for r in responses {

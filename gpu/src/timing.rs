@@ -9,6 +9,13 @@
 //! long enough for the CPU to enqueue the whole batch (the blocking-kernel idea of
 //! NVIDIA's nvbench): the GPU then runs the events and kernels back to back, so the
 //! launch latency of the CPU never lands inside a sample.
+//!
+//! A tuner may race a candidate against its task's best (`TimingConfig::race_us`): one
+//! warm-up launch and a probe of `RACE_PROBE` samples come first, and a candidate whose
+//! fastest sample is over `1 + RACE_MARGIN` times the best stops there (`Timing::raced`),
+//! since no more samples could make it the winner; any other goes on under the full
+//! protocol. Most of a search's candidates are several times slower than the best, and
+//! each used to cost the full minimum count of runs. The benchmark never races.
 
 use crate::cuda::{Context, CudaError, Function};
 use crate::protocol::Timing;
@@ -27,6 +34,10 @@ pub struct TimingConfig {
     pub min_repeats: u32,
     /// Never more than this many (bounds the time spent on very fast kernels).
     pub max_repeats: u32,
+    /// The task's best time so far (µs): a candidate clearly slower stops after a short
+    /// probe (see the module doc). None: the full protocol for every kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub race_us: Option<f64>,
 }
 
 impl Default for TimingConfig {
@@ -36,12 +47,19 @@ impl Default for TimingConfig {
             min_time_ms: 100.0,
             min_repeats: 10,
             max_repeats: 10_000,
+            race_us: None,
         }
     }
 }
 
 /// Launches enqueued per batch at most (bounded by the driver's launch queue).
 const MAX_BATCH: usize = 256;
+/// Samples a raced candidate's probe takes, after one warm-up launch.
+pub const RACE_PROBE: usize = 3;
+/// A raced candidate stops when its fastest sample exceeds the best by this share: the
+/// run-to-run spread of one kernel's samples on an H100 is a few percent, so a kernel at
+/// least as fast as the best never shows all its probe samples 25% above it.
+pub const RACE_MARGIN: f64 = 0.25;
 /// Longest spin before a batch.
 const MAX_SPIN_US: f64 = 20_000.0;
 
@@ -86,9 +104,23 @@ pub fn enough(cfg: &TimingConfig, samples: &[f32]) -> bool {
         || (samples.len() >= cfg.min_repeats as usize && total_ms >= cfg.min_time_ms)
 }
 
+/// True when a raced kernel's samples so far show it clearly slower than the best
+/// (`cfg.race_us`): its fastest sample, a lower bound of what more samples could give,
+/// exceeds the best by over `RACE_MARGIN`.
+pub fn lost_race(cfg: &TimingConfig, samples: &[f32]) -> bool {
+    let Some(best) = cfg.race_us else {
+        return false;
+    };
+    let fastest = samples.iter().map(|&s| f64::from(s)).fold(f64::INFINITY, f64::min);
+    fastest.is_finite() && fastest > best * (1.0 + RACE_MARGIN)
+}
+
 /// How many launches the next batch should time, given the samples so far.
 pub fn next_batch(cfg: &TimingConfig, samples: &[f32]) -> usize {
     let taken = samples.len();
+    if taken == 0 && cfg.race_us.is_some() {
+        return RACE_PROBE.min((cfg.max_repeats as usize).max(1));
+    }
     let left = (cfg.max_repeats as usize).saturating_sub(taken);
     let wanted = if taken == 0 {
         cfg.min_repeats.max(1) as usize
@@ -121,7 +153,14 @@ pub fn time_kernel(
     mut launch: impl FnMut(usize) -> Result<(), CudaError>,
 ) -> Result<Timing, CudaError> {
     let mut count = 0usize;
-    for _ in 0..cfg.warmup {
+    // A raced kernel's probe follows a single warm-up; one that goes on keeps its probe's
+    // samples, taken after as many launches as the full warm-up.
+    let warmup = if cfg.race_us.is_some() {
+        cfg.warmup.min(1)
+    } else {
+        cfg.warmup
+    };
+    for _ in 0..warmup {
         launch(count)?;
         count += 1;
     }
@@ -137,6 +176,9 @@ pub fn time_kernel(
     // must not leak into its samples.
     let mut enqueue_us = 50.0;
     while !enough(cfg, &samples) {
+        if lost_race(cfg, &samples) {
+            return Ok(Timing::raced(samples));
+        }
         let batch = next_batch(cfg, &samples);
         let cycles = (spin_us(batch, enqueue_us) * f64::from(sm_clock_mhz)) as u64;
         let one_thread = LaunchConfig::linear(1, 1, 0);
@@ -202,5 +244,58 @@ mod tests {
         // Long kernels do not shorten it: their samples may hold host time.
         assert_eq!(spin_us(10, 40.0), 520.0);
         assert_eq!(spin_us(256, 1e6), MAX_SPIN_US);
+    }
+
+    fn racing(best: f64) -> TimingConfig {
+        TimingConfig {
+            race_us: Some(best),
+            ..TimingConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_raced_kernel_is_probed_first_and_stops_only_when_clearly_slower() {
+        let cfg = racing(100.0);
+        assert_eq!(next_batch(&cfg, &[]), RACE_PROBE);
+        assert!(lost_race(&cfg, &[300.0, 290.0, 310.0]));
+        // One sample within the margin keeps it in the race.
+        assert!(!lost_race(&cfg, &[300.0, 124.0, 310.0]));
+        assert!(!lost_race(&cfg, &[]));
+        assert!(!lost_race(&TimingConfig::default(), &[1e9]));
+        // After the probe, the full protocol's batches.
+        assert_eq!(next_batch(&cfg, &[100.0; 3]), 7);
+    }
+
+    proptest::proptest! {
+        /// Over synthetic timing streams: a kernel whose true time is at most the best,
+        /// timed with noise under the margin (any order, any spread within it), is never
+        /// dropped by the race, whatever prefix of its samples the race looks at.
+        #[test]
+        fn racing_never_drops_a_kernel_faster_than_the_best(
+            best in 1.0f64..10_000.0,
+            share in 0.05f64..=1.0,
+            noise in proptest::collection::vec(-0.2f64..0.2, 1..64),
+        ) {
+            let cfg = racing(best);
+            let time = best * share;
+            let samples: Vec<f32> = noise.iter().map(|e| (time * (1.0 + e)) as f32).collect();
+            for taken in 1..=samples.len() {
+                proptest::prop_assert!(!lost_race(&cfg, &samples[..taken]));
+            }
+        }
+
+        /// And a kernel whose every sample is over the margin above the best is dropped
+        /// after its probe.
+        #[test]
+        fn racing_drops_a_clearly_slower_kernel_after_its_probe(
+            best in 1.0f64..10_000.0,
+            factor in 1.3f64..50.0,
+            noise in proptest::collection::vec(0.0f64..0.2, RACE_PROBE),
+        ) {
+            let cfg = racing(best);
+            let samples: Vec<f32> =
+                noise.iter().map(|e| (best * factor * (1.0 + e)) as f32).collect();
+            proptest::prop_assert!(lost_race(&cfg, &samples));
+        }
     }
 }

@@ -22,7 +22,10 @@ use crate::buffers::{BufferSets, ReferenceError};
 use crate::check::Problem;
 use crate::cuda::{self, Context, CudaError, Module};
 use crate::device::DeviceInfo;
-use crate::protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Request, Response, Timing};
+use crate::compare::Comparer;
+use crate::protocol::{
+    ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Request, Response, Timing,
+};
 use crate::timing::{self, SPIN_PTX};
 use std::io::{BufRead, Write};
 
@@ -70,9 +73,13 @@ fn watch_parent() {
 /// uploading a few GB takes seconds, and a silent minute looks like a hang.
 pub const REPORTED_BYTES: u64 = 1 << 30;
 
-/// Measures requests; returns the outcome and whether the context is lost.
+/// What measuring a request gave: the outcome, whether the context is lost, and where
+/// the time went.
+pub type Answer = (Outcome, bool, Phases);
+
+/// Measures requests.
 pub trait Backend {
-    fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool);
+    fn measure(&mut self, request: &MeasureRequest) -> Answer;
 
     /// Readies `problem` and `reference` for the measurements that follow, saying how it
     /// goes through `progress` (large problems only); an error comes with whether the
@@ -170,11 +177,12 @@ pub fn serve<B: Backend>(
                 continue;
             }
         };
-        let (outcome, fatal) = backend.measure(&request);
+        let (outcome, fatal, phases) = backend.measure(&request);
         let response = Response::Result {
             id: request.id,
             outcome,
             fatal,
+            phases,
         };
         if !send(&mut output, &response) {
             return 1;
@@ -186,12 +194,15 @@ pub fn serve<B: Backend>(
     0
 }
 
-/// The buffers and expected output of the current problem.
+/// The buffers and expected output of the current problem: decoded on the host (for a
+/// mismatch's message) and as the reference left it on the device (what the check
+/// compares against).
 struct Buffers {
     problem: Problem,
     reference: KernelImage,
     sets: BufferSets,
     expected: Vec<f32>,
+    expected_device: crate::cuda::Buffer,
 }
 
 /// Measures on a real GPU.
@@ -199,11 +210,17 @@ pub struct CudaBackend {
     ctx: Context,
     device: DeviceInfo,
     spin: Module,
+    comparer: Comparer,
     current: Option<Buffers>,
 }
 
-fn launch_error(e: CudaError) -> (Outcome, bool) {
-    (Outcome::error(ErrorKind::Launch, e.to_string()), true)
+fn launch_error(e: CudaError, phases: Phases) -> Answer {
+    (Outcome::error(ErrorKind::Launch, e.to_string()), true, phases)
+}
+
+/// Milliseconds since `t`.
+fn ms_since(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 impl CudaBackend {
@@ -214,10 +231,12 @@ impl CudaBackend {
         let ctx = Context::new(ordinal).map_err(|e| format!("no GPU: {e}"))?;
         let device = DeviceInfo::query(&ctx).map_err(|e| e.to_string())?;
         let spin = ctx.load(SPIN_PTX.as_bytes()).map_err(|e| e.to_string())?;
+        let comparer = Comparer::new(&ctx).map_err(|e| e.to_string())?;
         let backend = CudaBackend {
             ctx,
             device: device.clone(),
             spin,
+            comparer,
             current: None,
         };
         Ok((backend, device))
@@ -265,6 +284,7 @@ impl CudaBackend {
                 let fatal = matches!(e, ReferenceError::Cuda(_));
                 (e.to_string(), fatal)
             })?;
+        let expected_device = sets.copy_output(ctx).map_err(cuda)?;
         progress(format!(
             "reference run and its output read back ({:.1} s)",
             started.elapsed().as_secs_f64()
@@ -274,6 +294,7 @@ impl CudaBackend {
             reference: reference.clone(),
             sets,
             expected,
+            expected_device,
         });
         Ok(())
     }
@@ -300,7 +321,8 @@ impl Backend for CudaBackend {
         self.ctx.free_memory().ok()
     }
 
-    fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
+    fn measure(&mut self, request: &MeasureRequest) -> Answer {
+        let mut phases = Phases::default();
         let reusable = self
             .current
             .as_ref()
@@ -310,53 +332,73 @@ impl Backend for CudaBackend {
         }
         // The reference is the tool's, not the candidate's: its failure is the
         // environment's (a resumed run measures the candidate again).
-        if !reusable
-            && let Err((e, fatal)) =
-                self.load_problem(&request.problem, &request.reference, &mut |_| {})
-        {
-            let message = format!("reference kernel failed: {e}");
-            return (Outcome::error(ErrorKind::Environment, message), fatal);
+        if !reusable {
+            let started = std::time::Instant::now();
+            let loaded = self.load_problem(&request.problem, &request.reference, &mut |_| {});
+            phases.prepare_ms = ms_since(started);
+            if let Err((e, fatal)) = loaded {
+                let message = format!("reference kernel failed: {e}");
+                return (Outcome::error(ErrorKind::Environment, message), fatal, phases);
+            }
         }
         let buffers = self.current.as_ref().expect("prepared above");
         let candidate = &request.candidate;
+        let started = std::time::Instant::now();
         let image = match std::fs::read(&candidate.cubin) {
             Ok(image) => image,
             Err(e) => {
                 let message = format!("cannot read {}: {e}", candidate.cubin.display());
-                return (Outcome::error(ErrorKind::Environment, message), false);
+                return (Outcome::error(ErrorKind::Environment, message), false, phases);
             }
         };
         let ctx = &self.ctx;
         let module = match ctx.load(&image) {
             Ok(m) => m,
-            Err(e) => return launch_error(e),
+            Err(e) => return launch_error(e, phases),
         };
         let function = match module.function(&candidate.name, candidate.launch.dynamic_shared_bytes)
         {
             Ok(f) => f,
-            Err(e) => return launch_error(e),
+            Err(e) => return launch_error(e, phases),
         };
+        phases.load_ms = ms_since(started);
         // Exact check on copy 0, output poisoned first (zeroed instead for a kernel
-        // that adds into it).
+        // that adds into it), compared on the GPU.
+        let started = std::time::Instant::now();
         let sets = &buffers.sets;
-        match sets.check(ctx, &function, &candidate.launch, &buffers.expected) {
+        let checked = sets.check_on_device(
+            ctx,
+            &self.comparer,
+            &function,
+            &candidate.launch,
+            &buffers.expected_device,
+            &buffers.expected,
+        );
+        phases.check_ms = ms_since(started);
+        match checked {
             Ok(None) => {}
             Ok(Some(m)) => {
-                return (Outcome::error(ErrorKind::WrongAnswer, m.to_string()), false);
+                return (
+                    Outcome::error(ErrorKind::WrongAnswer, m.to_string()),
+                    false,
+                    phases,
+                );
             }
-            Err(e) => return launch_error(e),
+            Err(e) => return launch_error(e, phases),
         }
         let spin = match self.spin.function("tilesched_spin", 0) {
             Ok(f) => f,
-            Err(e) => return launch_error(e),
+            Err(e) => return launch_error(e, phases),
         };
+        let started = std::time::Instant::now();
         let timed =
             timing::time_kernel(ctx, &spin, self.device.sm_clock_mhz, &request.timing, |i| {
                 sets.launch(ctx, &function, &candidate.launch, i)
             });
+        phases.time_ms = ms_since(started);
         match timed {
-            Ok(t) => (Outcome::Ok(t), false),
-            Err(e) => launch_error(e),
+            Ok(t) => (Outcome::Ok(t), false, phases),
+            Err(e) => launch_error(e, phases),
         }
     }
 }
@@ -452,7 +494,14 @@ impl Backend for Simulated {
         std::env::var(SIMULATED_FREE_ENV).ok()?.parse().ok()
     }
 
-    fn measure(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
+    fn measure(&mut self, request: &MeasureRequest) -> Answer {
+        let (outcome, fatal) = self.simulate(request);
+        (outcome, fatal, Phases::default())
+    }
+}
+
+impl Simulated {
+    fn simulate(&mut self, request: &MeasureRequest) -> (Outcome, bool) {
         let image = match std::fs::read(&request.candidate.cubin) {
             Ok(image) if image.starts_with(b"\x7fELF") => image,
             Ok(_) => return (Outcome::error(ErrorKind::Launch, "not a cubin"), false),
@@ -492,6 +541,11 @@ impl Backend for Simulated {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
         let median_us = 10.0 + (hash % 100_000) as f64 / 100.0;
+        // Raced as a GPU worker races: a probe, and no more when it is clearly slower.
+        let probe = vec![median_us as f32; timing::RACE_PROBE];
+        if timing::lost_race(&request.timing, &probe) {
+            return (Outcome::Ok(Timing::raced(probe)), false);
+        }
         let samples_us = vec![median_us as f32; request.timing.min_repeats.max(1) as usize];
         (Outcome::Ok(Timing::from_samples(samples_us)), false)
     }

@@ -11,8 +11,8 @@
 
 use crate::build;
 use gpu::{
-    CubinCache, DeviceInfo, ErrorKind, KernelImage, MeasureRequest, Outcome, Pool, Problem,
-    TimingConfig,
+    CubinCache, DeviceInfo, ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Pool,
+    Problem, TimingConfig, Took,
 };
 use records::CompileInfo;
 use schedule::{GpuSpec, State, Task};
@@ -39,6 +39,11 @@ pub struct Job {
     pub timing: TimingConfig,
     /// Longest wait for the candidate's answer before its worker is killed.
     pub timeout: Duration,
+    /// Race the candidate against its task's best (`gpu::timing`): against
+    /// `timing.race_us`, the best the tuner knew when it planned the job, or the best
+    /// this measurer has timed since, whichever is faster. Left out of the JSON when off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub race: bool,
 }
 
 /// What came of a job: everything its record needs.
@@ -63,6 +68,9 @@ pub struct Measured {
     pub worker: String,
     /// The time its GPU spent on it (0 when it was not measured).
     pub measure_ms: f64,
+    /// Where that time went (absent from the workers that predate it).
+    #[serde(default)]
+    pub phases: Phases,
 }
 
 impl Measured {
@@ -259,6 +267,7 @@ impl Measurer for Local<'_> {
                     device: target.clone(),
                     worker: worker.clone(),
                     measure_ms: 0.0,
+                    phases: Phases::default(),
                 };
                 if results.send(measured).is_err() {
                     break;
@@ -266,6 +275,8 @@ impl Measurer for Local<'_> {
             }
         };
         let devices: Vec<DeviceInfo> = pool.devices().into_iter().cloned().collect();
+        // Per task key: the fastest full-protocol time measured here so far.
+        let bests: Mutex<HashMap<String, f64>> = Mutex::new(HashMap::new());
         let served = std::thread::scope(|scope| {
             for _ in 0..builders {
                 let ready = ready_tx.clone();
@@ -273,16 +284,32 @@ impl Measurer for Local<'_> {
             }
             drop(ready_tx);
             // Ends (`None`) once the builders are done: the jobs ran out or `stop` is set.
+            // A raced job races the best known when a GPU takes it.
             let next = || {
-                let (ready, request) = ready_rx
+                let (ready, mut request) = ready_rx
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .recv()
                     .ok()?;
+                if ready.job.race {
+                    let timed = bests.lock().unwrap_or_else(|p| p.into_inner());
+                    let here = timed.get(&request.problem.key).copied();
+                    request.timing.race_us = match (request.timing.race_us, here) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
                 let timeout = ready.job.timeout;
                 Some((ready, request, timeout))
             };
-            let done = |ready: Ready, w: usize, outcome: Outcome, took: Duration| {
+            let done = |ready: Ready, w: usize, outcome: Outcome, took: Took| {
+                if let Outcome::Ok(t) = &outcome
+                    && !t.raced
+                {
+                    let mut timed = bests.lock().unwrap_or_else(|p| p.into_inner());
+                    let best = timed.entry(ready.job.task.key()).or_insert(t.median_us);
+                    *best = best.min(t.median_us);
+                }
                 let _ = results.send(Measured {
                     id: ready.job.id,
                     source_hash: ready.source_hash,
@@ -292,7 +319,8 @@ impl Measurer for Local<'_> {
                     outcome,
                     device: devices[w].clone(),
                     worker: worker.clone(),
-                    measure_ms: took.as_secs_f64() * 1e3,
+                    measure_ms: took.wall.as_secs_f64() * 1e3,
+                    phases: took.phases,
                 });
             };
             pool.serve(&next, &done, stop)

@@ -366,6 +366,7 @@ fn give_up(
         device: device.clone(),
         worker: cfg.name.clone(),
         measure_ms: 0.0,
+        phases: Default::default(),
     };
     answer(con, &cfg.queue, stream, &held, &m)
 }

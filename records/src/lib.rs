@@ -5,12 +5,14 @@
 //! `gpu`: everything that reads logs — the CLI, the benchmarks, the second stage —
 //! depends on this crate, not on the search and its cost model.
 
+pub mod database;
 pub mod kernel;
 pub mod ranking;
 pub mod record;
 pub mod report;
 pub mod validate;
 
+pub use database::{DbError, KernelDb};
 pub use kernel::{BestKernel, KernelError, Staleness, best_kernel, best_regenerated};
 pub use ranking::KEEP;
 pub use record::{

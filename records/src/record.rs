@@ -517,6 +517,7 @@ pub(crate) mod tests {
         Outcome::Ok(Timing {
             median_us: us,
             samples_us: vec![us as f32; 3],
+            raced: false,
         })
     }
 

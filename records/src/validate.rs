@@ -318,6 +318,7 @@ mod tests {
                 Outcome::Ok(Timing {
                     median_us: us,
                     samples_us: vec![1.0],
+                    raced: false,
                 }),
             );
             assert!(

@@ -26,6 +26,7 @@ pub fn default_timing() -> TimingConfig {
         min_time_ms: 60.0,
         min_repeats: 40,
         max_repeats: 10_000,
+        race_us: None,
     }
 }
 
@@ -135,6 +136,7 @@ impl<'a> GpuObjective<'a> {
             min_time_ms: 0.0,
             min_repeats: 1,
             max_repeats: 1,
+            race_us: None,
         };
         for &seed in seeds {
             if let Evaluation::Failed(why) = self.run(image.clone(), seed, once)? {

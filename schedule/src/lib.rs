@@ -15,6 +15,7 @@
 //! the same nest computes the task's definition (`interp`).
 //! Nothing here needs a GPU.
 
+pub mod adapt;
 pub mod atom;
 pub mod census;
 pub mod codegen;
@@ -40,6 +41,7 @@ pub mod tiling;
 pub mod validate;
 pub mod wgmma;
 
+pub use adapt::adapt;
 pub use gpu_spec::GpuSpec;
 pub use invalid::InvalidState;
 pub use ir::Kernel;

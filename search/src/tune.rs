@@ -95,9 +95,18 @@ pub struct TuneConfig {
     pub task_patience: Option<usize>,
     /// What the gradient allocation minimizes over the tasks.
     pub objective: Objective,
+    /// Gradient allocation: a task that still improves and has fewer than this share of
+    /// the mean rounds per task gets the next round (`scheduler`); 0: none.
+    pub floor: f64,
     /// Set from outside (a signal handler): no new candidate is handed out, those being
     /// measured finish and are logged, and `tune` returns `Interrupted`.
     pub interrupt: Option<Arc<AtomicBool>>,
+    /// Race candidates against their task's best (`gpu::timing`): one clearly slower
+    /// stops after a short probe, checked exactly like every other.
+    pub race: bool,
+    /// Transfer (`transfer`): a task the log has no record of starts from the best
+    /// states of its nearest tasks in this database, adapted to its shape.
+    pub database: Option<Arc<records::KernelDb>>,
 }
 
 /// Where tuning stands, for a progress display.
@@ -135,6 +144,14 @@ pub struct TuneStats {
     pub cached: usize,
     /// Candidates measured on a GPU.
     pub measured: usize,
+    /// Of those, the ones stopped after their probe, clearly slower than their task's
+    /// best (`gpu::timing`'s race).
+    pub raced: usize,
+    /// Where the measuring time went, summed over the candidates.
+    pub phases: gpu::Phases,
+    /// States transferred from the kernel database, and the tasks they went to.
+    pub transferred: usize,
+    pub transferred_tasks: usize,
     /// Per device (`Measured::device_label`, in the order first seen): the time it
     /// spent measuring.
     pub device_busy: Vec<(String, Duration)>,
@@ -201,6 +218,11 @@ struct TaskRun {
     /// States of the log whose measurement failed for the environment's sake, to be
     /// measured again first.
     retry: Vec<State>,
+    /// States transferred from the nearest tuned tasks (`transfer`), measured in the
+    /// task's first round; they seed the evolution until a state of its own is measured.
+    transferred: Vec<State>,
+    /// Of those, the ones not yet planned.
+    to_transfer: Vec<State>,
 }
 
 impl TaskRun {
@@ -321,7 +343,14 @@ impl Planner {
             };
             // Candidates whose measurement the environment spoiled in an earlier run
             // go first.
-            let retried: Vec<State> = run.retry.drain(..n.min(run.retry.len())).collect();
+            let mut retried: Vec<State> = run.retry.drain(..n.min(run.retry.len())).collect();
+            // Then the states transferred from the nearest tuned tasks.
+            let room = n - retried.len();
+            retried.extend(
+                run.to_transfer
+                    .drain(..room.min(run.to_transfer.len()))
+                    .filter(|s| !run.measured.contains(&s.id())),
+            );
             for s in &retried {
                 run.measured.insert(s.id());
             }
@@ -358,8 +387,12 @@ impl Planner {
                         gpu: spec,
                         extractor: &run.extractor,
                     };
-                    let seeds: Vec<State> =
-                        run.best_states.iter().map(|(_, s)| s.clone()).collect();
+                    // Until a state of its own is measured, the transferred ones.
+                    let seeds: Vec<State> = if run.best_states.is_empty() {
+                        run.transferred.clone()
+                    } else {
+                        run.best_states.iter().map(|(_, s)| s.clone()).collect()
+                    };
                     let states = evolution::propose(
                         n,
                         &cfg.evolution,
@@ -472,7 +505,21 @@ pub fn tune(
                     .min_by(f64::total_cmp),
                 exhausted: false,
                 retry,
+                transferred: Vec::new(),
+                to_transfer: Vec::new(),
             };
+            // A task new to the log starts from its nearest tuned tasks.
+            if let (Some(db), true) = (&cfg.database, mine.is_empty()) {
+                let target = measurer.target();
+                run.transferred = crate::transfer::starting_states(
+                    db,
+                    task,
+                    &spec,
+                    target.compute_capability,
+                    &target.name,
+                );
+                run.to_transfer = run.transferred.clone();
+            }
             for r in &mine {
                 if let Some(us) = r.median_us() {
                     run.remember(us, &r.state, keep);
@@ -511,7 +558,8 @@ pub fn tune(
             .collect(),
     )
     .with_patience(cfg.task_patience)
-    .with_objective(cfg.objective);
+    .with_objective(cfg.objective)
+    .with_floor(cfg.floor);
     for (i, run) in runs.iter().enumerate() {
         if run.done > 0 {
             let key = run.task.key();
@@ -520,7 +568,11 @@ pub fn tune(
         }
     }
     progress.start(total, done);
-    let mut stats = TuneStats::default();
+    let mut stats = TuneStats {
+        transferred: runs.iter().map(|r| r.transferred.len()).sum(),
+        transferred_tasks: runs.iter().filter(|r| !r.transferred.is_empty()).count(),
+        ..TuneStats::default()
+    };
     let mut new_records = Vec::new();
     let mut planner = Planner {
         cursor: 0,
@@ -581,6 +633,10 @@ pub fn tune(
                     };
                     batch.wait_ms = waited.as_secs_f64() * 1e3;
                     rounds_planned += 1;
+                    let timing = TimingConfig {
+                        race_us: runs[batch.run].best_us.filter(|_| cfg.race),
+                        ..cfg.timing
+                    };
                     let round = InFlight::new(batch, next_id);
                     for (k, state) in round.batch.states.iter().enumerate() {
                         let job = Job {
@@ -589,8 +645,9 @@ pub fn tune(
                             state: state.clone(),
                             injected: round.batch.injected[k],
                             seed: cfg.seed,
-                            timing: cfg.timing,
+                            timing,
                             timeout: cfg.timeout,
+                            race: cfg.race,
                         };
                         if job_tx.send(job).is_err() {
                             // The measurer stopped; its error is reported below.
@@ -757,6 +814,8 @@ impl TuneStats {
         self.cached += usize::from(m.cached);
         if m.measure_ms > 0.0 {
             self.measured += 1;
+            self.phases.add(&m.phases);
+            self.raced += usize::from(matches!(&m.outcome, gpu::Outcome::Ok(t) if t.raced));
             let busy = Duration::from_secs_f64(m.measure_ms / 1e3);
             let label = m.device_label();
             match self.device_busy.iter_mut().find(|(d, _)| *d == label) {

@@ -188,6 +188,7 @@ pub fn run(args: Args) -> Result<()> {
             min_time_ms: args.min_time_ms,
             min_repeats: args.min_repeats,
             max_repeats: 20_000,
+            race_us: None,
         },
         rounds: args.rounds,
         cudnn: args.cudnn.clone(),

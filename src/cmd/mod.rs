@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod best;
 pub mod codegen;
+pub mod database;
 pub mod deploy;
 pub mod export;
 pub mod features;

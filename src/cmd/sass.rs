@@ -334,6 +334,7 @@ mod tests {
             Some(us) => Outcome::Ok(Timing {
                 median_us: us,
                 samples_us: vec![us as f32],
+                raced: false,
             }),
             None => Outcome::Error {
                 kind: ErrorKind::WrongAnswer,

@@ -135,6 +135,19 @@ pub struct SearchArgs {
     /// ...and at least this many were taken.
     #[arg(long, default_value_t = 10)]
     min_repeats: u32,
+    /// Kernel databases for transfer, besides the one shipped for this GPU: tuning logs
+    /// or directories of them (a task the log has no record of starts from the best
+    /// states of its nearest tuned tasks, never from its own).
+    #[arg(long, value_name = "LOG_OR_DIR", num_args = 1.., conflicts_with = "no_transfer")]
+    from: Vec<PathBuf>,
+    /// Start every task cold: no transfer from the shipped database or --from.
+    #[arg(long)]
+    no_transfer: bool,
+    /// Time every correct candidate under the full protocol. By default a candidate
+    /// whose first samples are all over 1.25x its task's best stops there (after its
+    /// exact check, like every candidate), recorded as raced: it cannot win.
+    #[arg(long)]
+    no_race: bool,
     /// Gradient allocation: a task whose best has not improved by 1% over this many
     /// trials gets no more rounds while other tasks still improve (TVM's per-task early
     /// stopping); 0: never stop a task.
@@ -145,6 +158,11 @@ pub struct SearchArgs {
     /// per-layer speedups over a baseline).
     #[arg(long, value_enum, default_value_t = ObjectiveArg::Latency)]
     objective: ObjectiveArg,
+    /// Gradient allocation: a task that still improves and has had fewer than this share
+    /// of the mean rounds per task gets the next round, so that the objective never
+    /// starves a mid-size task beside large ones; 0: no floor.
+    #[arg(long, value_name = "SHARE", default_value_t = search::scheduler::DEFAULT_FLOOR)]
+    floor: f64,
     /// Measure through a queue of workers on other hosts, redis://HOST[:PORT]/NAME
     /// (`tilesched worker --queue` on each GPU host) instead of on --device.
     #[arg(long, value_name = "URL")]
@@ -237,6 +255,9 @@ fn check_flags(args: &SearchArgs, log_path: &Path) -> Result<()> {
             args.min_time_ms,
             args.timeout
         );
+    }
+    if !(args.floor.is_finite() && (0.0..=1.0).contains(&args.floor)) {
+        bail!("--floor must be a share of the mean rounds per task, from 0 to 1");
     }
     if let Some(b) = args.time_budget
         && !(b.is_finite() && b > 0.0 && b <= MAX_SECS)
@@ -350,6 +371,13 @@ pub fn run_search(
         Some(lock) => lock,
         None => crate::lock::exclusive(log_path, "tuning log")?,
     };
+    // The user's logs for transfer, read before any worker starts (the shipped database
+    // joins them once the GPU is known).
+    let from = match (args.no_transfer, args.from.is_empty()) {
+        (true, _) => None,
+        (false, true) => Some(records::KernelDb::default()),
+        (false, false) => Some(records::KernelDb::read(&args.from)?),
+    };
     let workdir = crate::scratch::create()?;
     let signals = SignalFlag::register()?;
     let cfg = TuneConfig {
@@ -378,6 +406,9 @@ pub fn run_search(
             ObjectiveArg::Geomean => Objective::LogLatency,
         },
         interrupt: Some(Arc::clone(&signals.flag)),
+        race: !args.no_race,
+        floor: args.floor,
+        database: None,
     };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
@@ -390,6 +421,10 @@ pub fn run_search(
         verbose: args.verbose,
     };
     let mut measured = |measurer: &mut dyn measure::Measurer| {
+        let cfg = TuneConfig {
+            database: transfer_database(from.as_ref(), measurer.target(), &tasks, &prior),
+            ..cfg.clone()
+        };
         tune(
             &tasks,
             &weights,
@@ -458,6 +493,40 @@ pub fn run_search(
     print!("{}", tune_table(&summaries));
     print_stats(&stats, builders, log_path);
     Ok(())
+}
+
+/// The kernel database a run transfers from: `from` (the user's, None for no transfer)
+/// and the one shipped for `device`'s compute capability, without the run's own tasks
+/// (leave-one-out: a task never starts from its own records, nor from another task of
+/// the run, whose figures it is judged beside). Says what it holds.
+fn transfer_database(
+    from: Option<&records::KernelDb>,
+    device: &gpu::DeviceInfo,
+    tasks: &[schedule::Task],
+    prior: &[records::Record],
+) -> Option<Arc<records::KernelDb>> {
+    let mut db = from?.clone();
+    let shipped = records::KernelDb::shipped(device.compute_capability);
+    if let Some(shipped) = &shipped {
+        db.merge(shipped);
+    }
+    let keys: Vec<String> = tasks.iter().map(|t| t.key()).collect();
+    let db = db.without(&keys);
+    let fresh = keys
+        .iter()
+        .filter(|k| !prior.iter().any(|r| &r.task == *k))
+        .count();
+    eprintln!(
+        "transfer: {} tuned tasks ({} states; {}) for the {fresh} tasks new to the log",
+        db.len(),
+        db.states(),
+        if shipped.is_some() {
+            "the database shipped for this GPU's architecture, and --from"
+        } else {
+            "--from only: none is shipped for this GPU's architecture"
+        }
+    );
+    Some(Arc::new(db))
 }
 
 /// While it lives, the first SIGINT or SIGTERM sets `flag`, which the tuner answers by
@@ -605,6 +674,27 @@ pub(crate) fn cubin_cache(dir: Option<&Path>, disabled: bool) -> Result<Option<g
     }
 }
 
+/// Where the GPUs' measuring time went, per candidate, and how many candidates they
+/// measured per second of it: the figure racing and the on-GPU check raise.
+fn measuring_line(stats: &TuneStats, busy: Duration) -> String {
+    let n = stats.measured as f64;
+    let p = &stats.phases;
+    let busy_ms = busy.as_secs_f64() * 1e3;
+    let other = (busy_ms - p.total_ms()).max(0.0);
+    format!(
+        "measuring: {:.1} candidates per GPU-second; per candidate {:.1} ms = preparing the task {:.1}, loading {:.1}, exact check {:.1}, timing {:.1}, messages and the worker's round trip {:.1}; {} of {} raced (stopped after their probe, clearly slower than their task's best)",
+        n / busy.as_secs_f64().max(1e-9),
+        busy_ms / n,
+        p.prepare_ms / n,
+        p.load_ms / n,
+        p.check_ms / n,
+        p.time_ms / n,
+        other / n,
+        stats.raced,
+        stats.measured
+    )
+}
+
 /// The end table's times. `builders`: the build threads of this host (None: the
 /// queue's workers built the kernels).
 fn print_stats(stats: &TuneStats, builders: Option<usize>, log: &std::path::Path) {
@@ -629,6 +719,9 @@ fn print_stats(stats: &TuneStats, builders: Option<usize>, log: &std::path::Path
         stats.measured,
         log.display()
     );
+    if stats.measured > 0 {
+        println!("{}", measuring_line(stats, busy));
+    }
     if wall > 0.0 && !stats.device_busy.is_empty() {
         let shares: Vec<String> = stats
             .device_busy
@@ -673,6 +766,12 @@ fn print_stats(stats: &TuneStats, builders: Option<usize>, log: &std::path::Path
             learn / 1e3,
             stats.training.as_secs_f64(),
             stats.retrainings
+        );
+    }
+    if stats.transferred > 0 {
+        println!(
+            "transfer: {} states adapted from the nearest tuned tasks measured first in {} tasks",
+            stats.transferred, stats.transferred_tasks
         );
     }
     if stats.stopped_by_budget {
