@@ -41,6 +41,7 @@ fn quick() -> TimingConfig {
         min_time_ms: 1.0,
         min_repeats: 3,
         max_repeats: 50,
+        race_us: None,
     }
 }
 
@@ -639,6 +640,7 @@ fn peak_timing() -> TimingConfig {
         min_time_ms: 20.0,
         min_repeats: 5,
         max_repeats: 200,
+        race_us: None,
     }
 }
 
@@ -716,6 +718,7 @@ fn cudnn_float_math_types_and_tf32() {
         min_time_ms: 5.0,
         min_repeats: 10,
         max_repeats: 2000,
+        race_us: None,
     };
     let mut tf32_seen = false;
     for (c, hw, k, r) in [(128u32, 28u32, 128u32, 3u32), (256, 14, 512, 1)] {
