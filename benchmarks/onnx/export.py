@@ -4,7 +4,7 @@
 Usage (on a machine with torch, torchvision and onnx; no network, no weights needed):
 
     python3 benchmarks/onnx/export.py OUT_DIR [--models resnet50 mobilenet_v2
-        resnext50_32x4d convnext_tiny vit_b_16 efficientnet_b0]
+        resnext50_32x4d convnext_tiny vit_b_16 efficientnet_b0 densenet121]
 
 Writes OUT_DIR/<model>.onnx at batch 1, 3x224x224, opset 17, with the weights in
 OUT_DIR/<model>.onnx.data beside it (ONNX external data): the importer needs only the
@@ -26,6 +26,10 @@ Prints each model's node counts by op type and checks the property each model is
   as well, each checked for what it brings: grouped 3x3 convolutions (32 groups),
   7x7 depthwise convolutions and Linear layers, the transformer's matmuls, and
   EfficientNet-B0's 81 convolutions (depthwise 3x3 and 5x5, squeeze-excitation 1x1).
+- densenet121: 120 convolutions without a bias (its batch norms come before them, so
+  none folds), 66 of them of distinct shapes: the dense layers' 1x1 convolutions see a
+  new channel count each. No tune of this project had seen it before 2026-11-28 (issue
+  49's model nobody had tuned).
 """
 
 import argparse
@@ -91,6 +95,7 @@ CHECKS = {
     and c.get("MatMul", 0) + c.get("Gemm", 0) >= 36,
     "vit_b_16": lambda c, g, b: len(g) == 1 and c.get("MatMul", 0) + c.get("Gemm", 0) >= 48,
     "efficientnet_b0": lambda c, g, b: len(g) == 81 and b == 81,
+    "densenet121": lambda c, g, b: len(g) == 120 and b == 0,
 }
 
 

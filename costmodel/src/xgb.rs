@@ -11,7 +11,11 @@
 //! (pairwise accuracy 0.941 vs 0.944, top-10 recall 0.577 for both).
 //!
 //! A saved model holds its training data as well as the booster, so that a warm start
-//! (`--model-in`, e.g. from another network's log) keeps learning from both.
+//! (`--model-in`, e.g. from another network's log) keeps learning from both. The project
+//! ships one for Hopper (`shipped`), trained on its committed tuning records (see
+//! `models/README.md`), which `tune` starts from by default: it ranks a new task's first
+//! round instead of random scores, and keeps learning as a warm start does. A model file
+//! may be gzipped.
 
 use crate::random::random_scores;
 use crate::{CostModel, Dataset, Fit, Fitted, ModelError};
@@ -60,6 +64,10 @@ struct ModelFile {
 
 const FORMAT: &str = "tilesched-xgboost-1";
 
+/// The model shipped for Hopper, and how errors name it.
+const HOPPER: &[u8] = include_bytes!("../models/hopper.json.gz");
+const SHIPPED_HOPPER: &str = "costmodel/models/hopper.json.gz (shipped)";
+
 pub struct XgbModel {
     feature_names: Vec<String>,
     params: XgbParams,
@@ -83,13 +91,45 @@ impl XgbModel {
         }
     }
 
-    /// Loads a saved model; its features must be `feature_names`.
+    /// Loads a saved model (gzipped or not); its features must be `feature_names`.
     pub fn load(path: &Path, feature_names: &[String], seed: u64) -> Result<Self, ModelError> {
+        let bytes = std::fs::read(path).map_err(|e| ModelError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_bytes(&bytes, &path.display().to_string(), feature_names, seed)
+    }
+
+    /// The model shipped for GPUs of compute capability `cc` (Hopper's), if there is
+    /// one; its features must be `feature_names`.
+    pub fn shipped(
+        cc: (u32, u32),
+        feature_names: &[String],
+        seed: u64,
+    ) -> Option<Result<Self, ModelError>> {
+        (cc == (9, 0)).then(|| Self::from_bytes(HOPPER, SHIPPED_HOPPER, feature_names, seed))
+    }
+
+    /// A saved model from its bytes; `origin` names it in errors.
+    fn from_bytes(
+        bytes: &[u8],
+        origin: &str,
+        feature_names: &[String],
+        seed: u64,
+    ) -> Result<Self, ModelError> {
+        let path = Path::new(origin);
         let read = |message: String| ModelError::Read {
             path: path.display().to_string(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+        let text = if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(bytes), &mut text)
+                .map_err(|e| read(e.to_string()))?;
+            text
+        } else {
+            String::from_utf8(bytes.to_vec()).map_err(|e| read(e.to_string()))?
+        };
         let file: ModelFile = serde_json::from_str(&text).map_err(|e| read(e.to_string()))?;
         if file.format != FORMAT {
             return Err(read(format!(
@@ -242,6 +282,12 @@ impl CostModel for XgbModel {
             booster,
         };
         let text = serde_json::to_string(&file).map_err(|e| write(e.to_string()))?;
+        if path.extension().is_some_and(|e| e == "gz") {
+            let out = std::fs::File::create(path).map_err(|e| write(e.to_string()))?;
+            let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
+            std::io::Write::write_all(&mut gz, text.as_bytes()).map_err(|e| write(e.to_string()))?;
+            return gz.finish().map(|_| ()).map_err(|e| write(e.to_string()));
+        }
         std::fs::write(path, text).map_err(|e| write(e.to_string()))
     }
 }

@@ -262,8 +262,10 @@ mod tests {
         assert!(!lost_race(&cfg, &[300.0, 124.0, 310.0]));
         assert!(!lost_race(&cfg, &[]));
         assert!(!lost_race(&TimingConfig::default(), &[1e9]));
-        // After the probe, the full protocol's batches.
-        assert_eq!(next_batch(&cfg, &[100.0; 3]), 7);
+        // After the probe, the full protocol's batches: up to the minimum count...
+        assert_eq!(next_batch(&cfg, &[50_000.0; 3]), 7);
+        // ...and the minimum time.
+        assert_eq!(next_batch(&cfg, &[100.0; 3]), MAX_BATCH);
     }
 
     proptest::proptest! {

@@ -89,68 +89,12 @@ impl KernelDb {
     /// searched for both. A path with nothing to read is an error.
     pub fn read(paths: &[PathBuf]) -> Result<KernelDb, DbError> {
         let mut db = KernelDb::default();
-        for path in paths {
-            let files = if path.is_dir() {
-                let mut files = Vec::new();
-                find_logs(path, &mut files).map_err(|error| DbError::Io {
-                    path: path.clone(),
-                    error,
-                })?;
-                files.sort();
-                files
-            } else {
-                vec![path.clone()]
-            };
-            if files.is_empty() {
-                return Err(DbError::Empty { path: path.clone() });
-            }
-            for file in files {
-                db.read_file(&file)?;
-            }
+        let mut entries = Vec::new();
+        read_paths(paths, &mut db, &mut |e| entries.push(e))?;
+        for entry in entries {
+            db.offer(entry);
         }
         Ok(db)
-    }
-
-    fn read_file(&mut self, path: &Path) -> Result<(), DbError> {
-        let io = |error| DbError::Io {
-            path: path.to_path_buf(),
-            error,
-        };
-        // A database's lines are entries; anything else is read as a log.
-        let mut first = String::new();
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut reader = BufReader::new(file);
-        let gzip = reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
-        let mut text: Box<dyn BufRead> = if gzip {
-            Box::new(BufReader::new(MultiGzDecoder::new(reader)))
-        } else {
-            Box::new(reader)
-        };
-        text.read_line(&mut first).map_err(io)?;
-        // `best --json`'s array of records.
-        if first.trim() == "[" {
-            let mut rest = String::new();
-            text.read_to_string(&mut rest).map_err(io)?;
-            let records: Vec<Record> = serde_json::from_str(&(first + &rest)).map_err(|e| {
-                io(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-            })?;
-            for r in records.into_iter().filter(|r| check_record(r).is_ok()) {
-                LogSink::record(self, r);
-            }
-            return Ok(());
-        }
-        if serde_json::from_str::<Entry>(&first).is_ok() {
-            let mut rest = String::new();
-            text.read_to_string(&mut rest).map_err(io)?;
-            for line in std::iter::once(first.as_str()).chain(rest.lines()) {
-                if let Ok(entry) = serde_json::from_str::<Entry>(line) {
-                    self.offer(entry);
-                }
-            }
-            return Ok(());
-        }
-        read_log_into(path, self)?;
-        Ok(())
     }
 
     /// Keeps `entry` if it is among its task's fastest on its GPU.
@@ -191,10 +135,23 @@ impl KernelDb {
         }
     }
 
-    /// The database without the tasks whose keys are in `keys` (the tasks being tuned,
-    /// which must never start from their own records).
+    /// The database without the tasks whose keys are in `keys`.
     pub fn without(mut self, keys: &[String]) -> KernelDb {
         self.tasks.retain(|(key, _), _| !keys.contains(key));
+        self
+    }
+
+    /// The database without any task of `tasks`, nor one that differs from such a task
+    /// only in its epilogue (the same convolution or product with a bias or a ReLU
+    /// fused, as an ONNX model's): the tasks being tuned, which must never start from
+    /// their own records.
+    pub fn without_tasks(mut self, tasks: &[Task]) -> KernelDb {
+        let bare = |t: &Task| Task {
+            epilogue: Default::default(),
+            ..*t
+        };
+        let tuned: Vec<Task> = tasks.iter().map(bare).collect();
+        self.tasks.retain(|_, t| !tuned.contains(&bare(&t.task)));
         self
     }
 
@@ -288,6 +245,87 @@ impl LogSink for KernelDb {
     }
 
     fn skipped(&mut self, _: Skipped) {}
+}
+
+/// Reads every record of `paths` (tuning logs, `best --json` arrays, or directories
+/// searched for `*.jsonl` and `*.jsonl.gz` files) into `sink`, each validated as a
+/// log's reader validates it. A path with nothing to read is an error. Kernel databases
+/// among them (`KernelDb::write`'s form) are skipped.
+pub fn read_records(paths: &[PathBuf], sink: &mut impl LogSink) -> Result<(), DbError> {
+    read_paths(paths, sink, &mut |_| {})
+}
+
+/// `read_records`, handing the entries of kernel databases to `entries`.
+fn read_paths(
+    paths: &[PathBuf],
+    sink: &mut impl LogSink,
+    entries: &mut dyn FnMut(Entry),
+) -> Result<(), DbError> {
+    for path in paths {
+        let files = if path.is_dir() {
+            let mut files = Vec::new();
+            find_logs(path, &mut files).map_err(|error| DbError::Io {
+                path: path.clone(),
+                error,
+            })?;
+            files.sort();
+            files
+        } else {
+            vec![path.clone()]
+        };
+        if files.is_empty() {
+            return Err(DbError::Empty { path: path.clone() });
+        }
+        for file in files {
+            read_file(&file, sink, entries)?;
+        }
+    }
+    Ok(())
+}
+
+/// One file of `read_paths`: a database's entries, a JSON array of records, or a log.
+fn read_file(
+    path: &Path,
+    sink: &mut impl LogSink,
+    entries: &mut dyn FnMut(Entry),
+) -> Result<(), DbError> {
+    let io = |error| DbError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let mut first = String::new();
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut reader = BufReader::new(file);
+    let gzip = reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
+    let mut text: Box<dyn BufRead> = if gzip {
+        Box::new(BufReader::new(MultiGzDecoder::new(reader)))
+    } else {
+        Box::new(reader)
+    };
+    text.read_line(&mut first).map_err(io)?;
+    // `best --json`'s array of records.
+    if first.trim() == "[" {
+        let mut rest = String::new();
+        text.read_to_string(&mut rest).map_err(io)?;
+        let records: Vec<Record> = serde_json::from_str(&(first + &rest))
+            .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+        for r in records.into_iter().filter(|r| check_record(r).is_ok()) {
+            sink.record(r);
+        }
+        return Ok(());
+    }
+    if serde_json::from_str::<Entry>(&first).is_ok() {
+        let mut rest = String::new();
+        text.read_to_string(&mut rest).map_err(io)?;
+        for line in std::iter::once(first.as_str()).chain(rest.lines()) {
+            if let Ok(entry) = serde_json::from_str::<Entry>(line) {
+                entries(entry);
+            }
+        }
+        return Ok(());
+    }
+    read_log_into(path, sink)?;
+    Ok(())
 }
 
 /// Every `*.jsonl` and `*.jsonl.gz` file under `dir`.
@@ -399,11 +437,17 @@ mod tests {
         for i in 0..20 {
             db.offer(entry(t, 100.0 - i as f64, i));
         }
-        db.offer(entry(t, 1.0, 19));
+        // The same state measured slower again changes nothing.
+        db.offer(entry(t, 200.0, 19));
         assert_eq!(db.len(), 1);
-        let near = db.nearest(&matmul(512, 256, 256), (9, 0), "x", 4);
-        let times: Vec<f64> = near[0].states.iter().map(|(us, _)| *us).collect();
-        assert_eq!(times, vec![81.0, 82.0, 83.0, 84.0, 85.0, 86.0, 87.0, 88.0]);
+        let times = |db: &KernelDb| -> Vec<f64> {
+            let near = db.nearest(&matmul(512, 256, 256), (9, 0), "x", 4);
+            near[0].states.iter().map(|(us, _)| *us).collect()
+        };
+        assert_eq!(times(&db), vec![81.0, 82.0, 83.0, 84.0, 85.0, 86.0, 87.0, 88.0]);
+        // Measured faster, it keeps the faster time.
+        db.offer(entry(t, 1.0, 19));
+        assert_eq!(times(&db), vec![1.0, 82.0, 83.0, 84.0, 85.0, 86.0, 87.0, 88.0]);
     }
 
     #[test]
@@ -423,6 +467,25 @@ mod tests {
     }
 
     #[test]
+    fn the_tasks_being_tuned_leave_with_their_epilogue_variants() {
+        let mut db = KernelDb::default();
+        let plain = matmul(256, 256, 256);
+        let biased = Task {
+            epilogue: schedule::Epilogue {
+                bias: true,
+                relu: true,
+            },
+            ..plain
+        };
+        let other = matmul(512, 256, 256);
+        for (t, seed) in [(plain, 1), (biased, 2), (other, 3)] {
+            db.offer(entry(t, 1.0, seed));
+        }
+        let db = db.without_tasks(&[plain]);
+        assert_eq!(db.keys().collect::<Vec<_>>(), vec![other.key()]);
+    }
+
+    #[test]
     fn nearness_is_by_shape_within_one_operator_type_and_architecture() {
         let mut db = KernelDb::default();
         for (m, seed) in [(128, 1), (1024, 2), (4096, 3)] {
@@ -436,7 +499,8 @@ mod tests {
                 _ => 0,
             })
             .collect();
-        assert_eq!(ms, vec![1024, 128]);
+        // 1024 is 13% away, 4096 4.6x, 128 7x.
+        assert_eq!(ms, vec![1024, 4096]);
         assert!(db.nearest(&matmul(900, 1024, 1024), (8, 0), "x", 2).is_empty());
         let f32_task = Task::new(Operator::Matmul { m: 900, n: 1024, k: 1024 }, Default::default())
             .unwrap();

@@ -12,7 +12,7 @@ pub mod record;
 pub mod report;
 pub mod validate;
 
-pub use database::{DbError, KernelDb};
+pub use database::{DbError, KernelDb, read_records};
 pub use kernel::{BestKernel, KernelError, Staleness, best_kernel, best_regenerated};
 pub use ranking::KEEP;
 pub use record::{

@@ -1,11 +1,23 @@
+//! Cost-model tools.
+//!
 //! `tilesched model eval --log FILE`: how well the XGBoost model ranks unseen
 //! candidates. Per task, a seeded share of the records is held out; the model trains on
 //! the rest of every task and is scored on the held-out records by Spearman rank
 //! correlation (predicted score vs measured throughput) and top-k recall.
+//!
+//! `tilesched model train --from LOG_OR_DIR... --out FILE`: a model trained on the
+//! records of many tasks (a seeded sample of each task's), as the one shipped for
+//! Hopper is made; `--exclude` leaves tasks out, so that the tasks a model is judged
+//! on were never seen.
+//!
+//! `tilesched model rank --from LOG_OR_DIR... [--model FILE]`: how well a model (the
+//! shipped one by default) ranks every record of the tasks of the logs, against a cold
+//! model's random scores: pairwise accuracy, and how many of a task's ten fastest
+//! candidates are among the 64 it scores highest (a round's worth).
 
 use anyhow::{Result, bail};
-use costmodel::eval::{spearman, top_k_recall};
-use costmodel::{CostModel, Dataset, XgbModel, XgbParams};
+use costmodel::eval::{pairwise_accuracy, recall_among, spearman, top_k_recall};
+use costmodel::{CostModel, Dataset, RandomModel, XgbModel, XgbParams};
 use features::{FEATURE_COUNT, FEATURE_NAMES, FeatureExtractor};
 use records::read_log;
 use std::collections::BTreeMap;
@@ -15,6 +27,240 @@ use std::path::PathBuf;
 pub enum Command {
     /// Train on part of a log, report ranking quality per task on the rest.
     Eval(EvalArgs),
+    /// Train a model on the records of many tasks (how the shipped one is made).
+    Train(TrainArgs),
+    /// Ranking quality of a model on the tasks of some logs, against a cold model.
+    Rank(RankArgs),
+}
+
+#[derive(clap::Args)]
+pub struct TrainArgs {
+    /// Tuning logs, `best --json` files, or directories searched for them.
+    #[arg(long, value_name = "LOG_OR_DIR", num_args = 1.., required = true)]
+    from: Vec<PathBuf>,
+    /// Leave out every task whose key contains one of these.
+    #[arg(long, value_name = "TEXT", num_args = 1..)]
+    exclude: Vec<String>,
+    /// Records kept per task (a seeded sample), so that no task's log outweighs the rest.
+    #[arg(long, default_value_t = 160)]
+    per_task: usize,
+    /// Where to save the model (gzipped when the name ends in .gz).
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(clap::Args)]
+pub struct RankArgs {
+    /// Tuning logs (or directories of them) whose tasks the model is scored on.
+    #[arg(long, value_name = "LOG_OR_DIR", num_args = 1.., required = true)]
+    from: Vec<PathBuf>,
+    /// Only the tasks whose key contains one of these.
+    #[arg(long, value_name = "TEXT", num_args = 1..)]
+    only: Vec<String>,
+    /// The model [default: the one shipped for Hopper].
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Records scored per task at most (a seeded sample).
+    #[arg(long, default_value_t = 2000)]
+    per_task: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// Per task: a seeded sample of its records' feature rows and times (a reservoir), so
+/// that a log of any length takes bounded memory.
+struct Sample {
+    keep: usize,
+    seed: u64,
+    wanted: Box<dyn Fn(&str) -> bool>,
+    tasks: BTreeMap<String, TaskSample>,
+    extractors: BTreeMap<(String, String), FeatureExtractor>,
+    unusable: usize,
+}
+
+#[derive(Default)]
+struct TaskSample {
+    seen: u64,
+    rows: Vec<([f32; FEATURE_COUNT], Option<f64>)>,
+}
+
+impl records::LogSink for Sample {
+    fn record(&mut self, r: records::Record) {
+        if r.spoiled() || r.injected.is_some() || !(self.wanted)(&r.task) {
+            return;
+        }
+        let extractor = match self.extractors.entry((r.task.clone(), r.device.name.clone())) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => match r.device.spec() {
+                Ok(spec) => e.insert(FeatureExtractor::new(&r.shape, &spec)),
+                Err(_) => {
+                    self.unusable += 1;
+                    return;
+                }
+            },
+        };
+        let t = self.tasks.entry(r.task.clone()).or_default();
+        t.seen += 1;
+        let slot = if t.rows.len() < self.keep {
+            None
+        } else {
+            // Reservoir sampling with a seeded draw per (task, position).
+            let j = shuffle_key(self.seed ^ t.seen, t.rows.len()) % t.seen;
+            match usize::try_from(j) {
+                Ok(j) if j < self.keep => Some(j),
+                _ => return,
+            }
+        };
+        let row = (extractor.extract(&r.state), r.median_us());
+        match slot {
+            None => t.rows.push(row),
+            Some(j) => t.rows[j] = row,
+        }
+    }
+
+    fn skipped(&mut self, _: records::Skipped) {}
+}
+
+impl Sample {
+    fn read(
+        paths: &[PathBuf],
+        keep: usize,
+        seed: u64,
+        wanted: Box<dyn Fn(&str) -> bool>,
+    ) -> Result<Sample> {
+        let mut sample = Sample {
+            keep,
+            seed,
+            wanted,
+            tasks: BTreeMap::new(),
+            extractors: BTreeMap::new(),
+            unusable: 0,
+        };
+        records::read_records(paths, &mut sample)?;
+        Ok(sample)
+    }
+
+    /// One task's rows as a dataset.
+    fn dataset(task: &str, sample: &TaskSample) -> Dataset {
+        let mut d = Dataset::new(FEATURE_COUNT);
+        for (row, us) in &sample.rows {
+            d.push(row, task, *us);
+        }
+        d
+    }
+}
+
+fn feature_names() -> Vec<String> {
+    FEATURE_NAMES.iter().map(|s| s.to_string()).collect()
+}
+
+fn train(args: TrainArgs) -> Result<()> {
+    let exclude = args.exclude.clone();
+    let sample = Sample::read(
+        &args.from,
+        args.per_task,
+        args.seed,
+        Box::new(move |task| !exclude.iter().any(|e| task.contains(e.as_str()))),
+    )?;
+    let mut data = Dataset::new(FEATURE_COUNT);
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    for (task, t) in &sample.tasks {
+        data.extend(&Sample::dataset(task, t));
+        let kind = task.split('_').next().unwrap_or(task).to_string();
+        let types = if task.contains("_fp16") {
+            "fp16"
+        } else if task.contains("_bf16") {
+            "bf16"
+        } else if task.contains("_tf32") {
+            "tf32"
+        } else {
+            "f32"
+        };
+        *by_kind.entry(format!("{kind} {types}")).or_default() += 1;
+    }
+    if data.is_empty() {
+        bail!("no records to train on in the logs given");
+    }
+    let params = XgbParams {
+        min_rows: 0,
+        ..XgbParams::default()
+    };
+    let mut model = XgbModel::new(feature_names(), params, args.seed);
+    let started = std::time::Instant::now();
+    model.update(&data)?;
+    model.save(&args.out)?;
+    let seen: u64 = sample.tasks.values().map(|t| t.seen).sum();
+    let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    println!(
+        "{}: trained in {:.1} s on {} rows of {} tasks ({}), sampled from {seen} records",
+        args.out.display(),
+        started.elapsed().as_secs_f64(),
+        data.len(),
+        sample.tasks.len(),
+        kinds.join(", ")
+    );
+    Ok(())
+}
+
+fn rank(args: RankArgs) -> Result<()> {
+    let only = args.only.clone();
+    let sample = Sample::read(
+        &args.from,
+        args.per_task,
+        args.seed,
+        Box::new(move |task| only.is_empty() || only.iter().any(|o| task.contains(o.as_str()))),
+    )?;
+    let names = feature_names();
+    let mut model = match &args.model {
+        Some(path) => XgbModel::load(path, &names, args.seed)?,
+        None => XgbModel::shipped((9, 0), &names, args.seed)
+            .expect("a model is shipped for Hopper")?,
+    };
+    let mut cold = RandomModel::new(FEATURE_COUNT, args.seed);
+    println!(
+        "{:<60} {:>6} {:>9} {:>9} {:>11} {:>11}",
+        "task", "rows", "pairwise", "(cold)", "top10/64", "(cold)"
+    );
+    let mut sums = [0.0f64; 4];
+    let mut n = 0usize;
+    for (task, t) in &sample.tasks {
+        let d = Sample::dataset(task, t);
+        let truth: Vec<f64> = d.labels().into_iter().map(f64::from).collect();
+        let scored: Vec<f64> = model.predict(&d.rows).into_iter().map(f64::from).collect();
+        let random: Vec<f64> = cold.predict(&d.rows).into_iter().map(f64::from).collect();
+        let (Some(p), Some(pc), Some(r), Some(rc)) = (
+            pairwise_accuracy(&truth, &scored),
+            pairwise_accuracy(&truth, &random),
+            recall_among(&truth, &scored, 10, 64),
+            recall_among(&truth, &random, 10, 64),
+        ) else {
+            continue;
+        };
+        println!(
+            "{task:<60} {:>6} {p:>9.3} {pc:>9.3} {r:>11.3} {rc:>11.3}",
+            d.len()
+        );
+        for (s, v) in sums.iter_mut().zip([p, pc, r, rc]) {
+            *s += v;
+        }
+        n += 1;
+    }
+    if n == 0 {
+        bail!("no task with records to rank in the logs given");
+    }
+    let m = |i: usize| sums[i] / n as f64;
+    println!(
+        "{:<60} {:>6} {:>9.3} {:>9.3} {:>11.3} {:>11.3}",
+        format!("mean over {n} tasks"),
+        "",
+        m(0),
+        m(1),
+        m(2),
+        m(3)
+    );
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -42,7 +288,11 @@ fn shuffle_key(seed: u64, i: usize) -> u64 {
 }
 
 pub fn run(command: Command) -> Result<()> {
-    let Command::Eval(args) = command;
+    let args = match command {
+        Command::Eval(args) => args,
+        Command::Train(args) => return train(args),
+        Command::Rank(args) => return rank(args),
+    };
     if !(0.0..1.0).contains(&args.holdout) || args.holdout == 0.0 {
         bail!("--holdout must be between 0 and 1");
     }

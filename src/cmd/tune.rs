@@ -88,6 +88,10 @@ pub struct SearchArgs {
     /// Start the XGBoost model from this saved model (e.g. from another network's run).
     #[arg(long, value_name = "FILE")]
     model_in: Option<PathBuf>,
+    /// Start the XGBoost model untrained (random scores until it has learnt from this
+    /// run) instead of from the model shipped for this GPU's architecture.
+    #[arg(long)]
+    cold_model: bool,
     /// Save the XGBoost model (with its training data) here at the end.
     #[arg(long, value_name = "FILE")]
     model_out: Option<PathBuf>,
@@ -325,6 +329,13 @@ pub fn run_search(
             seed,
         )),
     };
+    // The model shipped for the GPU's architecture replaces the untrained one once the
+    // GPU is known.
+    let pretrained = matches!(args.model, ModelArg::Xgboost) && args.model_in.is_none();
+    let pretrained = pretrained && !args.cold_model;
+    if args.cold_model && args.model_in.is_some() {
+        bail!("--cold-model and --model-in both choose the starting model: give one");
+    }
     if args.model_out.is_some() && !matches!(args.model, ModelArg::Xgboost) {
         bail!("--model-out needs --model xgboost");
     }
@@ -421,6 +432,17 @@ pub fn run_search(
         verbose: args.verbose,
     };
     let mut measured = |measurer: &mut dyn measure::Measurer| {
+        if pretrained {
+            let cc = measurer.target().compute_capability;
+            if let Some(shipped) = XgbModel::shipped(cc, &feature_names, seed) {
+                let shipped = shipped?;
+                eprintln!(
+                    "model: the one shipped for this GPU's architecture ({} training rows)",
+                    shipped.training_rows()
+                );
+                model = Box::new(shipped);
+            }
+        }
         let cfg = TuneConfig {
             database: transfer_database(from.as_ref(), measurer.target(), &tasks, &prior),
             ..cfg.clone()
@@ -497,8 +519,8 @@ pub fn run_search(
 
 /// The kernel database a run transfers from: `from` (the user's, None for no transfer)
 /// and the one shipped for `device`'s compute capability, without the run's own tasks
-/// (leave-one-out: a task never starts from its own records, nor from another task of
-/// the run, whose figures it is judged beside). Says what it holds.
+/// and their epilogue variants (a task never starts from its own records, nor from
+/// another task of the run, whose figures it is judged beside). Says what it holds.
 fn transfer_database(
     from: Option<&records::KernelDb>,
     device: &gpu::DeviceInfo,
@@ -511,7 +533,7 @@ fn transfer_database(
         db.merge(shipped);
     }
     let keys: Vec<String> = tasks.iter().map(|t| t.key()).collect();
-    let db = db.without(&keys);
+    let db = db.without_tasks(tasks);
     let fresh = keys
         .iter()
         .filter(|k| !prior.iter().any(|r| &r.task == *k))
