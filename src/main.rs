@@ -33,6 +33,8 @@ enum Command {
     Export(cmd::export::Args),
     /// Our best kernels against cuDNN / cuBLAS, side by side on this GPU.
     Bench(cmd::bench::Args),
+    /// The tuning curves of several logs of the same tasks, as a plot and a table.
+    Curves(cmd::curves::Args),
     /// Second stage: reorder the SASS of each task's best kernel, validated on the GPU.
     Sass(cmd::sass::Args),
     /// Both stages (tune, then sass) and the deploy cache.
@@ -122,6 +124,7 @@ fn main() -> ExitCode {
         Command::Export(args) => cmd::export::run(args),
         Command::Features(args) => cmd::features::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Curves(args) => cmd::curves::run(args),
         Command::Sass(args) => cmd::sass::run(args),
         Command::Pipeline(args) => cmd::pipeline::run(args),
         Command::Model(command) => cmd::model::run(command),

@@ -253,12 +253,12 @@ fn injected_faults_become_their_error_kinds_and_the_run_finishes() {
 }
 
 /// The fastest state of `records` (a run's log) with its median.
-fn fastest(records: &[Value]) -> (String, f64) {
+fn fastest(records: &[Value]) -> (Value, f64) {
     records
         .iter()
         .filter_map(|r| {
             let us = r["result"]["ok"]["median_us"].as_f64()?;
-            Some((r["state"].to_string(), us))
+            Some((r["state"].clone(), us))
         })
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .expect("a correct candidate")
@@ -272,8 +272,20 @@ fn racing_keeps_the_kernel_the_full_protocol_finds_fastest() {
     for shape in ["512,512,512", "333,777,555"] {
         let args = |race: bool| {
             let mut a = vec![
-                "matmul", "--shape", shape, "--dtype", "fp16", "--out-dtype", "fp16",
-                "--search", "random", "--trials", "96", "--seed", "7", "--no-transfer",
+                "matmul",
+                "--shape",
+                shape,
+                "--dtype",
+                "fp16",
+                "--out-dtype",
+                "fp16",
+                "--search",
+                "random",
+                "--trials",
+                "96",
+                "--seed",
+                "7",
+                "--no-transfer",
             ];
             if !race {
                 a.push("--no-race");
@@ -287,7 +299,7 @@ fn racing_keeps_the_kernel_the_full_protocol_finds_fastest() {
         let (_, raced_us) = fastest(&raced);
         let winner_raced = raced
             .iter()
-            .find(|r| r["state"].to_string() == winner)
+            .find(|r| r["state"] == winner)
             .expect("the same candidates");
         assert_ne!(
             winner_raced["result"]["ok"]["raced"].as_bool(),
@@ -304,7 +316,10 @@ fn racing_keeps_the_kernel_the_full_protocol_finds_fastest() {
             .filter(|r| r["result"]["ok"]["raced"].as_bool() == Some(true))
             .count();
         assert!(count > 0, "{shape}: no candidate raced");
-        println!("{shape}: {count} of {} raced; best {raced_us} µs vs {full_us} µs", raced.len());
+        println!(
+            "{shape}: {count} of {} raced; best {raced_us} µs vs {full_us} µs",
+            raced.len()
+        );
     }
 }
 

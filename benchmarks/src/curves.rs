@@ -188,6 +188,76 @@ pub fn curve_of_trials(trials: &[Trial], weights: &[(String, u32)]) -> NetworkCu
     curve
 }
 
+/// One point of a tuning curve's table (`curve_points`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CurvePoint {
+    /// Trial, 1-based over the network's records.
+    pub trial: usize,
+    /// Seconds since the first trial.
+    pub seconds: f64,
+    /// `Σ count × best µs` so far.
+    pub sum_us: f64,
+    /// The geometric mean over the tasks of `reference / best so far` (None without a
+    /// reference for every task).
+    pub geomean: Option<f64>,
+}
+
+/// The tuning curve as a table, one point per trial with a timestamp from the first one
+/// after which every task has a correct candidate: the weighted sum of the best times
+/// so far and, where `reference` gives every task a time, the geometric mean of
+/// `reference / best` (with `reference` the vendor's time scaled to the tuner's
+/// protocol, the speedup over the vendor as the search went).
+pub fn curve_points(
+    trials: &[Trial],
+    weights: &[(String, u32)],
+    reference: &HashMap<String, f64>,
+) -> Vec<CurvePoint> {
+    let mut counts: Vec<(String, u32)> = Vec::new();
+    for (key, count) in weights {
+        match counts.iter_mut().find(|(k, _)| k == key) {
+            Some((_, c)) => *c += count,
+            None => counts.push((key.clone(), *count)),
+        }
+    }
+    let mut best: Vec<Option<f64>> = vec![None; counts.len()];
+    let (mut origin, mut seen) = (None, 0usize);
+    let mut points = Vec::new();
+    for trial in trials {
+        let Some(i) = counts.iter().position(|(k, _)| *k == trial.task) else {
+            continue;
+        };
+        seen += 1;
+        origin = origin.or(trial.unix_s);
+        if let Some(us) = trial.median_us.filter(|us| us.is_finite() && *us > 0.0) {
+            best[i] = Some(best[i].map_or(us, |b: f64| b.min(us)));
+        }
+        let (Some(t), Some(t0)) = (trial.unix_s, origin) else {
+            continue;
+        };
+        let Some(all) = best.iter().copied().collect::<Option<Vec<f64>>>() else {
+            continue;
+        };
+        let sum_us = counts
+            .iter()
+            .zip(&all)
+            .map(|((_, c), b)| f64::from(*c) * b)
+            .sum();
+        let logs: Option<Vec<f64>> = counts
+            .iter()
+            .zip(&all)
+            .map(|((k, _), b)| reference.get(k).map(|r| (r / b).ln()))
+            .collect();
+        let geomean = logs.map(|l| (l.iter().sum::<f64>() / l.len() as f64).exp());
+        points.push(CurvePoint {
+            trial: seen,
+            seconds: t - t0,
+            sum_us,
+            geomean,
+        });
+    }
+    points
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,5 +476,39 @@ mod tests {
         assert_eq!(c.bad_timestamps, 1);
         assert_eq!(c.tasks[0].task, a.key());
         assert_eq!(c.tasks[1].best, [(2, 5.0), (3, 4.0)]);
+    }
+
+    #[test]
+    fn the_table_gives_the_sum_and_the_geomean_over_the_reference() {
+        let trials = vec![
+            ok("a", 10.0, 100.0),
+            ok("b", 40.0, 101.0),
+            ok("a", 5.0, 103.0),
+            ok("b", 80.0, 104.0),
+        ];
+        let weights = vec![("a".to_string(), 2), ("b".to_string(), 1)];
+        let reference: HashMap<String, f64> =
+            [("a".to_string(), 10.0), ("b".to_string(), 40.0)].into();
+        let points = curve_points(&trials, &weights, &reference);
+        let got: Vec<(usize, f64, f64, f64)> = points
+            .iter()
+            .map(|p| (p.trial, p.seconds, p.sum_us, p.geomean.unwrap()))
+            .collect();
+        // From the second trial (both tasks solved): 2·10 + 40, then 2·5 + 40; a's
+        // speedup 1 then 2, b's 1 throughout.
+        let root2 = 2f64.sqrt();
+        assert_eq!(
+            got,
+            vec![
+                (2, 1.0, 60.0, 1.0),
+                (3, 3.0, 50.0, root2),
+                (4, 4.0, 50.0, root2)
+            ]
+        );
+        assert!(
+            curve_points(&trials, &weights, &HashMap::new())[0]
+                .geomean
+                .is_none()
+        );
     }
 }

@@ -132,7 +132,13 @@ mod tests {
         assert_eq!(pairwise_accuracy(&[1.0, 1.0], &[1.0, 2.0]), None);
         // Among 4: the true best two are the predicted 2nd and 4th.
         let predicted = [0.5, 0.1, 0.9, 0.0];
-        assert_eq!(recall_among(&[4.0, 3.0, 2.0, 1.0], &predicted, 2, 2), Some(0.5));
-        assert_eq!(recall_among(&[4.0, 3.0, 2.0, 1.0], &predicted, 2, 4), Some(1.0));
+        assert_eq!(
+            recall_among(&[4.0, 3.0, 2.0, 1.0], &predicted, 2, 2),
+            Some(0.5)
+        );
+        assert_eq!(
+            recall_among(&[4.0, 3.0, 2.0, 1.0], &predicted, 2, 4),
+            Some(1.0)
+        );
     }
 }

@@ -285,7 +285,8 @@ impl CostModel for XgbModel {
         if path.extension().is_some_and(|e| e == "gz") {
             let out = std::fs::File::create(path).map_err(|e| write(e.to_string()))?;
             let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::best());
-            std::io::Write::write_all(&mut gz, text.as_bytes()).map_err(|e| write(e.to_string()))?;
+            std::io::Write::write_all(&mut gz, text.as_bytes())
+                .map_err(|e| write(e.to_string()))?;
             return gz.finish().map(|_| ()).map_err(|e| write(e.to_string()));
         }
         std::fs::write(path, text).map_err(|e| write(e.to_string()))

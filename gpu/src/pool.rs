@@ -6,9 +6,7 @@
 
 use crate::check::Problem;
 use crate::device::DeviceInfo;
-use crate::protocol::{
-    ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Request, Response,
-};
+use crate::protocol::{ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Request, Response};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};

@@ -111,7 +111,10 @@ pub fn lost_race(cfg: &TimingConfig, samples: &[f32]) -> bool {
     let Some(best) = cfg.race_us else {
         return false;
     };
-    let fastest = samples.iter().map(|&s| f64::from(s)).fold(f64::INFINITY, f64::min);
+    let fastest = samples
+        .iter()
+        .map(|&s| f64::from(s))
+        .fold(f64::INFINITY, f64::min);
     fastest.is_finite() && fastest > best * (1.0 + RACE_MARGIN)
 }
 

@@ -20,9 +20,9 @@
 
 use crate::buffers::{BufferSets, ReferenceError};
 use crate::check::Problem;
+use crate::compare::Comparer;
 use crate::cuda::{self, Context, CudaError, Module};
 use crate::device::DeviceInfo;
-use crate::compare::Comparer;
 use crate::protocol::{
     ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Request, Response, Timing,
 };
@@ -231,7 +231,11 @@ pub struct CudaBackend {
 }
 
 fn launch_error(e: CudaError, phases: Phases) -> Answer {
-    (Outcome::error(ErrorKind::Launch, e.to_string()), true, phases)
+    (
+        Outcome::error(ErrorKind::Launch, e.to_string()),
+        true,
+        phases,
+    )
 }
 
 /// Milliseconds since `t`.
@@ -380,7 +384,11 @@ impl Backend for CudaBackend {
             phases.prepare_ms = ms_since(started);
             if let Err((e, fatal)) = loaded {
                 let message = format!("reference kernel failed: {e}");
-                return (Outcome::error(ErrorKind::Environment, message), fatal, phases);
+                return (
+                    Outcome::error(ErrorKind::Environment, message),
+                    fatal,
+                    phases,
+                );
             }
         }
         let buffers = &self.prepared[0];
@@ -390,7 +398,11 @@ impl Backend for CudaBackend {
             Ok(image) => image,
             Err(e) => {
                 let message = format!("cannot read {}: {e}", candidate.cubin.display());
-                return (Outcome::error(ErrorKind::Environment, message), false, phases);
+                return (
+                    Outcome::error(ErrorKind::Environment, message),
+                    false,
+                    phases,
+                );
             }
         };
         let ctx = &self.ctx;

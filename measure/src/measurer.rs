@@ -11,8 +11,8 @@
 
 use crate::build;
 use gpu::{
-    CubinCache, DeviceInfo, ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Pool,
-    Problem, TimingConfig, Took,
+    CubinCache, DeviceInfo, ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Pool, Problem,
+    TimingConfig, Took,
 };
 use records::CompileInfo;
 use schedule::{GpuSpec, State, Task};

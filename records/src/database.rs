@@ -197,7 +197,10 @@ impl KernelDb {
             }
         }
         let mut near: Vec<(f64, &Tuned)> = near.into_values().collect();
-        near.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.task.key().cmp(&b.1.task.key())));
+        near.sort_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then_with(|| a.1.task.key().cmp(&b.1.task.key()))
+        });
         near.into_iter().take(k).map(|(_, t)| t).collect()
     }
 
@@ -444,10 +447,16 @@ mod tests {
             let near = db.nearest(&matmul(512, 256, 256), (9, 0), "x", 4);
             near[0].states.iter().map(|(us, _)| *us).collect()
         };
-        assert_eq!(times(&db), vec![81.0, 82.0, 83.0, 84.0, 85.0, 86.0, 87.0, 88.0]);
+        assert_eq!(
+            times(&db),
+            vec![81.0, 82.0, 83.0, 84.0, 85.0, 86.0, 87.0, 88.0]
+        );
         // Measured faster, it keeps the faster time.
         db.offer(entry(t, 1.0, 19));
-        assert_eq!(times(&db), vec![1.0, 82.0, 83.0, 84.0, 85.0, 86.0, 87.0, 88.0]);
+        assert_eq!(
+            times(&db),
+            vec![1.0, 82.0, 83.0, 84.0, 85.0, 86.0, 87.0, 88.0]
+        );
     }
 
     #[test]
@@ -501,9 +510,19 @@ mod tests {
             .collect();
         // 1024 is 13% away, 4096 4.6x, 128 7x.
         assert_eq!(ms, vec![1024, 4096]);
-        assert!(db.nearest(&matmul(900, 1024, 1024), (8, 0), "x", 2).is_empty());
-        let f32_task = Task::new(Operator::Matmul { m: 900, n: 1024, k: 1024 }, Default::default())
-            .unwrap();
+        assert!(
+            db.nearest(&matmul(900, 1024, 1024), (8, 0), "x", 2)
+                .is_empty()
+        );
+        let f32_task = Task::new(
+            Operator::Matmul {
+                m: 900,
+                n: 1024,
+                k: 1024,
+            },
+            Default::default(),
+        )
+        .unwrap();
         assert!(db.nearest(&f32_task, (9, 0), "x", 2).is_empty());
     }
 
@@ -512,7 +531,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("a.jsonl");
         let mut writer = crate::record::LogWriter::open(&log).unwrap();
-        let (slow, fast) = (record("64,64,64", 1, ok(12.0)), record("64,64,64", 1, ok(11.0)));
+        let (slow, fast) = (
+            record("64,64,64", 1, ok(12.0)),
+            record("64,64,64", 1, ok(11.0)),
+        );
         writer.append(&[slow, fast]).unwrap();
         drop(writer);
         let db = KernelDb::read(std::slice::from_ref(&log)).unwrap();

@@ -342,7 +342,9 @@ mod tests {
         // 3%: the gradient gives task 1 every round, the floor gives task 0 its share.
         let all = [true; 2];
         let run = |floor: f64| {
-            let mut s = sched(&[1.0, 1.0]).with_floor(floor).with_patience(Some(512));
+            let mut s = sched(&[1.0, 1.0])
+                .with_floor(floor)
+                .with_patience(Some(512));
             let mut best = [100.0, 1000.0];
             for _ in 0..40 {
                 let i = s.next(&all).unwrap();
@@ -352,7 +354,10 @@ mod tests {
             (s.rounds(0), s.rounds(1))
         };
         let (small, large) = run(0.0);
-        assert!(small <= 2, "without a floor the small task starves: {small}");
+        assert!(
+            small <= 2,
+            "without a floor the small task starves: {small}"
+        );
         assert_eq!(small + large, 40);
         let (small, large) = run(DEFAULT_FLOOR);
         // Half the mean of 20 rounds, within the one round the floor waits for.
@@ -363,7 +368,9 @@ mod tests {
     #[test]
     fn a_stalled_task_gets_no_floor() {
         let all = [true; 2];
-        let mut s = sched(&[1.0, 1.0]).with_floor(DEFAULT_FLOOR).with_patience(Some(64));
+        let mut s = sched(&[1.0, 1.0])
+            .with_floor(DEFAULT_FLOOR)
+            .with_patience(Some(64));
         s.next(&all);
         s.next(&all);
         // Task 0 stalls at once; task 1 keeps improving.

@@ -54,7 +54,11 @@ mod tests {
         let mut db = KernelDb::default();
         let tuned = [matmul(4096, 4096, 4096), matmul(2048, 4096, 4096)];
         for (i, t) in tuned.iter().enumerate() {
-            for (j, s) in Sampler::new(t, &gpu, i as u64).sample_distinct(10).into_iter().enumerate() {
+            for (j, s) in Sampler::new(t, &gpu, i as u64)
+                .sample_distinct(10)
+                .into_iter()
+                .enumerate()
+            {
                 db.offer(Entry {
                     task: *t,
                     gpu: "g".into(),

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod best;
 pub mod codegen;
+pub mod curves;
 pub mod database;
 pub mod deploy;
 pub mod export;

@@ -91,7 +91,10 @@ impl records::LogSink for Sample {
         if r.spoiled() || r.injected.is_some() || !(self.wanted)(&r.task) {
             return;
         }
-        let extractor = match self.extractors.entry((r.task.clone(), r.device.name.clone())) {
+        let extractor = match self
+            .extractors
+            .entry((r.task.clone(), r.device.name.clone()))
+        {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => match r.device.spec() {
                 Ok(spec) => e.insert(FeatureExtractor::new(&r.shape, &spec)),
@@ -215,8 +218,9 @@ fn rank(args: RankArgs) -> Result<()> {
     let names = feature_names();
     let mut model = match &args.model {
         Some(path) => XgbModel::load(path, &names, args.seed)?,
-        None => XgbModel::shipped((9, 0), &names, args.seed)
-            .expect("a model is shipped for Hopper")?,
+        None => {
+            XgbModel::shipped((9, 0), &names, args.seed).expect("a model is shipped for Hopper")?
+        }
     };
     let mut cold = RandomModel::new(FEATURE_COUNT, args.seed);
     println!(
