@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{fails, ok, ok_env, records, states, tilesched, tilesched_env};
+use common::{fails, ok, ok_env, ok_env_err, records, states, tilesched, tilesched_env};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
@@ -864,6 +864,12 @@ fn bad_flags_are_refused_up_front_in_one_line_and_nothing_is_created() {
             vec!["--model-in", bad_model.to_str().unwrap()],
             "bad-model.json",
         ),
+        (
+            vec!["--cold-model", "--model-in", bad_model.to_str().unwrap()],
+            "--cold-model",
+        ),
+        (vec!["--floor", "2"], "--floor"),
+        (vec!["--from", "/nonexistent/logs"], "/nonexistent/logs"),
     ];
     for (flags, named) in cases {
         let o = tilesched(
@@ -1166,6 +1172,9 @@ fn a_second_device_halves_the_wall_time_and_candidates_do_not_depend_on_timing()
                 devices,
                 "--cubin-cache",
                 cache.to_str().unwrap(),
+                // An untrained model: retraining the shipped one's rows each round takes
+                // seconds on two cores, which would hide what the devices do.
+                "--cold-model",
                 "--log",
                 log.to_str().unwrap(),
             ],
@@ -1288,4 +1297,46 @@ fn a_time_budget_sizes_first_rounds_to_reach_every_task() {
         first_pass.push(block[0]);
     }
     assert!(first_pass.len() >= 2, "{tasks:?}");
+}
+
+#[test]
+fn a_new_task_starts_from_the_database_and_the_shipped_model_unless_told_not_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let log = tmp.path().join(name);
+        let args = [
+            &[
+                "tune",
+                "matmul",
+                "--shape",
+                "96,80,64",
+                "--simulate",
+                "--trials",
+                "16",
+                "--measure-batch",
+                "16",
+                "--population",
+                "32",
+                "--log",
+                log.to_str().unwrap(),
+            ][..],
+            extra,
+        ]
+        .concat();
+        ok_env_err(&args, &[])
+    };
+    // A log of another shape (and of this one, which a run never takes from the
+    // database), given with --from, joins the shipped database.
+    run("other.jsonl", &["--shape", "128,64,64", "--no-transfer"]);
+    let other = tmp.path().join("other.jsonl");
+    let (out, err) = run("warm.jsonl", &["--from", other.to_str().unwrap()]);
+    assert!(err.contains("model: the one shipped"), "{err}");
+    assert!(err.contains("transfer: "), "{err}");
+    assert!(
+        out.contains("states adapted from the nearest tuned tasks"),
+        "{out}"
+    );
+    let (out, err) = run("cold.jsonl", &["--no-transfer", "--cold-model"]);
+    assert!(!err.contains("model: the one shipped"), "{err}");
+    assert!(!out.contains("states adapted"), "{out}");
 }

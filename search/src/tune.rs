@@ -508,8 +508,10 @@ pub fn tune(
                 transferred: Vec::new(),
                 to_transfer: Vec::new(),
             };
-            // A task new to the log starts from its nearest tuned tasks.
-            if let (Some(db), true) = (&cfg.database, mine.is_empty()) {
+            // A task new to the log starts from its nearest tuned tasks (random search,
+            // the baseline, draws from the space alone).
+            let fresh = mine.is_empty() && cfg.strategy != Strategy::Random;
+            if let (Some(db), true) = (&cfg.database, fresh) {
                 let target = measurer.target();
                 run.transferred = crate::transfer::starting_states(
                     db,

@@ -380,3 +380,30 @@ pub fn run(command: Command) -> Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_model_loads_with_this_builds_features_and_ranks() {
+        let model = XgbModel::shipped((9, 0), &feature_names(), 0)
+            .expect("a model is shipped for Hopper")
+            .expect("it matches this build's features");
+        assert!(model.training_rows() > 1000, "{}", model.training_rows());
+        assert!(XgbModel::shipped((8, 0), &feature_names(), 0).is_none());
+    }
+
+    #[test]
+    fn a_shipped_model_of_other_features_is_refused_in_one_line() {
+        let mut names = feature_names();
+        names.pop();
+        let e = XgbModel::shipped((9, 0), &names, 0)
+            .expect("a model is shipped for Hopper")
+            .err()
+            .expect("refused");
+        let message = e.to_string();
+        assert!(message.contains("other features"), "{message}");
+        assert!(!message.contains('\n'), "{message}");
+    }
+}

@@ -319,6 +319,9 @@ pub fn run_search(
         .iter()
         .map(|s| s.to_string())
         .collect();
+    if args.cold_model && args.model_in.is_some() {
+        bail!("--cold-model and --model-in both choose the starting model: give one");
+    }
     let mut model: Box<dyn CostModel> = match (args.model, &args.model_in) {
         (ModelArg::Random, Some(_)) => bail!("--model-in needs --model xgboost"),
         (ModelArg::Random, None) => Box::new(RandomModel::new(features::FEATURE_COUNT, seed)),
@@ -333,9 +336,6 @@ pub fn run_search(
     // GPU is known.
     let pretrained = matches!(args.model, ModelArg::Xgboost) && args.model_in.is_none();
     let pretrained = pretrained && !args.cold_model;
-    if args.cold_model && args.model_in.is_some() {
-        bail!("--cold-model and --model-in both choose the starting model: give one");
-    }
     if args.model_out.is_some() && !matches!(args.model, ModelArg::Xgboost) {
         bail!("--model-out needs --model xgboost");
     }
@@ -351,6 +351,13 @@ pub fn run_search(
     let inject = match &args.inject_fault {
         Some(spec) => measure::inject::parse(spec)?,
         None => Default::default(),
+    };
+    // The user's logs for transfer, read before the log is opened or any worker starts
+    // (the shipped database joins them once the GPU is known).
+    let from = match (args.no_transfer, args.from.is_empty()) {
+        (true, _) => None,
+        (false, true) => Some(records::KernelDb::default()),
+        (false, false) => Some(records::KernelDb::read(&args.from)?),
     };
     // One writer per log: locked before it is read, held until the run ends.
     let held = if log_path.exists() {
@@ -381,13 +388,6 @@ pub fn run_search(
     let _lock = match held {
         Some(lock) => lock,
         None => crate::lock::exclusive(log_path, "tuning log")?,
-    };
-    // The user's logs for transfer, read before any worker starts (the shipped database
-    // joins them once the GPU is known).
-    let from = match (args.no_transfer, args.from.is_empty()) {
-        (true, _) => None,
-        (false, true) => Some(records::KernelDb::default()),
-        (false, false) => Some(records::KernelDb::read(&args.from)?),
     };
     let workdir = crate::scratch::create()?;
     let signals = SignalFlag::register()?;
