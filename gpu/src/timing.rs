@@ -156,8 +156,8 @@ pub fn time_kernel(
     mut launch: impl FnMut(usize) -> Result<(), CudaError>,
 ) -> Result<Timing, CudaError> {
     let mut count = 0usize;
-    // A raced kernel's probe follows a single warm-up; one that goes on keeps its probe's
-    // samples, taken after as many launches as the full warm-up.
+    // A raced kernel's probe follows a single warm-up launch; one that goes on keeps its
+    // probe's three samples among the many its median is taken over.
     let warmup = if cfg.race_us.is_some() {
         cfg.warmup.min(1)
     } else {
