@@ -315,7 +315,7 @@ impl Worker {
         request: &MeasureRequest,
         timeout: Duration,
     ) -> Result<(Outcome, Phases), Lost> {
-        let measured = self.measure_unprepared(request, timeout);
+        let measured = self.measure_prepared(request, timeout);
         // The task prepared for this request (`prepare`), counted in its phases.
         let prepared = std::mem::take(&mut self.prepare_ms);
         measured.map(|(outcome, mut phases)| {
@@ -324,7 +324,8 @@ impl Worker {
         })
     }
 
-    fn measure_unprepared(
+    /// `measure`'s work: the task prepared (as needed), then the candidate measured.
+    fn measure_prepared(
         &mut self,
         request: &MeasureRequest,
         timeout: Duration,

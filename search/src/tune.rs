@@ -342,19 +342,18 @@ impl Planner {
                 _ => cfg.batch.min(cfg.trials - self.planned),
             };
             // Candidates whose measurement the environment spoiled in an earlier run
-            // go first.
-            let mut retried: Vec<State> = run.retry.drain(..n.min(run.retry.len())).collect();
-            // Then the states transferred from the nearest tuned tasks.
-            let room = n - retried.len();
-            retried.extend(
+            // go first, then the states transferred from the nearest tuned tasks.
+            let mut first: Vec<State> = run.retry.drain(..n.min(run.retry.len())).collect();
+            let room = n - first.len();
+            first.extend(
                 run.to_transfer
                     .drain(..room.min(run.to_transfer.len()))
                     .filter(|s| !run.measured.contains(&s.id())),
             );
-            for s in &retried {
+            for s in &first {
                 run.measured.insert(s.id());
             }
-            let n = n - retried.len();
+            let n = n - first.len();
             let states = match cfg.strategy {
                 _ if n == 0 => Vec::new(),
                 Strategy::Random => run.draw(n),
@@ -412,7 +411,7 @@ impl Planner {
                     states
                 }
             };
-            let states: Vec<State> = retried.into_iter().chain(states).collect();
+            let states: Vec<State> = first.into_iter().chain(states).collect();
             let key = run.task.key();
             if run.exhausted {
                 stats.exhausted.push(key.clone());

@@ -2,7 +2,8 @@
 //! LABEL=FILE... --out DIR [--bench LABEL=bench.json...]`: the tuning curves of several
 //! logs of the same tasks (a cold run, one with transfer, one with a pretrained model...)
 //! in one plot (`tuning.png`, as `bench` draws one log's) and one table (`tuning.csv`):
-//! per log and trial, the seconds since its first trial, `Σ count × best µs` so far and,
+//! per log, at each trial where the curve moves and at its last, the seconds since its
+//! first trial, `Σ count × best µs` so far and,
 //! for a log given its `bench` report, the geometric mean speedup over the vendor so far.
 //! Needs no GPU.
 //!
@@ -106,7 +107,16 @@ pub fn run(args: Args) -> Result<()> {
         }
         let trials: Vec<Trial> = log.records.iter().map(Trial::from_record).collect();
         let reference = benches.get(&label).unwrap_or(&none);
-        for p in curve_points(&trials, &weights, reference) {
+        // A row where the curve moves (and the last): a flat stretch adds nothing.
+        let points = curve_points(&trials, &weights, reference);
+        for (i, p) in points.iter().enumerate() {
+            let moved = i == 0 || {
+                let q = &points[i - 1];
+                (q.sum_us, q.geomean) != (p.sum_us, p.geomean)
+            };
+            if !moved && i + 1 != points.len() {
+                continue;
+            }
             let geomean = p.geomean.map_or(String::new(), |g| format!("{g:.4}"));
             writeln!(
                 csv,
