@@ -675,3 +675,74 @@ fn bad_models_and_samples_are_one_line() {
         assert!(err.contains(expected), "{args:?}: {err}");
     }
 }
+
+/// The Python package's key fixture: every key there is the one this side derives from
+/// its task (a task list with a wrong key is refused), so the two sides agree.
+const TASK_KEYS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/tests/task-keys.jsonl");
+
+#[test]
+fn a_task_list_names_its_tasks_as_the_python_package_does() {
+    let o = tilesched(&["workloads", "--tasks", TASK_KEYS]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let lines = task_lines(&stdout(&o));
+    assert_eq!(lines.len(), 9);
+    assert!(
+        lines[0]
+            .starts_with("conv2d_n1_c64_h56_w56_k64_r3_s3_st1_p1_bias_relu_fp16_out_fp16_nhwc ")
+    );
+    assert!(lines[0].ends_with(" 3"), "{}", lines[0]);
+    // A matmul run takes the list's matmuls and batch matmuls, with their own types.
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("t.jsonl");
+    let err = fails(&[
+        "tune",
+        "matmul",
+        "--tasks",
+        TASK_KEYS,
+        "--dtype",
+        "fp16",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    assert!(err.contains("a task list fixes each task's types"), "{err}");
+}
+
+#[test]
+fn bad_task_lists_get_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(TASK_KEYS).unwrap();
+    let first = good.lines().next().unwrap();
+    let cases = [
+        ("empty", String::new(), "holds no tasks"),
+        ("json", "{not json\n".to_string(), "bad.jsonl:1:"),
+        (
+            "key",
+            first.replace("_relu_fp16", "_fp16"),
+            "does not name its task",
+        ),
+        (
+            "twice",
+            format!("{first}\n{first}\n"),
+            "bad.jsonl:2: task conv2d_n1_c64",
+        ),
+        (
+            "count",
+            first.replace("\"count\": 3", "\"count\": 0"),
+            "count must be at least 1",
+        ),
+        (
+            "shape",
+            first.replace("\"k\": 64", "\"k\": 0"),
+            "bad.jsonl:1:",
+        ),
+    ];
+    for (what, text, expect) in cases {
+        let path = tmp.path().join("bad.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let err = fails(&["workloads", "--tasks", path.to_str().unwrap()]);
+        assert!(err.contains(expect), "{what}: {err}");
+    }
+    let err = fails(&["workloads", "--tasks", "/nonexistent/tasks.jsonl"]);
+    assert!(err.contains("cannot read task list"), "{err}");
+}

@@ -56,6 +56,11 @@ pub struct Context {
     stream: sys::CUstream,
 }
 
+// SAFETY: the device handle and the stream are process-wide driver handles; the driver
+// API is thread-safe, and a stream of the primary context may be used from any thread
+// where that context is current (every user makes it current first, as PyTorch does).
+unsafe impl Send for Context {}
+
 impl Context {
     /// Initializes the driver and makes device `ordinal`'s primary context current.
     pub fn new(ordinal: u32) -> Result<Context, CudaError> {
@@ -271,6 +276,10 @@ pub struct Buffer {
     pub dtype: DType,
 }
 
+// SAFETY: a device address is valid from any thread where its context is current, and
+// the buffer is freed once, by whichever thread drops it.
+unsafe impl Send for Buffer {}
+
 impl Buffer {
     /// Size in bytes.
     pub fn bytes(&self) -> usize {
@@ -360,6 +369,13 @@ pub struct LoadedKernel {
     launch: LaunchConfig,
     _module: Module,
 }
+
+// SAFETY: the module and function handles are process-wide and the driver API is
+// thread-safe: a kernel may be launched from any thread where its context is current,
+// from several at once (`launch` takes `&self` and mutates nothing).
+unsafe impl Send for LoadedKernel {}
+// SAFETY: as for `Send`: launching through a shared reference mutates nothing.
+unsafe impl Sync for LoadedKernel {}
 
 impl LoadedKernel {
     /// Loads `image` into the current context and looks up kernel `name`, allowing it

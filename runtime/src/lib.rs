@@ -79,9 +79,29 @@ pub enum RuntimeError {
         given: usize,
         params: String,
     },
+    /// A device pointer that is not 16-byte aligned: the kernels load 16 bytes at a time
+    /// and TMA requires it (a view into the middle of a tensor can be misaligned).
+    #[error(
+        "task {task}: its {param} pointer {address:#x} is not aligned to {ALIGNMENT} bytes; pass a tensor whose storage starts aligned (a fresh or .contiguous() copy)"
+    )]
+    Misaligned {
+        task: String,
+        param: String,
+        address: u64,
+    },
+    /// A buffer smaller than its parameter.
+    #[error("task {task}: its {param} buffer holds only {bytes} bytes")]
+    TooSmall {
+        task: String,
+        param: String,
+        bytes: usize,
+    },
     #[error("CUDA: {0}")]
     Cuda(#[from] CudaError),
 }
+
+/// The alignment every pointer a kernel takes must have, in bytes.
+pub const ALIGNMENT: u64 = 16;
 
 /// What a kernel parameter is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,19 +185,8 @@ impl Kernel {
     /// holding at least `params()[i].bytes()` bytes, and `stream` a live stream of that
     /// context or null (the default stream).
     pub unsafe fn launch(&self, pointers: &[u64], stream: RawStream) -> Result<(), RuntimeError> {
-        if pointers.len() != self.params.len() {
-            return Err(RuntimeError::Arguments {
-                task: self.entry.task.clone(),
-                expected: self.params.len(),
-                given: pointers.len(),
-                params: self
-                    .params
-                    .iter()
-                    .map(Param::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
+        let buffers: Vec<(u64, Option<usize>)> = pointers.iter().map(|&p| (p, None)).collect();
+        check_buffers(&self.entry.task, &self.params, &buffers)?;
         let zero = self.entry.launch.zero_output.then(|| {
             let at = self
                 .params
@@ -195,11 +204,21 @@ impl Kernel {
                 let encoded = maps
                     .iter()
                     .map(|map| {
-                        let address = pointers.get(map.buffer).copied().unwrap_or(0);
-                        tensor_map::encode(&map.tensor, address).map(KernelArg::Bytes128)
+                        let address = *pointers.get(map.buffer).ok_or_else(|| {
+                            RuntimeError::CorruptEntry {
+                                task: self.entry.task.clone(),
+                                why: format!(
+                                    "a tensor map of buffer {} of its {} parameters",
+                                    map.buffer,
+                                    pointers.len()
+                                ),
+                            }
+                        })?;
+                        tensor_map::encode(&map.tensor, address)
+                            .map(KernelArg::Bytes128)
+                            .map_err(|e| RuntimeError::Cuda(e.into()))
                     })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(CudaError::from)?;
+                    .collect::<Result<Vec<_>, _>>()?;
                 *cached = (pointers.to_vec(), encoded);
             }
             args.extend_from_slice(&cached.1);
@@ -217,7 +236,7 @@ pub struct Runtime {
     gpu: String,
     compute_capability: (u32, u32),
     loaded: HashMap<String, Kernel>,
-    _ctx: Context,
+    ctx: Context,
 }
 
 impl Runtime {
@@ -239,8 +258,17 @@ impl Runtime {
             gpu: info.name,
             compute_capability: info.compute_capability,
             loaded: HashMap::new(),
-            _ctx: ctx,
+            ctx,
         })
+    }
+
+    /// A device buffer of at least `bytes` bytes, zeroed before this returns: a kernel's
+    /// `Role::Workspace`, which the caller keeps for as long as it launches the kernel.
+    pub fn zeroed(&self, bytes: usize) -> Result<gpu::cuda::Buffer, RuntimeError> {
+        let buffer = self.ctx.alloc_typed(bytes.div_ceil(4), DType::F32)?;
+        self.ctx.zero(&buffer)?;
+        self.ctx.synchronize()?;
+        Ok(buffer)
     }
 
     /// The GPU's name and compute capability, as the cache's entries are keyed.
@@ -293,6 +321,44 @@ impl Runtime {
             maps: Mutex::new((Vec::new(), Vec::new())),
         })
     }
+}
+
+/// Checks device buffers against a kernel's parameters before a launch: their count,
+/// each one's alignment and, where the caller knows it (`Some(bytes)`), its size.
+pub fn check_buffers(
+    task: &str,
+    params: &[Param],
+    buffers: &[(u64, Option<usize>)],
+) -> Result<(), RuntimeError> {
+    if buffers.len() != params.len() {
+        return Err(RuntimeError::Arguments {
+            task: task.to_string(),
+            expected: params.len(),
+            given: buffers.len(),
+            params: params
+                .iter()
+                .map(Param::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    for (param, &(address, bytes)) in params.iter().zip(buffers) {
+        if address % ALIGNMENT != 0 {
+            return Err(RuntimeError::Misaligned {
+                task: task.to_string(),
+                param: param.to_string(),
+                address,
+            });
+        }
+        if let Some(bytes) = bytes.filter(|&b| b < param.bytes()) {
+            return Err(RuntimeError::TooSmall {
+                task: task.to_string(),
+                param: param.to_string(),
+                bytes,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The entry of `task` for (`gpu`, `cc`), or why there is none: missing from the cache,
@@ -439,6 +505,43 @@ mod tests {
         assert!(params_of(&old).unwrap_err().contains("no task shape"));
         old.shape = Some(task("1,64,56,56,64,3,3,1,1", false));
         assert!(params_of(&old).unwrap_err().contains("not conv2d_n1_c64"));
+    }
+
+    #[test]
+    fn buffers_are_checked_before_a_launch() {
+        let t = task("1,8,4,4,16,1,1,1,0", true);
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cache = DeployCache::open(tmp.path()).unwrap();
+        let params = params_of(&cache.store(entry(H100, &t), b"\x7fELF x").unwrap().entry).unwrap();
+        let sizes: Vec<usize> = params.iter().map(Param::bytes).collect();
+        let good: Vec<(u64, Option<usize>)> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| (0x1000 * (i as u64 + 1), Some(b)))
+            .collect();
+        check_buffers(&t.key(), &params, &good).unwrap();
+        // Sizes unknown (Rust callers): only count and alignment.
+        let unsized_: Vec<_> = good.iter().map(|&(p, _)| (p, None)).collect();
+        check_buffers(&t.key(), &params, &unsized_).unwrap();
+
+        let err = check_buffers(&t.key(), &params, &good[..3]).unwrap_err();
+        assert!(err.to_string().contains("takes 4 device pointers"), "{err}");
+        let mut misaligned = good.clone();
+        misaligned[1].0 += 8;
+        let err = check_buffers(&t.key(), &params, &misaligned).unwrap_err();
+        assert!(matches!(err, RuntimeError::Misaligned { .. }), "{err}");
+        assert!(
+            err.to_string().contains("weight: 128 f32 pointer 0x2008"),
+            "{err}"
+        );
+        let mut small = good.clone();
+        small[3].1 = Some(sizes[3] - 1);
+        let err = check_buffers(&t.key(), &params, &small).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("output: 256 f32 buffer holds only 1023 bytes"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub struct TaskArgs {
     /// add and Relu fused), counted; nodes it does not tune are listed.
     #[arg(long, value_name = "FILE", group = "tasks")]
     pub onnx: Option<PathBuf>,
+    /// A task list: JSON lines of `{"key": ..., "task": {...}, "count": N}`, as the
+    /// Python package's `tilesched.torch.tasks` writes for a PyTorch model; the tasks
+    /// keep their own types and layout.
+    #[arg(long = "tasks", id = "task_list", value_name = "FILE", group = "tasks")]
+    pub task_list: Option<PathBuf>,
     /// Fix an ONNX input's shape, NAME=N,C,H,W (repeatable); inputs not named keep the
     /// model's shape, a symbolic batch taking --batch.
     #[arg(long = "input", value_name = "NAME=DIMS", value_parser = parse_input_arg)]
@@ -183,8 +188,34 @@ pub fn resolve(
             .unwrap_or_else(|| "model".to_string());
         return Ok((tasks, format!("{op}-{stem}")));
     }
+    if let Some(path) = &args.task_list {
+        if (types.dtype, types.out_dtype, types.layout) != Default::default() {
+            bail!(
+                "{}: a task list fixes each task's types and layout; leave out --dtype, --out-dtype and --layout",
+                path.display()
+            );
+        }
+        let all = read_task_list(path)?;
+        let total = all.len();
+        let tasks: Vec<Workload> = all.into_iter().filter(|w| of_op(&w.task, op)).collect();
+        if tasks.is_empty() {
+            bail!("{} has no {op} tasks", path.display());
+        }
+        if tasks.len() < total {
+            eprintln!(
+                "{}: {} of its {total} task(s) are of other operators, not part of this {op} run",
+                path.display(),
+                total - tasks.len()
+            );
+        }
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "tasks".to_string());
+        return Ok((tasks, format!("{op}-{stem}")));
+    }
     let Some(name) = args.network.as_deref() else {
-        bail!("give the tasks: --network NAME, --shape SPEC or --onnx FILE");
+        bail!("give the tasks: --network NAME, --shape SPEC, --onnx FILE or --tasks FILE");
     };
     let tasks = types.apply_all(
         network(name, batch)?
@@ -195,6 +226,60 @@ pub fn resolve(
         bail!("network '{name}' has no {op} tasks");
     }
     Ok((tasks, format!("{op}-{name}")))
+}
+
+/// One line of a task list.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskLine {
+    /// The task's key, as the writer derived it: checked against ours, so that a list
+    /// whose keys would not find their kernels is refused.
+    key: String,
+    task: Task,
+    count: u32,
+}
+
+/// The workloads of a task list (JSON lines; blank lines skipped), each task validated
+/// as a `--shape` would be; a task listed twice is refused.
+pub fn read_task_list(path: &Path) -> Result<Vec<Workload>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read task list {}: {e}", path.display()))?;
+    let mut workloads: Vec<Workload> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = || format!("{}:{}", path.display(), i + 1);
+        let parsed: TaskLine =
+            serde_json::from_str(line).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+        let task = Task::new(parsed.task.op, parsed.task.epilogue)
+            .and_then(|t| {
+                t.with_types(parsed.task.dtype, parsed.task.out_dtype, parsed.task.layout)
+            })
+            .map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+        if task.key() != parsed.key {
+            bail!(
+                "{}: key {} does not name its task, {}",
+                at(),
+                parsed.key,
+                task.key()
+            );
+        }
+        if parsed.count == 0 {
+            bail!("{}: count must be at least 1", at());
+        }
+        if workloads.iter().any(|w| w.task == task) {
+            bail!("{}: task {} is listed twice", at(), task.key());
+        }
+        workloads.push(Workload {
+            task,
+            count: parsed.count,
+        });
+    }
+    if workloads.is_empty() {
+        bail!("task list {} holds no tasks", path.display());
+    }
+    Ok(workloads)
 }
 
 /// Whether `task` belongs to a run of operator `op` (`matmul` runs take batch matmuls).

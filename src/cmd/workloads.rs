@@ -1,9 +1,9 @@
-//! `tilesched workloads [--network NAME | --onnx FILE [--input NAME=DIMS]] [--batch N]`:
+//! `tilesched workloads [--network NAME | --onnx FILE [--input NAME=DIMS] | --tasks FILE] [--batch N]`:
 //! one task per line with its key, shape, GFLOP and count in the network or model.
 //! Lines starting with `#` are headers; for a model, a last `#` line lists the nodes it
 //! does not tune.
 
-use crate::cmd::tasks::{TypeArgs, onnx_model, parse_input_arg};
+use crate::cmd::tasks::{TypeArgs, onnx_model, parse_input_arg, read_task_list};
 use anyhow::Result;
 use onnx::InputShape;
 use schedule::{NETWORKS, Workload, network};
@@ -13,11 +13,14 @@ use std::path::PathBuf;
 pub struct Args {
     /// Network to list (resnet, resnet50, resnet18, mobilenet_v2, yolo, bert-base); all
     /// when omitted.
-    #[arg(long, conflicts_with = "onnx")]
+    #[arg(long, conflicts_with_all = ["onnx", "tasks"])]
     network: Option<String>,
     /// The tasks of an ONNX model instead (every Conv, MatMul and Gemm).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "tasks")]
     onnx: Option<PathBuf>,
+    /// The tasks of a task list (JSON lines, as `tilesched.torch.tasks` writes them).
+    #[arg(long, value_name = "FILE")]
+    tasks: Option<PathBuf>,
     /// Fix an ONNX input's shape, NAME=N,C,H,W (repeatable).
     #[arg(long = "input", value_name = "NAME=DIMS", value_parser = parse_input_arg)]
     inputs: Vec<InputShape>,
@@ -41,6 +44,10 @@ pub fn run(args: Args) -> Result<()> {
         if let Some(line) = model.not_tuned_line() {
             println!("# {line}");
         }
+        return Ok(());
+    }
+    if let Some(path) = &args.tasks {
+        print_set(&path.display().to_string(), None, &read_task_list(path)?);
         return Ok(());
     }
     let names: Vec<&str> = match &args.network {
