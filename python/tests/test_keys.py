@@ -5,7 +5,8 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# The source tree, after an installed package (PYTHONPATH) where there is one.
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))
 
 from tilesched.keys import Task, TaskError, parse_key, read_task_list, task_line, write_task_list  # noqa: E402
 

@@ -4,7 +4,8 @@ import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# The source tree, after an installed package (PYTHONPATH) where there is one.
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))
 
 from tilesched.patterns import Node, count_labels, match  # noqa: E402
 
