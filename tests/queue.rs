@@ -18,11 +18,17 @@ use std::time::{Duration, Instant};
 struct Server {
     child: Child,
     port: u16,
+    password: Option<String>,
 }
 
 impl Server {
     /// None (and a note) when no `redis-server` is installed.
     fn start() -> Option<Server> {
+        Server::start_with(&[])
+    }
+
+    /// With extra `redis-server` options (e.g. `--requirepass`).
+    fn start_with(options: &[&str]) -> Option<Server> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -31,6 +37,7 @@ impl Server {
         let child = match Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
+            .args(options)
             .stdout(Stdio::null())
             .spawn()
         {
@@ -42,7 +49,14 @@ impl Server {
                 return None;
             }
         };
-        let server = Server { child, port };
+        let server = Server {
+            child,
+            port,
+            password: options
+                .iter()
+                .position(|&o| o == "--requirepass")
+                .map(|i| options[i + 1].to_string()),
+        };
         let started = Instant::now();
         while server.connection().is_err() {
             assert!(
@@ -59,8 +73,13 @@ impl Server {
     }
 
     fn connection(&self) -> redis::RedisResult<redis::Connection> {
-        let mut con =
-            redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?.get_connection()?;
+        let auth = self
+            .password
+            .as_ref()
+            .map(|p| format!(":{p}@"))
+            .unwrap_or_default();
+        let mut con = redis::Client::open(format!("redis://{auth}127.0.0.1:{}/", self.port))?
+            .get_connection()?;
         let _: String = redis::cmd("PING").query(&mut con)?;
         Ok(con)
     }
@@ -117,31 +136,40 @@ impl Drop for Worker {
 /// A worker host with a simulated GPU taking `measure_ms` per candidate.
 fn worker(queue: &str, name: &str, measure_ms: u64, cache: &Path) -> Worker {
     Worker(
-        Command::new(env!("CARGO_BIN_EXE_tilesched"))
-            .args(["worker", "--queue", queue, "--simulate", "--name", name])
-            .args(["--lease", "1", "--cubin-cache", cache.to_str().unwrap()])
-            .env(gpu::worker::SIMULATED_MEASURE_ENV, measure_ms.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        worker_command(queue, name, measure_ms, cache, 1)
             .spawn()
             .unwrap(),
     )
 }
 
+fn worker_command(queue: &str, name: &str, measure_ms: u64, cache: &Path, lease: u32) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tilesched"));
+    c.args(["worker", "--queue", queue, "--simulate", "--name", name])
+        .args(["--lease", &lease.to_string()])
+        .args(["--cubin-cache", cache.to_str().unwrap()])
+        .env(gpu::worker::SIMULATED_MEASURE_ENV, measure_ms.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
 /// The tuner on `queue`, in the background.
 fn tuner(queue: &str, log: &Path, trials: usize, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tilesched"))
-        .args([
-            "tune", "matmul", "--shape", "96,80,64", "--search", "random",
-        ])
-        .args(["--trials", &trials.to_string(), "--measure-batch", "4"])
-        .args(["--queue", queue, "--queue-wait", "20", "--log"])
-        .arg(log)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    tuner_command(queue, log, trials, extra).spawn().unwrap()
+}
+
+fn tuner_command(queue: &str, log: &Path, trials: usize, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tilesched"));
+    c.args([
+        "tune", "matmul", "--shape", "96,80,64", "--search", "random",
+    ])
+    .args(["--trials", &trials.to_string(), "--measure-batch", "4"])
+    .args(["--queue", queue, "--queue-wait", "20", "--log"])
+    .arg(log)
+    .args(extra)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
 }
 
 fn finish(tune: Child) -> String {
@@ -303,4 +331,227 @@ fn a_tuner_without_workers_says_so_in_one_line_and_leaves_no_log() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("not a redis:// address"), "{err}");
     assert!(!log.exists());
+}
+
+const PASSWORD: &str = "pw-4f1c9e0b7d";
+const KEY: &str = "queue-key-2b8e6a1f93c4";
+
+/// The tuner's output and its exit status, asserting neither printed the password.
+fn finish_quietly(tune: Child) -> String {
+    let o: Output = tune.wait_with_output().unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{all}");
+    assert!(!all.contains(PASSWORD), "the password was printed:\n{all}");
+    all
+}
+
+#[test]
+fn a_queue_with_a_password_refuses_workers_without_it_and_never_prints_it() {
+    let Some(server) = Server::start_with(&["--requirepass", PASSWORD]) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    let plain = server.queue("locked");
+    // Without the password: refused by the server, in one line.
+    let o = worker_command(&plain, "nopw", 0, &cache, 1)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("needs a password"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // With it, in the address (worker) and in the environment (tuner): served, and the
+    // password is in no output.
+    let with = format!("redis://:{PASSWORD}@127.0.0.1:{}/locked", server.port);
+    let worker_err = tmp.path().join("worker.txt");
+    let _w = Worker(
+        worker_command(&with, "pw", 0, &cache, 1)
+            .stderr(std::fs::File::create(&worker_err).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let log = tmp.path().join("locked.jsonl");
+    let tune = tuner_command(&plain, &log, 8, &[])
+        .env(queue::PASSWORD_ENV, PASSWORD)
+        .spawn()
+        .unwrap();
+    finish_quietly(tune);
+    assert_complete(&log, 8);
+    let said = std::fs::read_to_string(&worker_err).unwrap();
+    assert!(
+        said.contains("serving queue redis://:***@127.0.0.1"),
+        "{said}"
+    );
+    assert!(!said.contains(PASSWORD), "{said}");
+}
+
+#[test]
+fn jobs_not_signed_with_the_queue_key_are_refused_and_never_built() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    let queue = server.queue("signed");
+    // A worker registers (live for its 30 s lease) and dies before taking any job, so
+    // that the tuner's jobs wait in the stream.
+    let mut first = Worker(
+        worker_command(&queue, "first", 0, &cache, 30)
+            .env(queue::seal::KEY_ENV, KEY)
+            .spawn()
+            .unwrap(),
+    );
+    let mut con = server.connection().unwrap();
+    wait_until("the first worker registered", || {
+        redis::cmd("HLEN")
+            .arg("tilesched:signed:workers")
+            .query::<usize>(&mut con)
+            .unwrap()
+            == 1
+    });
+    first.kill();
+    let log = tmp.path().join("signed.jsonl");
+    let tune = tuner_command(&queue, &log, 8, &[])
+        .env(queue::seal::KEY_ENV, KEY)
+        .spawn()
+        .unwrap();
+    let stream: String = {
+        let mut found = Vec::new();
+        wait_until("jobs published", || {
+            found = redis::cmd("KEYS")
+                .arg("tilesched:signed:jobs:*")
+                .query::<Vec<String>>(&mut con)
+                .unwrap();
+            !found.is_empty()
+                && redis::cmd("XLEN")
+                    .arg(&found[0])
+                    .query::<usize>(&mut con)
+                    .unwrap()
+                    > 0
+        });
+        found[0].clone()
+    };
+    // A genuine job's fields, then three forgeries of it: unsigned, altered, and signed
+    // with another key.
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg("-")
+        .arg("+")
+        .arg("COUNT")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    let genuine = &entries.ids[0];
+    let field = |name: &str| genuine.get::<String>(name).unwrap();
+    let (job, reply, run, gpu) = (field("job"), field("reply"), field("run"), field("gpu"));
+    assert!(genuine.get::<String>("sig").is_some(), "jobs are signed");
+    let altered = job.replacen("\"seed\":", "\"seed\":1", 1);
+    assert_ne!(altered, job);
+    let other = queue::Seal::new(b"another-key-0123456789").unwrap();
+    let forged = [
+        (job.clone(), None),
+        (altered, Some(field("sig"))),
+        (job.clone(), Some(other.sign(&[&job, &reply, &run, &gpu]))),
+    ];
+    for (body, sig) in &forged {
+        let mut fields = vec![
+            ("job", body.clone()),
+            ("reply", reply.clone()),
+            ("run", run.clone()),
+            ("gpu", gpu.clone()),
+        ];
+        if let Some(sig) = sig {
+            fields.push(("sig", sig.clone()));
+        }
+        let _: String = redis::cmd("XADD")
+            .arg(&stream)
+            .arg("*")
+            .arg(
+                fields
+                    .iter()
+                    .flat_map(|(k, v)| [k.to_string(), v.clone()])
+                    .collect::<Vec<_>>(),
+            )
+            .query(&mut con)
+            .unwrap();
+    }
+    // A worker with the key measures the tuner's jobs and refuses the forgeries.
+    let said_path = tmp.path().join("second.txt");
+    let _second = Worker(
+        worker_command(&queue, "second", 0, &cache, 1)
+            .env(queue::seal::KEY_ENV, KEY)
+            .stderr(std::fs::File::create(&said_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    finish(tune);
+    assert_complete(&log, 8);
+    let said = std::fs::read_to_string(&said_path).unwrap();
+    assert_eq!(
+        said.matches("refused: it is not signed").count(),
+        1,
+        "{said}"
+    );
+    assert_eq!(
+        said.matches("refused: its signature is not from this queue's key")
+            .count(),
+        2,
+        "{said}"
+    );
+    // Nothing of them is left, and none was answered (the tuner would have recorded
+    // an answer to a job id it had not asked for no more than once, and it recorded
+    // exactly its 8).
+    wait_until("the forged entries are gone", || {
+        redis::cmd("XLEN")
+            .arg(&stream)
+            .query::<usize>(&mut con)
+            .unwrap()
+            == 0
+    });
+}
+
+#[test]
+fn a_queue_on_another_host_needs_a_password_and_a_key_or_insecure() {
+    // 192.0.2.1 (TEST-NET-1) is never reached: the refusal comes first.
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("x.jsonl");
+    for args in [
+        vec![
+            "worker",
+            "--queue",
+            "redis://192.0.2.1:6379/q",
+            "--simulate",
+        ],
+        vec![
+            "tune",
+            "matmul",
+            "--shape",
+            "96,80,64",
+            "--queue",
+            "redis://192.0.2.1:6379/q",
+            "--log",
+            log.to_str().unwrap(),
+        ],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+            .args(&args)
+            .env_remove(queue::seal::KEY_ENV)
+            .env_remove(queue::PASSWORD_ENV)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("on another host") && err.contains("--insecure"),
+            "{err}"
+        );
+        assert!(!log.exists());
+    }
 }

@@ -9,20 +9,58 @@ use std::time::Duration;
 /// The consumer group of the workers on every job stream.
 pub(crate) const GROUP: &str = "workers";
 
+/// The environment variables that give the server's ACL user and password when the
+/// address does not (so that the password stays off command lines).
+pub const USER_ENV: &str = "TILESCHED_REDIS_USER";
+pub const PASSWORD_ENV: &str = "TILESCHED_REDIS_PASSWORD";
+
 /// A queue: a Redis server and the name that keeps its keys apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct QueueAddress {
-    /// `redis://[USER:PASSWORD@]HOST[:PORT]/` (database 0).
+    /// `redis://[USER[:***]@]HOST[:PORT]/`: the server as shown, the password hidden.
     pub server: String,
     pub name: String,
+    /// The server's host name or address, without port or brackets.
+    host: String,
+    /// What the client connects with, password included: never shown.
+    url: String,
+    /// Whether a password is given (in the address or the environment).
+    authenticated: bool,
+}
+
+impl fmt::Display for QueueAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.server, self.name)
+    }
+}
+
+impl fmt::Debug for QueueAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QueueAddress({self})")
+    }
 }
 
 impl FromStr for QueueAddress {
     type Err = QueueError;
 
     fn from_str(given: &str) -> Result<QueueAddress, QueueError> {
+        let env = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
+        QueueAddress::parse(given, env(USER_ENV), env(PASSWORD_ENV))
+    }
+}
+
+impl QueueAddress {
+    /// `given` (`redis://[USER[:PASSWORD]@]HOST[:PORT]/NAME`), with the user and
+    /// password taken from `user` and `password` where the address has none.
+    pub fn parse(
+        given: &str,
+        user: Option<String>,
+        password: Option<String>,
+    ) -> Result<QueueAddress, QueueError> {
+        // The error names the address with its password hidden.
+        let shown = redact(given);
         let bad = |why| QueueError::Address {
-            given: given.to_string(),
+            given: shown.clone(),
             why,
         };
         let rest = given
@@ -31,7 +69,11 @@ impl FromStr for QueueAddress {
         let (authority, name) = rest
             .split_once('/')
             .ok_or_else(|| bad("no queue name after the server"))?;
-        if authority.rsplit('@').next().is_none_or(str::is_empty) {
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        if hostport.is_empty() {
             return Err(bad("no server"));
         }
         let legal = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
@@ -40,17 +82,100 @@ impl FromStr for QueueAddress {
                 "the queue name must be letters, digits, '-', '_' or '.'",
             ));
         }
+        let host = match hostport.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => hostport.split(':').next().unwrap_or_default(),
+        };
+        // The address's own credentials as written (already URL-encoded), else the
+        // environment's, encoded here.
+        let (url_user, url_password) = match userinfo {
+            Some(u) => match u.split_once(':') {
+                Some((user, password)) => (user.to_string(), Some(password.to_string())),
+                None => (u.to_string(), password.as_deref().map(encode)),
+            },
+            None => (
+                user.as_deref().map(encode).unwrap_or_default(),
+                password.as_deref().map(encode),
+            ),
+        };
+        let authenticated = url_password.as_deref().is_some_and(|p| !p.is_empty());
+        let credentials = match (&url_user, &url_password) {
+            (u, Some(p)) => format!("{u}:{p}@"),
+            (u, None) if !u.is_empty() => format!("{u}@"),
+            _ => String::new(),
+        };
+        let shown_credentials = match (&url_user, &url_password) {
+            (u, Some(_)) => format!("{u}:***@"),
+            (u, None) if !u.is_empty() => format!("{u}@"),
+            _ => String::new(),
+        };
         Ok(QueueAddress {
-            server: format!("redis://{authority}/"),
+            server: format!("redis://{shown_credentials}{hostport}/"),
             name: name.to_string(),
+            host: host.to_string(),
+            url: format!("redis://{credentials}{hostport}/"),
+            authenticated,
+        })
+    }
+
+    /// Whether the server is this host (a loopback address or `localhost`).
+    pub fn is_loopback(&self) -> bool {
+        self.host == "localhost"
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// Refuses a server on another host unless the queue is closed to others: a
+    /// password for the server and a key that signs the jobs (`signed`), or `insecure`.
+    pub fn check_exposure(&self, signed: bool, insecure: bool) -> Result<(), QueueError> {
+        if self.is_loopback() || insecure || (self.authenticated && signed) {
+            return Ok(());
+        }
+        let missing = match (self.authenticated, signed) {
+            (false, false) => format!(
+                "no password (in the address or {PASSWORD_ENV}) and no signing key ({})",
+                crate::seal::KEY_ENV
+            ),
+            (false, true) => format!("no password (in the address or {PASSWORD_ENV})"),
+            _ => format!("no signing key ({})", crate::seal::KEY_ENV),
+        };
+        Err(QueueError::Exposed {
+            queue: self.to_string(),
+            missing,
         })
     }
 }
 
-impl fmt::Display for QueueAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", self.server, self.name)
+/// `given` with any password between `://USER:` and `@` replaced by `***`.
+fn redact(given: &str) -> String {
+    let Some((scheme, rest)) = given.split_once("://") else {
+        return given.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{path}")
+        }
+        None => given.to_string(),
     }
+}
+
+/// Percent-encodes all but URL-unreserved characters.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 impl QueueAddress {
@@ -95,14 +220,37 @@ impl QueueAddress {
             server: self.server.clone(),
             error,
         };
-        let client = redis::Client::open(self.server.as_str()).map_err(connect)?;
-        let con = client
+        let client = redis::Client::open(self.url.as_str()).map_err(connect)?;
+        let mut con = client
             .get_connection_with_timeout(Duration::from_secs(5))
             .map_err(connect)?;
         con.set_read_timeout(Some(read)).map_err(connect)?;
         con.set_write_timeout(Some(Duration::from_secs(10)))
             .map_err(connect)?;
-        Ok(con)
+        // A server that wants a password says so on the first command.
+        match redis::cmd("PING").query::<String>(&mut con) {
+            Ok(_) => Ok(con),
+            Err(e) if e.code() == Some("NOAUTH") => Err(QueueError::Refused {
+                server: self.server.clone(),
+                why: format!("it needs a password (in the address or {PASSWORD_ENV})"),
+            }),
+            Err(e)
+                if e.code() == Some("WRONGPASS")
+                    || e.kind() == redis::ErrorKind::AuthenticationFailed =>
+            {
+                Err(QueueError::Refused {
+                    server: self.server.clone(),
+                    why: "the user or password is wrong".to_string(),
+                })
+            }
+            Err(e) => Err(connect(e)),
+        }
+    }
+
+    /// Connects once, so that an unreachable server or a refused password is said
+    /// before anything else starts.
+    pub fn reach(&self) -> Result<(), QueueError> {
+        self.connect(Duration::from_secs(10)).map(drop)
     }
 }
 
@@ -136,8 +284,10 @@ mod tests {
             a.jobs("NVIDIA H100 80GB HBM3"),
             "tilesched:resnet:jobs:nvidia-h100-80gb-hbm3"
         );
-        let b: QueueAddress = "redis://user:pw@gpu-head/campaign_1".parse().unwrap();
-        assert_eq!(b.server, "redis://user:pw@gpu-head/");
+        let b = QueueAddress::parse("redis://user:pw@gpu-head/campaign_1", None, None).unwrap();
+        assert_eq!(b.server, "redis://user:***@gpu-head/");
+        assert_eq!(b.url, "redis://user:pw@gpu-head/");
+        assert!(!b.to_string().contains("pw") && !format!("{b:?}").contains("pw"));
         for (given, why) in [
             ("http://host/x", "not a redis:// address"),
             ("redis://host", "no queue name"),
@@ -148,5 +298,61 @@ mod tests {
             let e = given.parse::<QueueAddress>().unwrap_err().to_string();
             assert!(e.contains(why), "{given}: {e}");
         }
+        // A bad address with a password is named without it.
+        let e = QueueAddress::parse("redis://u:secret@host", None, None).unwrap_err();
+        assert!(e.to_string().contains("redis://u:***@host"), "{e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn credentials_come_from_the_address_or_the_environment() {
+        let parse = |given, user: Option<&str>, password: Option<&str>| {
+            QueueAddress::parse(given, user.map(String::from), password.map(String::from)).unwrap()
+        };
+        let a = parse("redis://gpu-head:6380/q", Some("tuner"), Some("p@ss:w/rd"));
+        assert_eq!(a.url, "redis://tuner:p%40ss%3Aw%2Frd@gpu-head:6380/");
+        assert_eq!(a.server, "redis://tuner:***@gpu-head:6380/");
+        assert!(a.authenticated);
+        // The address's own password wins; a user alone takes the environment's.
+        let b = parse("redis://me:mine@h/q", None, Some("env"));
+        assert_eq!(b.url, "redis://me:mine@h/");
+        let c = parse("redis://me@h/q", None, Some("env"));
+        assert_eq!(c.url, "redis://me:env@h/");
+        let d = parse("redis://h/q", None, None);
+        assert!(!d.authenticated);
+        assert_eq!(d.url, "redis://h/");
+    }
+
+    #[test]
+    fn another_host_needs_a_password_and_a_key() {
+        let parse = |given, password: Option<&str>| {
+            QueueAddress::parse(given, None, password.map(String::from)).unwrap()
+        };
+        for local in [
+            "redis://127.0.0.1:6379/q",
+            "redis://localhost/q",
+            "redis://[::1]:7/q",
+        ] {
+            let a = parse(local, None);
+            assert!(a.is_loopback(), "{local}");
+            a.check_exposure(false, false).unwrap();
+        }
+        let open = parse("redis://10.0.0.5:6379/q", None);
+        assert!(!open.is_loopback());
+        let e = open.check_exposure(false, false).unwrap_err().to_string();
+        assert!(
+            e.contains("no password") && e.contains("no signing key"),
+            "{e}"
+        );
+        assert!(e.contains("--insecure"), "{e}");
+        assert_eq!(e.lines().count(), 1);
+        open.check_exposure(false, true).unwrap();
+        let closed = parse("redis://10.0.0.5:6379/q", Some("pw"));
+        let e = closed.check_exposure(false, false).unwrap_err().to_string();
+        assert!(
+            e.contains("no signing key") && !e.contains("no password"),
+            "{e}"
+        );
+        closed.check_exposure(true, false).unwrap();
     }
 }

@@ -15,11 +15,13 @@
 mod address;
 mod registry;
 mod remote;
+pub mod seal;
 mod worker;
 
-pub use address::QueueAddress;
+pub use address::{PASSWORD_ENV, QueueAddress, USER_ENV};
 pub use registry::Registration;
 pub use remote::Remote;
+pub use seal::{Seal, SealError};
 pub use worker::{WorkerConfig, host_name, serve};
 
 use thiserror::Error;
@@ -28,6 +30,14 @@ use thiserror::Error;
 pub enum QueueError {
     #[error("--queue {given}: {why} (expected redis://HOST[:PORT]/NAME)")]
     Address { given: String, why: &'static str },
+    #[error(
+        "queue {queue} is on another host with {missing}: anyone who reaches its port could read the jobs and have the workers build and run kernels of their own; give both, or pass --insecure"
+    )]
+    Exposed { queue: String, missing: String },
+    #[error(transparent)]
+    Seal(#[from] SealError),
+    #[error("Redis at {server} refused this client: {why}")]
+    Refused { server: String, why: String },
     #[error("cannot reach Redis at {server}: {error}")]
     Connect {
         server: String,

@@ -5,6 +5,7 @@
 
 use crate::address::{QueueAddress, ensure_group, server_ms};
 use crate::registry::{self, Registration};
+use crate::seal::{self, Seal};
 use crate::{FirstError, QueueError};
 use gpu::DeviceInfo;
 use measure::{Job, MeasureError, Measured, Measurer};
@@ -27,6 +28,8 @@ pub struct Remote {
     devices: usize,
     jobs: String,
     run: String,
+    /// The queue's signing key: jobs carry its signature, results without it are refused.
+    seal: Option<Seal>,
     notice: Box<dyn Fn(&str) + Send + Sync>,
 }
 
@@ -34,11 +37,13 @@ impl Remote {
     /// Connects to `queue` and waits up to `wait` for a live worker whose GPU name
     /// contains `gpu` (any, if None): the first found decides the target model. All
     /// live workers of that model count toward how much is kept in flight. `notice`
-    /// receives lines for people (who serves, what is waited for).
+    /// receives lines for people (who serves, what is waited for). With `seal`, jobs are
+    /// signed and results must be.
     pub fn connect(
         queue: QueueAddress,
         gpu: Option<&str>,
         wait: Duration,
+        seal: Option<Seal>,
         notice: Box<dyn Fn(&str) + Send + Sync>,
     ) -> Result<Remote, QueueError> {
         let mut con = queue.connect(Duration::from_secs(10))?;
@@ -79,6 +84,7 @@ impl Remote {
                     devices,
                     queue,
                     run,
+                    seal,
                     notice,
                 });
             }
@@ -130,16 +136,19 @@ impl Remote {
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             let text = serde_json::to_string(&job).expect("jobs serialize");
-            let _: String = con.xadd(
-                &self.jobs,
-                "*",
-                &[
-                    ("job", text.as_str()),
-                    ("reply", reply.as_str()),
-                    ("run", self.run.as_str()),
-                    ("gpu", self.target.name.as_str()),
-                ],
-            )?;
+            let mut fields = vec![
+                ("job", text.clone()),
+                ("reply", reply.clone()),
+                ("run", self.run.clone()),
+                ("gpu", self.target.name.clone()),
+            ];
+            if let Some(seal) = &self.seal {
+                fields.push((
+                    seal::FIELD,
+                    seal.sign(&[&text, &reply, &self.run, &self.target.name]),
+                ));
+            }
+            let _: String = con.xadd(&self.jobs, "*", &fields)?;
         }
         Ok(())
     }
@@ -163,6 +172,13 @@ impl Remote {
                 let text: String = entry.get("result").ok_or_else(|| {
                     QueueError::Message(format!("result {} has no body", entry.id))
                 })?;
+                if let Some(seal) = &self.seal {
+                    let signature = entry.get::<String>(seal::FIELD);
+                    if let Err(e) = seal.verify(&[&text, &reply], signature.as_deref()) {
+                        (self.notice)(&format!("result {} refused: {e}", entry.id));
+                        continue;
+                    }
+                }
                 let measured: Measured = serde_json::from_str(&text)
                     .map_err(|e| QueueError::Message(format!("result {}: {e}", entry.id)))?;
                 heard = Instant::now();

@@ -9,6 +9,7 @@
 
 use crate::address::{GROUP, QueueAddress, ensure_group};
 use crate::registry::{self, Registration, renew_period};
+use crate::seal::{self, Seal};
 use crate::{FirstError, QueueError};
 use gpu::{CubinCache, DeviceInfo, ErrorKind, Outcome, Pool};
 use measure::{Job, Local, Measured, Measurer};
@@ -40,6 +41,8 @@ pub struct WorkerConfig {
     /// Where cubins are written for the measuring processes.
     pub workdir: PathBuf,
     pub cache: Option<CubinCache>,
+    /// The queue's signing key: jobs without its signature are refused, results carry it.
+    pub seal: Option<Seal>,
 }
 
 /// This host's name.
@@ -137,7 +140,7 @@ pub fn serve(
                         continue;
                     };
                     m.id = held.job_id;
-                    answer(&mut con, &cfg.queue, stream, &held, &m)?;
+                    answer(&mut con, cfg, stream, &held, &m)?;
                     hold().jobs.remove(&local_id);
                 }
                 Ok(())
@@ -202,10 +205,22 @@ pub fn serve(
                     entries.extend(read.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids));
                 }
                 for entry in entries {
-                    let Some((job, held)) = accept(&mut con, &cfg.queue, stream, &entry, notice)?
-                    else {
+                    let Some((job, held)) = accept(&mut con, cfg, stream, &entry, notice)? else {
                         continue;
                     };
+                    if let Err(why) = check_job(&job) {
+                        notice(&format!("job {} refused before building: {why}", entry.id));
+                        let m = failure(
+                            job.id,
+                            ErrorKind::Compile,
+                            format!("the worker refused the job: {why}"),
+                            &devices[0],
+                            &nvrtc,
+                            cfg,
+                        );
+                        answer(&mut con, cfg, stream, &held, &m)?;
+                        continue;
+                    }
                     let mut holding = hold();
                     let local_id = holding.next;
                     holding.next += 1;
@@ -250,23 +265,32 @@ fn run_alive(
 }
 
 /// Reads a job entry: `None` (and the entry acknowledged and deleted) when it cannot
-/// be read or its tuner is gone.
+/// be read, is not signed with the queue's key (where the worker has one), or its tuner
+/// is gone. Nothing of an unsigned job is read but its fields.
 fn accept(
     con: &mut redis::Connection,
-    queue: &QueueAddress,
+    cfg: &WorkerConfig,
     stream: &str,
     entry: &StreamId,
     notice: &(dyn Fn(&str) + Sync),
 ) -> Result<Option<(Job, Held)>, QueueError> {
     let field = |name: &str| entry.get::<String>(name);
-    let parsed = match (field("job"), field("reply"), field("run")) {
+    let signed = match (&cfg.seal, field("job"), field("reply"), field("run")) {
+        (Some(seal), Some(job), Some(reply), Some(run)) => {
+            let gpu = field("gpu").unwrap_or_default();
+            seal.verify(&[&job, &reply, &run, &gpu], field(seal::FIELD).as_deref())
+                .map_err(|e| format!("refused: {e}"))
+        }
+        _ => Ok(()),
+    };
+    let parsed = signed.and_then(|()| match (field("job"), field("reply"), field("run")) {
         (Some(job), Some(reply), Some(run)) => serde_json::from_str::<Job>(&job)
             .map(|job| (job, reply, run))
             .map_err(|e| e.to_string()),
         _ => Err("a field is missing".to_string()),
-    };
+    });
     let keep = match &parsed {
-        Ok((_, _, run)) => run_alive(con, queue, run)?,
+        Ok((_, _, run)) => run_alive(con, &cfg.queue, run)?,
         Err(why) => {
             notice(&format!("job {} dropped: {why}", entry.id));
             false
@@ -286,6 +310,57 @@ fn accept(
     Ok(Some((job, held)))
 }
 
+/// Refuses a job that no tuner writes: a task that is not valid (its tensors too large
+/// among the reasons) or not in its canonical form, or a timing protocol out of range.
+/// Checked before anything is built, so a malformed job is a failure, never a panic.
+fn check_job(job: &Job) -> Result<(), String> {
+    let t = &job.task;
+    let canonical = schedule::Task::new(t.op, t.epilogue)
+        .and_then(|c| c.with_types(t.dtype, t.out_dtype, t.layout))
+        .map_err(|e| format!("its task is not valid: {e}"))?;
+    if canonical != *t {
+        return Err(format!(
+            "its task is not written as tilesched writes it ({})",
+            canonical.key()
+        ));
+    }
+    let timing = &job.timing;
+    let sane = timing.warmup <= 1000
+        && timing.min_repeats <= timing.max_repeats
+        && timing.max_repeats <= 100_000
+        && timing.min_time_ms.is_finite()
+        && (0.0..=10_000.0).contains(&timing.min_time_ms)
+        && timing.race_us.is_none_or(|r| r.is_finite() && r >= 0.0)
+        && job.timeout <= Duration::from_secs(600);
+    if !sane {
+        return Err("its timing protocol is out of range".to_string());
+    }
+    Ok(())
+}
+
+/// A job's answer when it was not measured.
+fn failure(
+    id: u64,
+    kind: ErrorKind,
+    message: String,
+    device: &DeviceInfo,
+    nvrtc: &str,
+    cfg: &WorkerConfig,
+) -> Measured {
+    Measured {
+        id,
+        source_hash: None,
+        compile: None,
+        cached: false,
+        nvrtc: nvrtc.to_string(),
+        outcome: Outcome::error(kind, message),
+        device: device.clone(),
+        worker: cfg.name.clone(),
+        measure_ms: 0.0,
+        phases: Default::default(),
+    }
+}
+
 /// Acknowledges and deletes a job entry.
 fn finish(con: &mut redis::Connection, stream: &str, entry: &str) -> Result<(), QueueError> {
     let _: usize = con.xack(stream, GROUP, &[entry])?;
@@ -298,14 +373,18 @@ fn finish(con: &mut redis::Connection, stream: &str, entry: &str) -> Result<(), 
 /// second answer.
 fn answer(
     con: &mut redis::Connection,
-    queue: &QueueAddress,
+    cfg: &WorkerConfig,
     stream: &str,
     held: &Held,
     m: &Measured,
 ) -> Result<(), QueueError> {
-    if run_alive(con, queue, &held.run)? {
+    if run_alive(con, &cfg.queue, &held.run)? {
         let text = serde_json::to_string(m).expect("results serialize");
-        let _: String = con.xadd(&held.reply, "*", &[("result", text.as_str())])?;
+        let mut fields = vec![("result", text.clone())];
+        if let Some(seal) = &cfg.seal {
+            fields.push((seal::FIELD, seal.sign(&[&text, &held.reply])));
+        }
+        let _: String = con.xadd(&held.reply, "*", &fields)?;
     }
     finish(con, stream, &held.entry)
 }
@@ -348,27 +427,20 @@ fn give_up(
     times: usize,
 ) -> Result<(), QueueError> {
     let noop = |_: &str| {};
-    let Some((job, held)) = accept(con, &cfg.queue, stream, entry, &noop)? else {
+    let Some((job, held)) = accept(con, cfg, stream, entry, &noop)? else {
         return Ok(());
     };
-    let m = Measured {
-        id: job.id,
-        source_hash: None,
-        compile: None,
-        cached: false,
-        nvrtc: nvrtc.to_string(),
-        outcome: Outcome::error(
-            ErrorKind::Environment,
-            format!(
-                "delivered {times} times: the workers that took it died or stopped before answering; not measured again"
-            ),
+    let m = failure(
+        job.id,
+        ErrorKind::Environment,
+        format!(
+            "delivered {times} times: the workers that took it died or stopped before answering; not measured again"
         ),
-        device: device.clone(),
-        worker: cfg.name.clone(),
-        measure_ms: 0.0,
-        phases: Default::default(),
-    };
-    answer(con, &cfg.queue, stream, &held, &m)
+        device,
+        nvrtc,
+        cfg,
+    );
+    answer(con, cfg, stream, &held, &m)
 }
 
 /// Resets the idle time of the jobs `name` holds (without counting a delivery), so
@@ -403,4 +475,63 @@ fn renew_jobs(
         let _: Vec<String> = con.xclaim_options(stream, GROUP, name, 0, &ids, options)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use schedule::{Epilogue, Operator, Task};
+
+    fn job(task: Task) -> Job {
+        let state = serde_json::from_str(
+            r#"{"spatial":[{"vthread":1,"thread":8,"outer":1,"inner":2},{"vthread":1,"thread":16,"outer":1,"inner":2}],"reduction":[{"middle":8,"inner":2}],"unroll_max_step":16,"vector_width":[1,1]}"#,
+        )
+        .unwrap();
+        Job {
+            id: 7,
+            task,
+            state,
+            injected: None,
+            seed: 1,
+            timing: gpu::TimingConfig::default(),
+            timeout: Duration::from_secs(10),
+            race: false,
+        }
+    }
+
+    fn matmul(m: u32, n: u32, k: u32) -> Task {
+        Task::new(Operator::Matmul { m, n, k }, Epilogue::default()).unwrap()
+    }
+
+    #[test]
+    fn jobs_no_tuner_writes_are_refused_before_building() {
+        check_job(&job(matmul(64, 64, 64))).unwrap();
+        let mut zero = job(matmul(64, 64, 64));
+        zero.task.op = Operator::Matmul { m: 64, n: 0, k: 64 };
+        assert!(check_job(&zero).unwrap_err().contains("task is not valid"));
+        let mut huge = job(matmul(64, 64, 64));
+        huge.task.op = Operator::Matmul {
+            m: 1 << 20,
+            n: 16,
+            k: 1 << 20,
+        };
+        assert!(check_job(&huge).unwrap_err().contains("task is not valid"));
+        let mut slow = job(matmul(64, 64, 64));
+        slow.timing.max_repeats = 1_000_000_000;
+        assert!(check_job(&slow).unwrap_err().contains("timing protocol"));
+        let mut late = job(matmul(64, 64, 64));
+        late.timeout = Duration::from_secs(86_400);
+        assert!(check_job(&late).unwrap_err().contains("timing protocol"));
+        // A conv2d with an end pad that changes nothing is not how a tuner writes it.
+        let conv = schedule::parse_shape("conv2d", "1,8,8,8,8,3,3,1,1").unwrap();
+        let mut padded = job(Task::new(conv, Epilogue::default()).unwrap());
+        if let Operator::Conv2d(c) = &mut padded.task.op {
+            c.pad_bottom = Some(1);
+        }
+        assert!(
+            check_job(&padded)
+                .unwrap_err()
+                .contains("not written as tilesched writes it")
+        );
+    }
 }

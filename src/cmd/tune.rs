@@ -178,6 +178,10 @@ pub struct SearchArgs {
     /// With --queue: seconds to wait for a worker to appear.
     #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "queue")]
     queue_wait: f64,
+    /// With --queue: use a Redis on another host without a password or a signing key
+    /// (TILESCHED_QUEUE_KEY), which anyone who reaches it could read and write.
+    #[arg(long, requires = "queue")]
+    insecure: bool,
     /// Developer hook: build faults into candidates, e.g. launch@3,timeout@7,wrong_answer@12.
     #[arg(long, hide = true)]
     inject_fault: Option<String>,
@@ -272,7 +276,8 @@ fn check_flags(args: &SearchArgs, log_path: &Path) -> Result<()> {
         bail!("--queue-wait must be a number of seconds, not negative, up to {MAX_SECS}");
     }
     if let Some(q) = &args.queue {
-        q.parse::<queue::QueueAddress>()?;
+        let address = q.parse::<queue::QueueAddress>()?;
+        address.check_exposure(queue::Seal::from_env()?.is_some(), args.insecure)?;
     }
     // Before anything opens it: a pipe would block, /dev/zero never end.
     records::record::check_regular(log_path)?;
@@ -470,6 +475,7 @@ pub fn run_search(
                 address.parse()?,
                 args.queue_gpu.as_deref(),
                 Duration::from_secs_f64(args.queue_wait),
+                queue::Seal::from_env()?,
                 Box::new(|line| eprintln!("{line}")),
             )
             .map_err(|e| unavailable(e.into()))?;

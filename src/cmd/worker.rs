@@ -1,4 +1,4 @@
-//! `tilesched worker --queue redis://HOST:PORT/NAME [--device 0,1]`: measures for any
+//! `tilesched worker --queue redis://HOST:PORT/NAME [--device 0,1] [--insecure]`: measures for any
 //! tuner on the queue with this host's GPUs, building the kernels on this host's cores
 //! (see the `queue` crate). Without `--queue` it is the measurement process that `tune`
 //! starts per GPU and talks to over stdin/stdout (`--device N`, one device).
@@ -31,6 +31,11 @@ pub struct Args {
     /// Compile every kernel, reading and writing no cubin cache.
     #[arg(long)]
     no_cubin_cache: bool,
+    /// Serve a queue on another host without a password or a signing key
+    /// (TILESCHED_QUEUE_KEY): anyone who reaches it could have this host build and run
+    /// kernels of their own.
+    #[arg(long, requires = "queue")]
+    insecure: bool,
     /// Answer with simulated measurements (no GPU; tests only).
     #[arg(long, hide = true)]
     simulate: bool,
@@ -56,6 +61,9 @@ pub fn run(args: Args) -> ExitCode {
 
 fn serve(queue: &str, args: &Args) -> Result<()> {
     let queue: queue::QueueAddress = queue.parse()?;
+    let seal = queue::Seal::from_env()?;
+    queue.check_exposure(seal.is_some(), args.insecure)?;
+    queue.reach()?;
     if !(args.lease.is_finite() && args.lease > 0.0 && args.lease <= 86400.0) {
         bail!("--lease must be a positive number of seconds up to a day");
     }
@@ -73,6 +81,7 @@ fn serve(queue: &str, args: &Args) -> Result<()> {
         builders: crate::cmd::tune::build_threads(args.device.len()),
         workdir: workdir.path().to_path_buf(),
         cache,
+        seal,
     };
     // Runs until killed (its jobs are then taken over by other workers) or until a GPU
     // fails for good.
