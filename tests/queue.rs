@@ -555,3 +555,62 @@ fn a_queue_on_another_host_needs_a_password_and_a_key_or_insecure() {
         assert!(!log.exists());
     }
 }
+
+/// Sends `name` (e.g. "-INT") to the tuner.
+fn signal_tuner(tune: &Child, name: &str) {
+    let pid = tune.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+#[test]
+fn an_interrupted_tuner_logs_what_its_workers_answer_and_says_what_it_abandons() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    for (name, kill_worker, signal_name) in
+        [("answered", false, "-INT"), ("abandoned", true, "-HUP")]
+    {
+        let queue = server.queue(name);
+        let mut w = worker(&queue, "a", 300, &cache);
+        let log = tmp.path().join(format!("{name}.jsonl"));
+        let tune = tuner(&queue, &log, 64, &[]);
+        wait_until("results logged and jobs held", || {
+            records(&log).len() >= 4 && server.held(name, "a") > 0
+        });
+        let (logged, held) = (records(&log).len(), server.held(name, "a"));
+        if kill_worker {
+            w.kill();
+        }
+        signal_tuner(&tune, signal_name);
+        let o = tune.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        let kept = records(&log);
+        let states: HashSet<String> = kept.iter().map(|r| r["state"].to_string()).collect();
+        assert_eq!(states.len(), kept.len(), "{name}: a state recorded twice");
+        if kill_worker {
+            // Nobody answers the jobs the dead worker held: the tuner says so and ends.
+            assert!(
+                err.contains("job(s) on queue") && err.contains("are abandoned"),
+                "{err}"
+            );
+        } else {
+            // The live worker's answers to the jobs it held when the signal came are in.
+            assert!(
+                kept.len() >= logged + held,
+                "{logged} + {held} > {}: {err}",
+                kept.len()
+            );
+            assert!(!err.contains("abandoned"), "{err}");
+        }
+    }
+}

@@ -128,12 +128,13 @@ def markdown(result):
 
 
 def main(argv=None):
+    try:
+        from tilesched.__main__ import add_model_arguments, load_model
+    except ImportError as e:
+        print(f"e2e.py: the tilesched package: {e}", file=sys.stderr)
+        return 2
     p = argparse.ArgumentParser(prog="e2e.py", description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="torchvision:NAME or MODULE:CALLABLE")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--input-shape", default="3,224,224")
-    p.add_argument("--dtype", choices=("f32", "fp16", "bf16"), default="fp16")
-    p.add_argument("--channels-last", action="store_true")
+    add_model_arguments(p, dtype="fp16")
     p.add_argument("--deploy", required=True, help="the deploy cache")
     p.add_argument("--out", required=True)
     p.add_argument("--samples", type=int, default=300)
@@ -146,7 +147,6 @@ def main(argv=None):
         import torch
         import tilesched
         from tilesched import torch as tt
-        from tilesched.__main__ import load_model
     except ImportError as e:
         print(f"e2e.py: {e}", file=sys.stderr)
         return 2

@@ -24,15 +24,20 @@ def load_model(spec):
     return getattr(importlib.import_module(source), name)()
 
 
+def add_model_arguments(parser, dtype="f32"):
+    """The options naming a model and its input (also read by benchmarks/e2e/e2e.py)."""
+    parser.add_argument("--model", required=True, help="torchvision:NAME or MODULE:CALLABLE")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--input-shape", default="3,224,224")
+    parser.add_argument("--dtype", choices=("f32", "fp16", "bf16"), default=dtype)
+    parser.add_argument("--channels-last", action="store_true")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tilesched")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("tasks", help="write a model's task list")
-    t.add_argument("--model", required=True)
-    t.add_argument("--batch", type=int, default=1)
-    t.add_argument("--input-shape", default="3,224,224")
-    t.add_argument("--dtype", choices=("f32", "fp16", "bf16"), default="f32")
-    t.add_argument("--channels-last", action="store_true")
+    add_model_arguments(t)
     t.add_argument("--device", default=None, help="where to run the shape pass (default: cuda if present)")
     t.add_argument("--out", required=True)
     args = parser.parse_args(argv)

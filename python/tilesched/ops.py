@@ -145,34 +145,21 @@ def _fake(op, x, weight, bias, key):
     return _output(task, x)
 
 
-@torch.library.custom_op("tilesched::conv2d", mutates_args=())
-def conv2d(x: Tensor, weight: Tensor, bias: Optional[Tensor], cache: str, key: str) -> Tensor:
-    """The conv2d task `key`'s kernel from deploy cache `cache`."""
-    return _run("conv2d", x, weight, bias, cache, key)
+def _define(op, doc):
+    """Registers `torch.ops.tilesched.<op>` and its fake implementation."""
+
+    @torch.library.custom_op(f"tilesched::{op}", mutates_args=())
+    def run(x: Tensor, weight: Tensor, bias: Optional[Tensor], cache: str, key: str) -> Tensor:
+        return _run(op, x, weight, bias, cache, key)
+
+    @run.register_fake
+    def _(x, weight, bias, cache, key):
+        return _fake(op, x, weight, bias, key)
+
+    run.__doc__ = doc
+    return run
 
 
-@conv2d.register_fake
-def _conv2d_fake(x, weight, bias, cache, key):
-    return _fake("conv2d", x, weight, bias, key)
-
-
-@torch.library.custom_op("tilesched::matmul", mutates_args=())
-def matmul(a: Tensor, b: Tensor, bias: Optional[Tensor], cache: str, key: str) -> Tensor:
-    """The matmul task `key`'s kernel: `a @ b (+ bias) (relu)`."""
-    return _run("matmul", a, b, bias, cache, key)
-
-
-@matmul.register_fake
-def _matmul_fake(a, b, bias, cache, key):
-    return _fake("matmul", a, b, bias, key)
-
-
-@torch.library.custom_op("tilesched::batch_matmul", mutates_args=())
-def batch_matmul(a: Tensor, b: Tensor, bias: Optional[Tensor], cache: str, key: str) -> Tensor:
-    """The batch_matmul task `key`'s kernel: `a @ b` per batch (+ bias) (relu)."""
-    return _run("batch_matmul", a, b, bias, cache, key)
-
-
-@batch_matmul.register_fake
-def _batch_matmul_fake(a, b, bias, cache, key):
-    return _fake("batch_matmul", a, b, bias, key)
+conv2d = _define("conv2d", "The conv2d task `key`'s kernel from deploy cache `cache`.")
+matmul = _define("matmul", "The matmul task `key`'s kernel: `a @ b (+ bias) (relu)`.")
+batch_matmul = _define("batch_matmul", "The batch_matmul task `key`'s kernel: `a @ b` per batch (+ bias) (relu).")

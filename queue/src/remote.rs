@@ -11,8 +11,8 @@ use gpu::DeviceInfo;
 use measure::{Job, MeasureError, Measured, Measurer};
 use redis::Commands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 const RUN_KEY_MS: u64 = 15_000;
 /// How often a silent run says whether any worker is alive.
 const SILENCE: Duration = Duration::from_secs(30);
+/// The longest a stopped run waits for the answers to the jobs it published.
+const MAX_DRAIN: Duration = Duration::from_secs(30);
 
 /// Measures through a queue, on the workers of one GPU model.
 pub struct Remote {
@@ -30,6 +32,8 @@ pub struct Remote {
     run: String,
     /// The queue's signing key: jobs carry its signature, results without it are refused.
     seal: Option<Seal>,
+    /// How long a stopped run waits for the answers to its published jobs.
+    drain: Duration,
     notice: Box<dyn Fn(&str) + Send + Sync>,
 }
 
@@ -85,6 +89,7 @@ impl Remote {
                     queue,
                     run,
                     seal,
+                    drain: wait.min(MAX_DRAIN),
                     notice,
                 });
             }
@@ -114,22 +119,16 @@ impl Remote {
         }
     }
 
-    /// Publishes every job until `jobs` closes or `stop` is set, renewing the run's key.
-    fn publish(&self, jobs: &Receiver<Job>, stop: &AtomicBool) -> Result<(), QueueError> {
+    /// Publishes every job until `jobs` closes or `stop` is set, counting them in `sent`.
+    fn publish(
+        &self,
+        jobs: &Receiver<Job>,
+        stop: &AtomicBool,
+        sent: &AtomicUsize,
+    ) -> Result<(), QueueError> {
         let mut con = self.queue.connect(Duration::from_secs(10))?;
-        let alive = self.queue.tuner(&self.run);
         let reply = self.queue.results(&self.run);
-        let mut renewed: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) {
-            if renewed.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                let _: () = redis::cmd("SET")
-                    .arg(&alive)
-                    .arg(1)
-                    .arg("PX")
-                    .arg(RUN_KEY_MS)
-                    .query(&mut con)?;
-                renewed = Some(Instant::now());
-            }
             let job = match jobs.recv_timeout(Duration::from_millis(100)) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => continue,
@@ -149,22 +148,60 @@ impl Remote {
                 ));
             }
             let _: String = con.xadd(&self.jobs, "*", &fields)?;
+            sent.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// Reads results until `done` or `stop` is set, passing each on.
+    /// Says the run is alive for another `RUN_KEY_MS`.
+    fn renew(&self, con: &mut redis::Connection) -> Result<(), QueueError> {
+        let _: () = redis::cmd("SET")
+            .arg(self.queue.tuner(&self.run))
+            .arg(1)
+            .arg("PX")
+            .arg(RUN_KEY_MS)
+            .query(con)?;
+        Ok(())
+    }
+
+    /// Reads results until `done` is set, passing each on and keeping the run alive.
+    /// Once `stop` is set (the tuner was interrupted, or a thread failed), it goes on
+    /// until every job in `sent` is answered or `drain` has passed, then says how many
+    /// it abandons.
     fn read(
         &self,
         results: &Sender<Measured>,
         done: &AtomicBool,
         stop: &AtomicBool,
+        sent: &AtomicUsize,
     ) -> Result<(), QueueError> {
         let mut con = self.queue.connect(Duration::from_secs(10))?;
         let reply = self.queue.results(&self.run);
         let mut last = "0-0".to_string();
         let mut heard = Instant::now();
-        while !stop.load(Ordering::Relaxed) && !done.load(Ordering::Relaxed) {
+        let mut renewed = Instant::now();
+        let mut answered: HashSet<u64> = HashSet::new();
+        let mut stopped: Option<Instant> = None;
+        while !done.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) {
+                let since = *stopped.get_or_insert_with(Instant::now);
+                let outstanding = sent.load(Ordering::Relaxed).saturating_sub(answered.len());
+                if outstanding == 0 {
+                    break;
+                }
+                if since.elapsed() >= self.drain {
+                    (self.notice)(&format!(
+                        "stopping: {outstanding} job(s) on queue {} not answered within {} s are abandoned",
+                        self.queue,
+                        self.drain.as_secs()
+                    ));
+                    break;
+                }
+            }
+            if renewed.elapsed() >= Duration::from_secs(1) {
+                self.renew(&mut con)?;
+                renewed = Instant::now();
+            }
             let options = StreamReadOptions::default().count(256).block(200);
             let read: Option<StreamReadReply> = con.xread_options(&[&reply], &[&last], &options)?;
             for entry in read.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
@@ -182,6 +219,7 @@ impl Remote {
                 let measured: Measured = serde_json::from_str(&text)
                     .map_err(|e| QueueError::Message(format!("result {}: {e}", entry.id)))?;
                 heard = Instant::now();
+                answered.insert(measured.id);
                 if results.send(measured).is_err() {
                     return Ok(());
                 }
@@ -219,20 +257,25 @@ impl Measurer for Remote {
     ) -> Result<(), MeasureError> {
         let mut con = self.queue.connect(Duration::from_secs(10))?;
         ensure_group(&mut con, &self.jobs)?;
+        // Alive before the first job, so that no worker drops it.
+        self.renew(&mut con)?;
         let published = AtomicBool::new(false);
+        let sent = AtomicUsize::new(0);
         let failed = FirstError::new(stop);
         let fail = |e: QueueError| failed.fail(e);
         let this = &*self;
-        let (fail, published_ref) = (&fail, &published);
+        let (fail, published_ref, sent) = (&fail, &published, &sent);
         std::thread::scope(|scope| {
             scope.spawn(move || {
                 // The tuner closes `jobs` once every result is in: then reading ends.
-                if let Err(e) = this.publish(&jobs, stop) {
+                let outcome = this.publish(&jobs, stop, sent);
+                if let Err(e) = outcome {
                     fail(e);
+                } else if !stop.load(Ordering::Relaxed) {
+                    published_ref.store(true, Ordering::Relaxed);
                 }
-                published_ref.store(true, Ordering::Relaxed);
             });
-            if let Err(e) = this.read(&results, &published, stop) {
+            if let Err(e) = this.read(&results, &published, stop, sent) {
                 fail(e);
             }
         });

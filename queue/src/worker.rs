@@ -27,6 +27,9 @@ use std::time::Duration;
 
 /// Deliveries of one job: the first, and one more after its worker died.
 const MAX_DELIVERIES: usize = 2;
+/// A result stream lives this long after its last result: the tuner deletes it when
+/// its run ends, and an answer posted just after that must not leave it behind forever.
+const RESULTS_TTL_MS: u64 = 10 * 60 * 1000;
 
 /// How a worker serves a queue.
 #[derive(Debug, Clone)]
@@ -384,7 +387,13 @@ fn answer(
         if let Some(seal) = &cfg.seal {
             fields.push((seal::FIELD, seal.sign(&[&text, &held.reply])));
         }
-        let _: String = con.xadd(&held.reply, "*", &fields)?;
+        let _: () = redis::pipe()
+            .atomic()
+            .xadd(&held.reply, "*", &fields)
+            .ignore()
+            .pexpire(&held.reply, RESULTS_TTL_MS as i64)
+            .ignore()
+            .query(con)?;
     }
     finish(con, stream, &held.entry)
 }

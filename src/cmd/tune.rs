@@ -557,7 +557,7 @@ fn transfer_database(
     Some(Arc::new(db))
 }
 
-/// While it lives, the first SIGINT or SIGTERM sets `flag`, which the tuner answers by
+/// While it lives, the first SIGINT, SIGTERM or SIGHUP sets `flag`, which the tuner answers by
 /// handing out no more candidates and logging those being measured; a second one ends
 /// the process at once with status 130, as an unhandled one would. A line says so when
 /// the first comes. Dropped, the signals act as before (so that `pipeline`'s later
@@ -570,10 +570,10 @@ struct SignalFlag {
 
 impl SignalFlag {
     fn register() -> Result<SignalFlag> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let flag = Arc::new(AtomicBool::new(false));
         let mut ids = Vec::new();
-        for signal in [SIGINT, SIGTERM] {
+        for signal in [SIGINT, SIGTERM, SIGHUP] {
             // Registered first, so it sees the flag as the previous signal left it.
             ids.push(
                 signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag))
