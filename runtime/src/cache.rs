@@ -203,6 +203,9 @@ impl DeployCache {
                     e.task, e.cubin
                 )));
             }
+            if let Err(why) = check_entry(e) {
+                return Err(corrupt(format!("entry of task {}: {why}", e.task)));
+            }
             if index.entries[..i].iter().any(|o| same_key(o, e)) {
                 return Err(corrupt(format!(
                     "two entries for task {} on {}",
@@ -392,6 +395,30 @@ fn validate(new: &NewEntry, cubin: &[u8]) -> Result<(), RuntimeError> {
     }
     if !cubin.starts_with(b"\x7fELF") {
         return bad(format!("the cubin of task {} is not an ELF file", new.task));
+    }
+    Ok(())
+}
+
+/// What an index entry must say for its kernel to be launched as it says: a valid task
+/// in the form tilesched writes it, named by the entry's key, and tensor maps of buffers
+/// the kernel takes (its inputs, bias and output). An entry written before tasks were
+/// recorded has no shape; the runtime refuses to launch it, naming it.
+fn check_entry(e: &DeployEntry) -> Result<(), String> {
+    let Some(t) = &e.shape else {
+        return Ok(());
+    };
+    let task = Task::new(t.op, t.epilogue)
+        .and_then(|c| c.with_types(t.dtype, t.out_dtype, t.layout))
+        .map_err(|err| format!("its shape is not a valid task ({err})"))?;
+    if task != *t || task.key() != e.task {
+        return Err(format!("its shape is task {}", task.key()));
+    }
+    let buffers = 3 + usize::from(task.epilogue.bias);
+    if let Some(map) = e.launch.tensor_maps.iter().find(|m| m.buffer >= buffers) {
+        return Err(format!(
+            "a tensor map of buffer {} where the kernel takes {buffers}",
+            map.buffer
+        ));
     }
     Ok(())
 }
@@ -638,6 +665,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("does not exist"), "{err}");
+    }
+
+    #[test]
+    fn edited_entries_are_refused_when_the_cache_opens() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cache = DeployCache::open(tmp.path()).unwrap();
+        let stored = cache.store(new(H100, TASK, 18.0), &cubin(1)).unwrap().entry;
+        check_entry(&stored).unwrap();
+        let index = tmp.path().join(INDEX_FILE);
+        let text = fs::read_to_string(&index).unwrap();
+        // A window larger than the padded input, a shape another key names: refused in
+        // one line naming the entry, never a panic.
+        for (edit, expect) in [
+            (
+                text.replace("\"r\": 3", "\"r\": 99"),
+                "its shape is not a valid task",
+            ),
+            (
+                text.replace("\"k\": 64", "\"k\": 32"),
+                "its shape is task conv2d_n1_c64_h56_w56_k32",
+            ),
+        ] {
+            assert_ne!(edit, text);
+            fs::write(&index, edit).unwrap();
+            let err = DeployCache::load(tmp.path()).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("entry of task {TASK}: {expect}")),
+                "{err}"
+            );
+            assert_eq!(err.lines().count(), 1);
+        }
+        // A tensor map of a buffer the kernel does not take (it takes input, weight,
+        // output).
+        let mut mapped = stored.clone();
+        let tensor = schedule::atom::tma::TensorBox::matrix(
+            gpu::DType::Fp16,
+            64,
+            64,
+            64,
+            1,
+            0,
+            64,
+            64,
+            schedule::atom::wgmma::Swizzle::B128,
+        )
+        .unwrap();
+        mapped.launch.tensor_maps = vec![schedule::launch::TensorMapArg { buffer: 3, tensor }];
+        let err = check_entry(&mapped).unwrap_err();
+        assert_eq!(err, "a tensor map of buffer 3 where the kernel takes 3");
+        mapped.launch.tensor_maps[0].buffer = 2;
+        check_entry(&mapped).unwrap();
     }
 
     #[test]
