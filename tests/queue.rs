@@ -34,13 +34,7 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
-        let child = match Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(options)
-            .stdout(Stdio::null())
-            .spawn()
-        {
+        let child = match Server::spawn(port, options) {
             Ok(child) => child,
             Err(e) => {
                 eprintln!(
@@ -66,6 +60,32 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(server)
+    }
+
+    fn spawn(port: u16, options: &[&str]) -> std::io::Result<Child> {
+        Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(options)
+            .stdout(Stdio::null())
+            .spawn()
+    }
+
+    /// Kills the server (-9) and starts a new one on the same port, empty: a restart
+    /// that loses every stream, group and key.
+    fn restart(&mut self, down: Duration) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        std::thread::sleep(down);
+        self.child = Server::spawn(self.port, &[]).unwrap();
+        let started = Instant::now();
+        while self.connection().is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not restart"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn queue(&self, name: &str) -> String {
@@ -613,4 +633,27 @@ fn an_interrupted_tuner_logs_what_its_workers_answer_and_says_what_it_abandons()
             assert!(!err.contains("abandoned"), "{err}");
         }
     }
+}
+
+#[test]
+fn a_redis_restart_mid_run_loses_nothing_and_records_nothing_twice() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    let queue = server.queue("restart");
+    let _a = worker(&queue, "a", 100, &cache);
+    let _b = worker(&queue, "b", 100, &cache);
+    let log = tmp.path().join("restart.jsonl");
+    let tune = tuner(&queue, &log, 48, &[]);
+    wait_until("a round is in and jobs are held", || {
+        records(&log).len() >= 8 && server.held("restart", "a") + server.held("restart", "b") > 0
+    });
+    // Down for two seconds, back empty: the tuner and both workers reconnect, the
+    // group is made again and the unanswered jobs published again.
+    server.restart(Duration::from_secs(2));
+    let out = finish(tune);
+    assert_complete(&log, 48);
+    assert!(out.contains("GPU 0"), "{out}");
 }

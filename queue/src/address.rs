@@ -4,7 +4,11 @@
 use crate::QueueError;
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a lost server is waited for before a tuner or worker gives up.
+const RECONNECT_FOR: Duration = Duration::from_secs(120);
 
 /// The consumer group of the workers on every job stream.
 pub(crate) const GROUP: &str = "workers";
@@ -251,6 +255,80 @@ impl QueueAddress {
     /// before anything else starts.
     pub fn reach(&self) -> Result<(), QueueError> {
         self.connect(Duration::from_secs(10)).map(drop)
+    }
+}
+
+/// Whether `e` means the server went away (a dropped or refused connection, a timeout,
+/// a server still loading its data) or lost a stream's consumer group (it restarted
+/// without its data): what reconnecting, and recreating the group, mends.
+pub(crate) fn is_lost(e: &QueueError) -> bool {
+    match e {
+        QueueError::Redis(r) | QueueError::Connect { error: r, .. } => {
+            r.is_io_error()
+                || r.is_connection_dropped()
+                || r.is_connection_refusal()
+                || r.is_timeout()
+                || matches!(r.code(), Some("NOGROUP" | "LOADING"))
+        }
+        _ => false,
+    }
+}
+
+impl QueueAddress {
+    /// A new connection after `lost`, tried again with a growing pause (up to 5 s) for
+    /// `RECONNECT_FOR`, or until `stop`; `notice` hears when it is lost and found again.
+    pub(crate) fn reconnect(
+        &self,
+        read: Duration,
+        lost: &QueueError,
+        stop: &AtomicBool,
+        notice: &(dyn Fn(&str) + Sync),
+    ) -> Result<redis::Connection, QueueError> {
+        notice(&format!(
+            "lost Redis at {} ({lost}); reconnecting",
+            self.server
+        ));
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(250);
+        loop {
+            match self.connect(read) {
+                Ok(con) => {
+                    notice(&format!("reconnected to Redis at {}", self.server));
+                    return Ok(con);
+                }
+                Err(e)
+                    if is_lost(&e)
+                        && started.elapsed() < RECONNECT_FOR
+                        && !stop.load(Ordering::Relaxed) =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `f` on `con`, run again on a new connection (after `after` ran on it: recreating
+    /// what the server may have lost) for as long as the server is lost.
+    pub(crate) fn retrying<T>(
+        &self,
+        con: &mut redis::Connection,
+        read: Duration,
+        stop: &AtomicBool,
+        notice: &(dyn Fn(&str) + Sync),
+        mut after: impl FnMut(&mut redis::Connection) -> Result<(), QueueError>,
+        mut f: impl FnMut(&mut redis::Connection) -> Result<T, QueueError>,
+    ) -> Result<T, QueueError> {
+        loop {
+            match f(con) {
+                Err(e) if is_lost(&e) => {
+                    *con = self.reconnect(read, &e, stop, notice)?;
+                    after(con)?;
+                }
+                other => return other,
+            }
+        }
     }
 }
 

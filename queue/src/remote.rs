@@ -2,6 +2,10 @@
 //! stream of its target GPU model and reads the answers from a result stream of its own.
 //! A key that it renews says that the run is alive; when the tuner dies the key
 //! expires, and workers drop the run's jobs instead of measuring them for nobody.
+//! When Redis goes away, both threads reconnect with backoff; a run key found missing
+//! afterwards (the server restarted without its data, or was gone long enough for the
+//! key to expire) means the jobs not yet answered may be gone too, and they are
+//! published again. A job answered twice is recorded once: the tuner keeps the first.
 
 use crate::address::{QueueAddress, ensure_group, server_ms};
 use crate::registry::{self, Registration};
@@ -11,7 +15,9 @@ use gpu::DeviceInfo;
 use measure::{Job, MeasureError, Measured, Measurer};
 use redis::Commands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
+use std::collections::BTreeMap;
 use std::collections::{BTreeSet, HashSet};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -22,6 +28,27 @@ const RUN_KEY_MS: u64 = 15_000;
 const SILENCE: Duration = Duration::from_secs(30);
 /// The longest a stopped run waits for the answers to the jobs it published.
 const MAX_DRAIN: Duration = Duration::from_secs(30);
+
+/// A job's fields on the stream, as published.
+type Fields = Vec<(&'static str, String)>;
+
+/// What the publishing and reading threads of one run share.
+#[derive(Default)]
+struct Shared {
+    /// Jobs published.
+    sent: AtomicUsize,
+    /// The published jobs not answered yet, by id: what is published again when the
+    /// server may have lost them.
+    unanswered: Mutex<BTreeMap<u64, Fields>>,
+    /// Set by the reader when the run's key was gone.
+    republish: AtomicBool,
+}
+
+impl Shared {
+    fn unanswered(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Fields>> {
+        self.unanswered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// Measures through a queue, on the workers of one GPU model.
 pub struct Remote {
@@ -119,23 +146,52 @@ impl Remote {
         }
     }
 
-    /// Publishes every job until `jobs` closes or `stop` is set, counting them in `sent`.
+    /// Publishes every job until `jobs` closes or `stop` is set, counting them in `sent`
+    /// and keeping each in `unanswered` (which the reader empties); publishes those
+    /// again whenever `republish` is set.
     fn publish(
         &self,
         jobs: &Receiver<Job>,
         stop: &AtomicBool,
-        sent: &AtomicUsize,
+        shared: &Shared,
     ) -> Result<(), QueueError> {
-        let mut con = self.queue.connect(Duration::from_secs(10))?;
+        let read = Duration::from_secs(10);
+        let mut con = self.queue.connect(read)?;
         let reply = self.queue.results(&self.run);
+        let notice = |line: &str| (self.notice)(line);
+        let post = |con: &mut redis::Connection, fields: &[(&str, String)]| {
+            self.queue.retrying(
+                con,
+                read,
+                stop,
+                &notice,
+                |_| Ok(()),
+                |con| {
+                    let _: String = con.xadd(&self.jobs, "*", fields)?;
+                    Ok(())
+                },
+            )
+        };
         while !stop.load(Ordering::Relaxed) {
+            if shared.republish.swap(false, Ordering::Relaxed) {
+                let again: Vec<Fields> = shared.unanswered().values().cloned().collect();
+                if !again.is_empty() {
+                    notice(&format!(
+                        "publishing the {} unanswered job(s) again: the run's key was gone from Redis",
+                        again.len()
+                    ));
+                }
+                for fields in &again {
+                    post(&mut con, fields)?;
+                }
+            }
             let job = match jobs.recv_timeout(Duration::from_millis(100)) {
                 Ok(job) => job,
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             let text = serde_json::to_string(&job).expect("jobs serialize");
-            let mut fields = vec![
+            let mut fields: Fields = vec![
                 ("job", text.clone()),
                 ("reply", reply.clone()),
                 ("run", self.run.clone()),
@@ -147,21 +203,23 @@ impl Remote {
                     seal.sign(&[&text, &reply, &self.run, &self.target.name]),
                 ));
             }
-            let _: String = con.xadd(&self.jobs, "*", &fields)?;
-            sent.fetch_add(1, Ordering::Relaxed);
+            shared.unanswered().insert(job.id, fields.clone());
+            post(&mut con, &fields)?;
+            shared.sent.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// Says the run is alive for another `RUN_KEY_MS`.
-    fn renew(&self, con: &mut redis::Connection) -> Result<(), QueueError> {
-        let _: () = redis::cmd("SET")
+    /// Says the run is alive for another `RUN_KEY_MS`; false when its key was gone.
+    fn renew(&self, con: &mut redis::Connection) -> Result<bool, QueueError> {
+        let previous: Option<String> = redis::cmd("SET")
             .arg(self.queue.tuner(&self.run))
             .arg(1)
             .arg("PX")
             .arg(RUN_KEY_MS)
+            .arg("GET")
             .query(con)?;
-        Ok(())
+        Ok(previous.is_some())
     }
 
     /// Reads results until `done` is set, passing each on and keeping the run alive.
@@ -173,9 +231,11 @@ impl Remote {
         results: &Sender<Measured>,
         done: &AtomicBool,
         stop: &AtomicBool,
-        sent: &AtomicUsize,
+        shared: &Shared,
     ) -> Result<(), QueueError> {
-        let mut con = self.queue.connect(Duration::from_secs(10))?;
+        let read = Duration::from_secs(10);
+        let notice = |line: &str| (self.notice)(line);
+        let mut con = self.queue.connect(read)?;
         let reply = self.queue.results(&self.run);
         let mut last = "0-0".to_string();
         let mut heard = Instant::now();
@@ -185,7 +245,10 @@ impl Remote {
         while !done.load(Ordering::Relaxed) {
             if stop.load(Ordering::Relaxed) {
                 let since = *stopped.get_or_insert_with(Instant::now);
-                let outstanding = sent.load(Ordering::Relaxed).saturating_sub(answered.len());
+                let outstanding = shared
+                    .sent
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(answered.len());
                 if outstanding == 0 {
                     break;
                 }
@@ -199,12 +262,29 @@ impl Remote {
                 }
             }
             if renewed.elapsed() >= Duration::from_secs(1) {
-                self.renew(&mut con)?;
+                let alive = self.queue.retrying(
+                    &mut con,
+                    read,
+                    stop,
+                    &notice,
+                    |_| Ok(()),
+                    |con| self.renew(con),
+                )?;
+                if !alive {
+                    shared.republish.store(true, Ordering::Relaxed);
+                }
                 renewed = Instant::now();
             }
             let options = StreamReadOptions::default().count(256).block(200);
-            let read: Option<StreamReadReply> = con.xread_options(&[&reply], &[&last], &options)?;
-            for entry in read.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
+            let replies: Option<StreamReadReply> = self.queue.retrying(
+                &mut con,
+                read,
+                stop,
+                &notice,
+                |_| Ok(()),
+                |con| Ok(con.xread_options(&[&reply], &[&last], &options)?),
+            )?;
+            for entry in replies.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
                 last = entry.id.clone();
                 let text: String = entry.get("result").ok_or_else(|| {
                     QueueError::Message(format!("result {} has no body", entry.id))
@@ -220,12 +300,20 @@ impl Remote {
                     .map_err(|e| QueueError::Message(format!("result {}: {e}", entry.id)))?;
                 heard = Instant::now();
                 answered.insert(measured.id);
+                shared.unanswered().remove(&measured.id);
                 if results.send(measured).is_err() {
                     return Ok(());
                 }
             }
             if heard.elapsed() >= SILENCE {
-                let live = registry::live(&mut con, &self.queue)?;
+                let live = self.queue.retrying(
+                    &mut con,
+                    read,
+                    stop,
+                    &notice,
+                    |_| Ok(()),
+                    |con| registry::live(con, &self.queue),
+                )?;
                 let serving = live.iter().filter(|r| r.gpu() == self.target.name).count();
                 (self.notice)(&format!(
                     "no result for {} s; {serving} live worker(s) with {} on queue {}: the jobs wait for one",
@@ -260,22 +348,22 @@ impl Measurer for Remote {
         // Alive before the first job, so that no worker drops it.
         self.renew(&mut con)?;
         let published = AtomicBool::new(false);
-        let sent = AtomicUsize::new(0);
+        let shared = Shared::default();
         let failed = FirstError::new(stop);
         let fail = |e: QueueError| failed.fail(e);
         let this = &*self;
-        let (fail, published_ref, sent) = (&fail, &published, &sent);
+        let (fail, published_ref, shared) = (&fail, &published, &shared);
         std::thread::scope(|scope| {
             scope.spawn(move || {
                 // The tuner closes `jobs` once every result is in: then reading ends.
-                let outcome = this.publish(&jobs, stop, sent);
+                let outcome = this.publish(&jobs, stop, shared);
                 if let Err(e) = outcome {
                     fail(e);
                 } else if !stop.load(Ordering::Relaxed) {
                     published_ref.store(true, Ordering::Relaxed);
                 }
             });
-            if let Err(e) = this.read(&results, &published, stop, sent) {
+            if let Err(e) = this.read(&results, &published, stop, shared) {
                 fail(e);
             }
         });

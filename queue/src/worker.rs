@@ -5,7 +5,9 @@
 //! idle time without counting a delivery); a job left idle longer than the lease
 //! belongs to a dead (or stopped) worker and is taken over with `XAUTOCLAIM`. Redis
 //! counts deliveries: a job delivered a third time has killed, or outlived, two workers
-//! and is answered as an `environment` failure instead of being measured again.
+//! and is answered as an `environment` failure instead of being measured again. When
+//! Redis goes away, every thread reconnects with backoff (up to two minutes) and makes
+//! the job stream's consumer group again where the server lost it.
 
 use crate::address::{GROUP, QueueAddress, ensure_group};
 use crate::registry::{self, Registration, renew_period};
@@ -25,6 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
+/// The longest wait for one reply of Redis (longer than any `BLOCK`).
+const READ: Duration = Duration::from_secs(10);
 /// Deliveries of one job: the first, and one more after its worker died.
 const MAX_DELIVERIES: usize = 2;
 /// A result stream lives this long after its last result: the tuner deletes it when
@@ -131,6 +135,10 @@ pub fn serve(
     let (result_tx, result_rx) = channel::<Measured>();
     let fetching_done = AtomicBool::new(false);
     let (cfg, stream, hold, fail, fetching_done) = (&cfg, &stream, &hold, &fail, &fetching_done);
+    // After Redis comes back, the job stream's consumer group may have to be made again
+    // (a server restarted without its data); the registration comes back with the next
+    // renewal, and the tuner publishes again what it still waits for.
+    let regroup = |con: &mut redis::Connection| ensure_group(con, stream);
     let measured = std::thread::scope(|scope| {
         let measuring = scope.spawn(|| local.serve(job_rx, result_tx, stop));
         // Posts each result, then acknowledges its job.
@@ -143,7 +151,10 @@ pub fn serve(
                         continue;
                     };
                     m.id = held.job_id;
-                    answer(&mut con, cfg, stream, &held, &m)?;
+                    cfg.queue
+                        .retrying(&mut con, READ, stop, notice, regroup, |con| {
+                            answer(con, cfg, stream, &held, &m)
+                        })?;
                     hold().jobs.remove(&local_id);
                 }
                 Ok(())
@@ -160,10 +171,13 @@ pub fn serve(
                 let mut me = me.clone();
                 while !stop.load(Ordering::Relaxed) && !fetching_done.load(Ordering::Relaxed) {
                     std::thread::sleep(renew_period(cfg.lease));
-                    registry::renew(&mut con, &cfg.queue, &mut me)?;
                     let entries: Vec<String> =
                         hold().jobs.values().map(|h| h.entry.clone()).collect();
-                    renew_jobs(&mut con, stream, &cfg.name, &entries)?;
+                    cfg.queue
+                        .retrying(&mut con, READ, stop, notice, regroup, |con| {
+                            registry::renew(con, &cfg.queue, &mut me)?;
+                            renew_jobs(con, stream, &cfg.name, &entries)
+                        })?;
                 }
                 Ok(())
             };
@@ -180,20 +194,20 @@ pub fn serve(
                     continue;
                 }
                 let mut entries = Vec::new();
-                for entry in take_over(&mut con, stream, cfg, room)? {
+                let claimed = cfg
+                    .queue
+                    .retrying(&mut con, READ, stop, notice, regroup, |con| {
+                        take_over(con, stream, cfg, room)
+                    })?;
+                for entry in claimed {
                     if hold().holds_entry(&entry.0.id) {
                         continue; // its own, renewed late
                     }
                     if entry.1 > MAX_DELIVERIES {
-                        give_up(
-                            &mut con,
-                            cfg,
-                            stream,
-                            &entry.0,
-                            &devices[0],
-                            &nvrtc,
-                            entry.1,
-                        )?;
+                        cfg.queue
+                            .retrying(&mut con, READ, stop, notice, regroup, |con| {
+                                give_up(con, cfg, stream, &entry.0, &devices[0], &nvrtc, entry.1)
+                            })?;
                     } else {
                         entries.push(entry.0);
                     }
@@ -204,11 +218,19 @@ pub fn serve(
                         .count(room)
                         .block(500);
                     let read: Option<StreamReadReply> =
-                        con.xread_options(&[&stream], &[">"], &options)?;
+                        cfg.queue
+                            .retrying(&mut con, READ, stop, notice, regroup, |con| {
+                                Ok(con.xread_options(&[&stream], &[">"], &options)?)
+                            })?;
                     entries.extend(read.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids));
                 }
                 for entry in entries {
-                    let Some((job, held)) = accept(&mut con, cfg, stream, &entry, notice)? else {
+                    let accepted =
+                        cfg.queue
+                            .retrying(&mut con, READ, stop, notice, regroup, |con| {
+                                accept(con, cfg, stream, &entry, notice)
+                            })?;
+                    let Some((job, held)) = accepted else {
                         continue;
                     };
                     if let Err(why) = check_job(&job) {
@@ -221,7 +243,10 @@ pub fn serve(
                             &nvrtc,
                             cfg,
                         );
-                        answer(&mut con, cfg, stream, &held, &m)?;
+                        cfg.queue
+                            .retrying(&mut con, READ, stop, notice, regroup, |con| {
+                                answer(con, cfg, stream, &held, &m)
+                            })?;
                         continue;
                     }
                     let mut holding = hold();
