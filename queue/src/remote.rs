@@ -16,9 +16,9 @@ use measure::{Job, MeasureError, Measured, Measurer};
 use redis::Commands;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use std::collections::BTreeMap;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -35,8 +35,6 @@ type Fields = Vec<(&'static str, String)>;
 /// What the publishing and reading threads of one run share.
 #[derive(Default)]
 struct Shared {
-    /// Jobs published.
-    sent: AtomicUsize,
     /// The published jobs not answered yet, by id: what is published again when the
     /// server may have lost them.
     unanswered: Mutex<BTreeMap<u64, Fields>>,
@@ -146,8 +144,8 @@ impl Remote {
         }
     }
 
-    /// Publishes every job until `jobs` closes or `stop` is set, counting them in `sent`
-    /// and keeping each in `unanswered` (which the reader empties); publishes those
+    /// Publishes every job until `jobs` closes or `stop` is set, keeping each in
+    /// `unanswered` (which the reader empties); publishes those
     /// again whenever `republish` is set.
     fn publish(
         &self,
@@ -205,7 +203,6 @@ impl Remote {
             }
             shared.unanswered().insert(job.id, fields.clone());
             post(&mut con, &fields)?;
-            shared.sent.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -224,7 +221,7 @@ impl Remote {
 
     /// Reads results until `done` is set, passing each on and keeping the run alive.
     /// Once `stop` is set (the tuner was interrupted, or a thread failed), it goes on
-    /// until every job in `sent` is answered or `drain` has passed, then says how many
+    /// until every published job is answered or `drain` has passed, then says how many
     /// it abandons.
     fn read(
         &self,
@@ -240,15 +237,11 @@ impl Remote {
         let mut last = "0-0".to_string();
         let mut heard = Instant::now();
         let mut renewed = Instant::now();
-        let mut answered: HashSet<u64> = HashSet::new();
         let mut stopped: Option<Instant> = None;
         while !done.load(Ordering::Relaxed) {
             if stop.load(Ordering::Relaxed) {
                 let since = *stopped.get_or_insert_with(Instant::now);
-                let outstanding = shared
-                    .sent
-                    .load(Ordering::Relaxed)
-                    .saturating_sub(answered.len());
+                let outstanding = shared.unanswered().len();
                 if outstanding == 0 {
                     break;
                 }
@@ -299,7 +292,6 @@ impl Remote {
                 let measured: Measured = serde_json::from_str(&text)
                     .map_err(|e| QueueError::Message(format!("result {}: {e}", entry.id)))?;
                 heard = Instant::now();
-                answered.insert(measured.id);
                 shared.unanswered().remove(&measured.id);
                 if results.send(measured).is_err() {
                     return Ok(());
