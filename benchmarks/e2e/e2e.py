@@ -10,6 +10,8 @@ One process, one GPU, four configurations of the same model and input:
 - `eager+tilesched`: `tilesched.torch.optimize(model, deploy)`, captured in a CUDA graph;
 - `compile`: `torch.compile(model, mode="max-autotune")` (Inductor's autotuned Triton and
   vendor kernels, CUDA graphs by the mode);
+- `compile-frozen` (`--compile frozen`): the same with Inductor's `freezing` on, which
+  folds BatchNorm into the convolutions' weights: PyTorch's strongest inference build;
 - `compile+tilesched`: `torch.compile(optimized, mode="max-autotune")`: our operators
   inside the compiled graph, Inductor free to fuse and tune the rest.
 
@@ -42,7 +44,7 @@ import statistics
 import sys
 import time
 
-CONFIGS = ("eager", "eager+fold", "eager+tilesched", "compile", "compile+tilesched")
+CONFIGS = ("eager", "eager+fold", "eager+tilesched", "compile", "compile-frozen", "compile+tilesched")
 # Busy-wait before each `gpu` sample: longer than any side's host work per call.
 SPIN_CYCLES = 4_000_000
 
@@ -79,7 +81,30 @@ def graphed(fn, x):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), torch.no_grad():
         out = fn(x)
-    return graph.replay, out
+
+    def replay():
+        graph.replay()
+
+    # The graph reads `fn`'s weights where they were at capture: they must live as long
+    # as the replay (a module made only for the capture, as `fuse(model)`, would be
+    # freed, and the replays read freed memory once the allocator gives it back).
+    replay.module = fn
+    return replay, out
+
+
+def settle(name, run):
+    """One run of side `name`, waited for, so that a fault of its kernels is reported as
+    that side's and not as whichever call next touches the device."""
+    import torch
+    try:
+        run()
+        torch.cuda.synchronize()
+    except (RuntimeError, getattr(torch, "AcceleratorError", RuntimeError)) as e:
+        raise SideFailed(f"{name}: {str(e).splitlines()[0]}") from e
+
+
+class SideFailed(Exception):
+    """A configuration faulted on the GPU (the context is then lost for every side)."""
 
 
 def time_once(run, spin):
@@ -127,6 +152,57 @@ def markdown(result):
     return "\n".join(lines) + "\n"
 
 
+def prepare(args, model, x, tt, torch):
+    """Every configuration set up and run once on its own, in order: (runs, outputs,
+    setup seconds, the optimized model). A GPU fault is raised as `SideFailed` naming
+    the side it happened in."""
+    runs, outputs, setup = {}, {}, {}
+
+    def side(name, make):
+        t0 = time.time()
+        try:
+            runs[name], outputs[name] = make()
+        except (RuntimeError, getattr(torch, "AcceleratorError", RuntimeError)) as e:
+            raise SideFailed(f"{name}: {str(e).splitlines()[0]}") from e
+        settle(name, runs[name])
+        setup[name] = time.time() - t0
+
+    side("eager", lambda: graphed(model, x))
+    optimized = tt.optimize(model, args.deploy, x)
+    print(optimized.tilesched_report, file=sys.stderr)
+    side("eager+tilesched", lambda: graphed(optimized, x))
+    if any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()):
+        from torch.fx.experimental.optimization import fuse
+        side("eager+fold", lambda: graphed(fuse(model), x))
+    if not args.no_compile:
+        import copy
+        import torch._inductor.config as inductor
+        # No torch._dynamo.reset() between them: it would drop the first one's compiled
+        # code and recompile it in the middle of the timing. The frozen side compiles a
+        # copy of the model, so that no compiled code of the plain side serves it.
+        sides = [("compile", model, False)] if "plain" in args.compile else []
+        if "frozen" in args.compile:
+            sides.append(("compile-frozen", copy.deepcopy(model), True))
+        sides.append(("compile+tilesched", optimized, False))
+        for name, m, frozen in sides:
+            def make(m=m, frozen=frozen):
+                compiled = torch.compile(m, mode="max-autotune")
+
+                def run():
+                    with torch.no_grad():
+                        return compiled(x)
+
+                # Inductor compiles on the first call and reads `freezing` then.
+                with inductor.patch(freezing=frozen):
+                    for _ in range(3):
+                        run()
+                return run, run().clone()
+
+            side(name, make)
+            print(f"{name}: compiled in {setup[name]:.0f} s", file=sys.stderr)
+    return runs, outputs, setup, optimized
+
+
 def main(argv=None):
     try:
         from tilesched.__main__ import add_model_arguments, load_model
@@ -141,8 +217,13 @@ def main(argv=None):
     p.add_argument("--tolerance", type=float, default=1e-2)
     p.add_argument("--tolerance-factor", type=float, default=1.5)
     p.add_argument("--no-compile", action="store_true", help="eager sides only")
+    p.add_argument("--compile", type=lambda v: v.split(","), default=["plain"],
+                   help="the compiled baselines, comma-separated: plain (max-autotune), "
+                        "frozen (max-autotune with Inductor's freezing)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if not set(args.compile) <= {"plain", "frozen"}:
+        p.error(f"--compile takes plain and frozen, not {','.join(args.compile)}")
     try:
         import torch
         import tilesched
@@ -173,48 +254,23 @@ def main(argv=None):
     model = model.eval().cuda().to(dtype=dtype, memory_format=fmt)
     x = x32.to(dtype).contiguous(memory_format=fmt)
 
-    runs, outputs, setup = {}, {}, {}
-    t0 = time.time()
-    runs["eager"], outputs["eager"] = graphed(model, x)
-    setup["eager"] = time.time() - t0
-    t0 = time.time()
     try:
-        optimized = tt.optimize(model, args.deploy, x)
+        runs, outputs, setup, optimized = prepare(args, model, x, tt, torch)
     except tilesched.TileschedError as e:
         print(f"e2e.py: {e}", file=sys.stderr)
         return 2
-    runs["eager+tilesched"], outputs["eager+tilesched"] = graphed(optimized, x)
-    setup["eager+tilesched"] = time.time() - t0
-    if any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()):
-        from torch.fx.experimental.optimization import fuse
-        t0 = time.time()
-        runs["eager+fold"], outputs["eager+fold"] = graphed(fuse(model), x)
-        setup["eager+fold"] = time.time() - t0
+    except SideFailed as e:
+        print(f"e2e.py: the GPU faulted in side {e}", file=sys.stderr)
+        return 1
     report = str(optimized.tilesched_report)
-    print(report, file=sys.stderr)
-    if not args.no_compile:
-        # No torch._dynamo.reset() between the two: it would drop the first one's
-        # compiled code and recompile it in the middle of the timing.
-        for name, m in (("compile", model), ("compile+tilesched", optimized)):
-            t0 = time.time()
-            compiled = torch.compile(m, mode="max-autotune")
-            with torch.no_grad():
-                for _ in range(3):
-                    out = compiled(x)
-            torch.cuda.synchronize()
-            setup[name] = time.time() - t0
-
-            def run(compiled=compiled):
-                with torch.no_grad():
-                    return compiled(x)
-
-            runs[name] = run
-            outputs[name] = run().clone()
-            print(f"{name}: compiled in {setup[name]:.0f} s", file=sys.stderr)
-    for fn in runs.values():  # warm
-        for _ in range(20):
-            fn()
-    torch.cuda.synchronize()
+    try:
+        for name, fn in runs.items():  # warm, each side waited for on its own
+            for _ in range(20):
+                fn()
+            settle(name, fn)
+    except SideFailed as e:
+        print(f"e2e.py: the GPU faulted in side {e}", file=sys.stderr)
+        return 1
     samples = {name: [] for name in runs}
     wall = {name: [] for name in runs}
     for _ in range(args.samples):
@@ -237,7 +293,8 @@ def main(argv=None):
         if "tilesched" in name and not rel_err <= allowed:
             ok = False
     pairs = [("eager+tilesched", "eager"), ("eager+tilesched", "eager+fold"),
-             ("compile+tilesched", "compile"), ("compile+tilesched", "eager")]
+             ("compile+tilesched", "compile"), ("compile+tilesched", "compile-frozen"),
+             ("compile+tilesched", "eager")]
     pairs = [(a, b) for a, b in pairs if a in configs and b in configs]
     speedups = {f"{a} vs {b}": configs[b]["median_us"] / configs[a]["median_us"] for a, b in pairs}
     wall_speedups = {f"{a} vs {b}": configs[b]["wall_median_us"] / configs[a]["wall_median_us"]
