@@ -173,6 +173,11 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
         ),
         ("tune matmul --shape 8,8,8 --device x", "'x'"),
         (
+            "tune matmul --shape 8,8,8 --simulate --retrain-growth=-1",
+            "--retrain-growth",
+        ),
+        ("model replay --log OUT/none.jsonl --round 0", "--round"),
+        (
             "tune matmul --shape 8,8,8 --simulate --inject-fault crash@1",
             "unknown fault kind",
         ),

@@ -520,6 +520,26 @@ fn features_and_model_eval_read_logs_and_sample_states() {
     let out = ok(&["model", "eval", "--log", log.to_str().unwrap()]);
     assert!(out.contains("matmul_m256_n128_k64"), "{out}");
     assert!(out.lines().last().unwrap().starts_with("mean"), "{out}");
+
+    // Three rounds of 20 from the shipped model: retrained after each, or once the rows
+    // measured since the last retraining match those before it (20, 40; not 60).
+    let out = ok(&[
+        "model",
+        "replay",
+        "--log",
+        log.to_str().unwrap(),
+        "--round",
+        "20",
+        "--growth",
+        "0",
+        "1",
+    ]);
+    let retrainings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(retrainings, ["3", "2"], "{out}");
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //! architecture (one candidate per call, on the caller's build threads), through the
 //! disk cache of cubins when one is given (`gpu::CubinCache`: a kernel compiled by any
 //! earlier run is read back, not compiled again), cubins written where the worker reads
-//! them. A candidate that does not compile
-//! is a result (`compile`), never an abort.
+//! them. A candidate that does not compile, or whose lowering panics (an assert of the
+//! lowering is a bug, but a bug of one candidate), is a result (`compile`), never an
+//! abort: the round, and the rounds in flight, go on and are logged.
 
 use crate::inject;
 use gpu::{CompiledKernel, CubinCache, ErrorKind, KernelImage, Origin};
@@ -26,6 +27,8 @@ pub enum BuildError {
         task: String,
         error: gpu::CompileError,
     },
+    #[error("generating or compiling it panicked: {0}")]
+    Panicked(String),
     #[error("cannot write {path}: {error}")]
     Write {
         path: PathBuf,
@@ -128,9 +131,15 @@ pub fn build_candidate(
     dir: &Path,
     cache: Option<&CubinCache>,
 ) -> Candidate {
-    let kernel = generate_one(task, &state, injected, gpu);
-    let source_hash = kernel.as_ref().ok().map(|k| source_hash(&k.source));
-    let built = kernel.and_then(|k| build_one(task, &state, k, arch, dir, cache));
+    let (source_hash, built) = unpanicked(|| {
+        let kernel = generate_one(task, &state, injected, gpu);
+        let source_hash = kernel.as_ref().ok().map(|k| source_hash(&k.source));
+        (
+            source_hash,
+            kernel.and_then(|k| build_one(task, &state, k, arch, dir, cache)),
+        )
+    })
+    .unwrap_or_else(|e| (None, Err(e)));
     let origin = built.as_ref().ok().map(|b| b.2);
     Candidate {
         state,
@@ -139,6 +148,18 @@ pub fn build_candidate(
         build: built.map(|(image, info, _)| (image, info)),
         origin,
     }
+}
+
+/// `f`'s result, or its panic as `BuildError::Panicked` with the panic's message.
+fn unpanicked<T>(f: impl FnOnce() -> T) -> Result<T, BuildError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        BuildError::Panicked(message.lines().next().unwrap_or("").to_string())
+    })
 }
 
 /// Builds the reference kernel of `task`.
@@ -162,4 +183,23 @@ pub fn build_reference(
         name: kernel.name,
         launch: kernel.launch,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_while_building_is_the_candidate_s_failure() {
+        let e =
+            unpanicked(|| -> u32 { panic!("lowering: a tile of 0 rows\nat line 9") }).unwrap_err();
+        assert!(matches!(e, BuildError::Panicked(_)));
+        assert_eq!(
+            e.to_string(),
+            "generating or compiling it panicked: lowering: a tile of 0 rows"
+        );
+        let formatted = unpanicked(|| -> u32 { panic!("{} asserts", 9) }).unwrap_err();
+        assert!(formatted.to_string().ends_with("9 asserts"), "{formatted}");
+        assert_eq!(unpanicked(|| 7).unwrap(), 7);
+    }
 }

@@ -15,4 +15,5 @@ pub mod trainer;
 pub mod transfer;
 pub mod tune;
 
+pub use trainer::RetrainSchedule;
 pub use tune::{Progress, Status, Strategy, TuneConfig, TuneError, TuneStats, tune};

@@ -13,7 +13,7 @@
 use crate::dgd::{Dgd, DgdParams};
 use crate::evolution::{self, EvolutionParams, TaskSpace};
 use crate::scheduler::{Objective, SchedTask, TaskScheduler};
-use crate::trainer::Trainer;
+use crate::trainer::{RetrainSchedule, Trainer};
 use costmodel::{CostModel, Dataset, ModelError};
 use features::FeatureExtractor;
 use gpu::{ErrorKind, TimingConfig};
@@ -87,6 +87,8 @@ pub struct TuneConfig {
     /// Retrainings a round's model may lag behind the rounds finished when it is
     /// planned: 0 waits for the retraining on the last one; 1 proposes while it runs.
     pub model_lag: usize,
+    /// Which batches start a retraining (`trainer`).
+    pub retrain: RetrainSchedule,
     pub strategy: Strategy,
     pub evolution: EvolutionParams,
     pub dgd: DgdParams,
@@ -608,7 +610,7 @@ pub fn tune(
     let mut rounds_planned = 0usize;
     let (failure, served) = std::thread::scope(|scope| {
         let server = scope.spawn(|| measurer.serve(job_rx, result_tx, &stop));
-        let mut trainer = Trainer::spawn(scope);
+        let mut trainer = Trainer::spawn(scope, cfg.retrain);
         let failure = (|| -> Result<(), TuneError> {
             loop {
                 if interrupted() {

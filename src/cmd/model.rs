@@ -14,6 +14,11 @@
 //! shipped one by default) ranks every record of the tasks of the logs, against a cold
 //! model's random scores: pairwise accuracy, and how many of a task's ten fastest
 //! candidates are among the 64 it scores highest (a round's worth).
+//!
+//! `tilesched model replay --log FILE --growth G...`: the log's rounds in order, each
+//! scored (pairwise accuracy per task) by the model trained on the rounds before it,
+//! under each retraining schedule of `tune --retrain-growth`: what fewer retrainings
+//! save in training time and cost in ranking, without a GPU.
 
 use anyhow::{Result, bail};
 use costmodel::eval::{pairwise_accuracy, recall_among, spearman, top_k_recall};
@@ -31,6 +36,30 @@ pub enum Command {
     Train(TrainArgs),
     /// Ranking quality of a model on the tasks of some logs, against a cold model.
     Rank(RankArgs),
+    /// A log's rounds replayed in order under retraining schedules: how well each round
+    /// is ranked by the model trained on the rounds before it, and what training cost.
+    Replay(ReplayArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// A tuning log, replayed in its order (a round's records are written together).
+    #[arg(long)]
+    log: PathBuf,
+    /// Records per round.
+    #[arg(long, default_value_t = 64)]
+    round: usize,
+    /// The schedules compared (`tune --retrain-growth`; 0: after every round).
+    #[arg(long, num_args = 1.., default_values_t = [0.0])]
+    growth: Vec<f64>,
+    /// The model to start from [default: the one shipped for Hopper].
+    #[arg(long, conflicts_with = "cold")]
+    model: Option<PathBuf>,
+    /// Start from an untrained model instead.
+    #[arg(long)]
+    cold: bool,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -267,6 +296,111 @@ fn rank(args: RankArgs) -> Result<()> {
     Ok(())
 }
 
+fn replay(args: ReplayArgs) -> Result<()> {
+    if args.round == 0 {
+        bail!("--round must be at least 1");
+    }
+    if let Some(g) = args.growth.iter().find(|g| !(g.is_finite() && **g >= 0.0)) {
+        bail!("--growth {g}: a schedule is a share of the rows measured, 0 or more");
+    }
+    let log = read_log(&args.log)?;
+    if let Some(w) = log.warning(&args.log) {
+        eprintln!("{w}");
+    }
+    // Every usable record's row, in the log's order.
+    let mut extractors: BTreeMap<(String, String), FeatureExtractor> = BTreeMap::new();
+    let mut rows: Vec<(&str, [f32; FEATURE_COUNT], Option<f64>)> = Vec::new();
+    for r in log
+        .records
+        .iter()
+        .filter(|r| !r.spoiled() && r.injected.is_none())
+    {
+        let key = (r.task.clone(), r.device.name.clone());
+        let ex = match extractors.entry(key) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(FeatureExtractor::new(&r.shape, &r.device.spec()?))
+            }
+        };
+        rows.push((&r.task, ex.extract(&r.state), r.median_us()));
+    }
+    let rounds: Vec<Dataset> = rows
+        .chunks(args.round)
+        .map(|chunk| {
+            let mut d = Dataset::new(FEATURE_COUNT);
+            for (task, row, us) in chunk {
+                d.push(row, task, *us);
+            }
+            d
+        })
+        .collect();
+    println!(
+        "{}: {} records in {} rounds of {}",
+        args.log.display(),
+        rows.len(),
+        rounds.len(),
+        args.round
+    );
+    println!(
+        "{:>7} {:>11} {:>10} {:>15} {:>16}",
+        "growth", "retrainings", "training", "pairwise (mean)", "second half"
+    );
+    let names = feature_names();
+    for &growth in &args.growth {
+        let mut model = if args.cold {
+            XgbModel::new(names.clone(), XgbParams::default(), args.seed)
+        } else if let Some(path) = &args.model {
+            XgbModel::load(path, &names, args.seed)?
+        } else {
+            XgbModel::shipped((9, 0), &names, args.seed).expect("a model is shipped for Hopper")?
+        };
+        let schedule = search::RetrainSchedule { growth };
+        let (mut learnt, mut trained_on, mut retrainings) = (0usize, 0usize, 0usize);
+        let mut training = std::time::Duration::ZERO;
+        let mut trained = !args.cold;
+        // Per round after the first with a model: its mean pairwise accuracy over tasks.
+        let mut scores: Vec<f64> = Vec::new();
+        for round in &rounds {
+            if trained {
+                let predicted: Vec<f32> = model.predict(&round.rows);
+                let labels = round.labels();
+                let mut by_task: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+                for (i, task) in round.tasks.iter().enumerate() {
+                    let e = by_task.entry(task).or_default();
+                    e.0.push(f64::from(labels[i]));
+                    e.1.push(f64::from(predicted[i]));
+                }
+                let accs: Vec<f64> = by_task
+                    .values()
+                    .filter_map(|(t, p)| pairwise_accuracy(t, p))
+                    .collect();
+                if !accs.is_empty() {
+                    scores.push(accs.iter().sum::<f64>() / accs.len() as f64);
+                }
+            }
+            learnt += round.len();
+            if let Some(fit) = model.learn(round)
+                && schedule.due(learnt, trained_on)
+            {
+                let started = std::time::Instant::now();
+                model.install(fit.run()?);
+                training += started.elapsed();
+                retrainings += 1;
+                trained_on = learnt;
+                trained = true;
+            }
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        println!(
+            "{growth:>7.2} {retrainings:>11} {:>9.1}s {:>15.3} {:>16.3}",
+            training.as_secs_f64(),
+            mean(&scores),
+            mean(&scores[scores.len() / 2..])
+        );
+    }
+    Ok(())
+}
+
 #[derive(clap::Args)]
 pub struct EvalArgs {
     /// Tuning log (its correct and failed records).
@@ -296,6 +430,7 @@ pub fn run(command: Command) -> Result<()> {
         Command::Eval(args) => args,
         Command::Train(args) => return train(args),
         Command::Rank(args) => return rank(args),
+        Command::Replay(args) => return replay(args),
     };
     if !(0.0..1.0).contains(&args.holdout) || args.holdout == 0.0 {
         bail!("--holdout must be between 0 and 1");

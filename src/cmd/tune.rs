@@ -14,7 +14,7 @@ use schedule::{Epilogue, Workload};
 use search::dgd::DgdParams;
 use search::evolution::EvolutionParams;
 use search::scheduler::Objective;
-use search::{Progress, Status, Strategy, TuneConfig, TuneStats, tune};
+use search::{Progress, RetrainSchedule, Status, Strategy, TuneConfig, TuneStats, tune};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,6 +104,11 @@ pub struct SearchArgs {
     /// run either way).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     model_lag: u8,
+    /// Retrain the cost model once the rows measured since its last retraining reach
+    /// this share of those measured up to it; 0 retrains after every round. Above 0, the
+    /// tuner waits less for its model (many GPUs) and the model ranks worse.
+    #[arg(long, default_value_t = RETRAIN_GROWTH)]
+    retrain_growth: f64,
     /// Print one line per round (task, candidates, best, wait for the model, proposal time).
     #[arg(long)]
     verbose: bool,
@@ -248,6 +253,10 @@ pub fn run(args: Args) -> Result<()> {
 /// built from them is representable.
 const MAX_SECS: f64 = 7.0 * 86400.0;
 
+/// `--retrain-growth`'s default: after every round. Fewer retrainings cost the model
+/// ranking quality in every log replayed (see `search::trainer`).
+const RETRAIN_GROWTH: f64 = 0.0;
+
 /// Refuses, in one line naming the flag, what would otherwise fail after the log was
 /// created or the workers started.
 fn check_flags(args: &SearchArgs, log_path: &Path) -> Result<()> {
@@ -266,6 +275,9 @@ fn check_flags(args: &SearchArgs, log_path: &Path) -> Result<()> {
     }
     if !(args.floor.is_finite() && (0.0..=1.0).contains(&args.floor)) {
         bail!("--floor must be a share of the mean rounds per task, from 0 to 1");
+    }
+    if !(args.retrain_growth.is_finite() && args.retrain_growth >= 0.0) {
+        bail!("--retrain-growth must be a share of the rows measured, 0 or more");
     }
     if let Some(b) = args.time_budget
         && !(b.is_finite() && b > 0.0 && b <= MAX_SECS)
@@ -410,6 +422,9 @@ pub fn run_search(
         inject,
         rounds_in_flight: None,
         model_lag: usize::from(args.model_lag),
+        retrain: RetrainSchedule {
+            growth: args.retrain_growth,
+        },
         strategy,
         evolution: EvolutionParams {
             population: args.population.max(1),
