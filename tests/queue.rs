@@ -349,7 +349,7 @@ fn a_tuner_without_workers_says_so_in_one_line_and_leaves_no_log() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("not a redis:// address"), "{err}");
+    assert!(err.contains("not a redis:// or rediss:// address"), "{err}");
     assert!(!log.exists());
 }
 

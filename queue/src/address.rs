@@ -1,8 +1,11 @@
-//! Where a queue lives — `redis://HOST[:PORT]/NAME` — and the Redis keys it uses, all
-//! under `tilesched:NAME:` so that several queues share one server.
+//! Where a queue lives — `redis://HOST[:PORT]/NAME`, or `rediss://` for TLS — and the
+//! Redis keys it uses, all under `tilesched:NAME:` so that several queues share one
+//! server. Over TLS the server's certificate is checked against the system's roots, or
+//! against the CA certificate `TILESCHED_REDIS_CA` names (a private CA's PEM file).
 
 use crate::QueueError;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,6 +20,9 @@ pub(crate) const GROUP: &str = "workers";
 /// address does not (so that the password stays off command lines).
 pub const USER_ENV: &str = "TILESCHED_REDIS_USER";
 pub const PASSWORD_ENV: &str = "TILESCHED_REDIS_PASSWORD";
+/// The environment variable naming the PEM file of the CA that signed a `rediss://`
+/// server's certificate, where the system's roots do not hold it.
+pub const CA_ENV: &str = "TILESCHED_REDIS_CA";
 
 /// A queue: a Redis server and the name that keeps its keys apart.
 #[derive(Clone, PartialEq, Eq)]
@@ -30,6 +36,9 @@ pub struct QueueAddress {
     url: String,
     /// Whether a password is given (in the address or the environment).
     authenticated: bool,
+    /// `rediss://`: TLS, checked against the system's roots or `ca`.
+    tls: bool,
+    ca: Option<PathBuf>,
 }
 
 impl fmt::Display for QueueAddress {
@@ -49,12 +58,15 @@ impl FromStr for QueueAddress {
 
     fn from_str(given: &str) -> Result<QueueAddress, QueueError> {
         let env = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
-        QueueAddress::parse(given, env(USER_ENV), env(PASSWORD_ENV))
+        Ok(
+            QueueAddress::parse(given, env(USER_ENV), env(PASSWORD_ENV))?
+                .with_ca(env(CA_ENV).map(PathBuf::from)),
+        )
     }
 }
 
 impl QueueAddress {
-    /// `given` (`redis://[USER[:PASSWORD]@]HOST[:PORT]/NAME`), with the user and
+    /// `given` (`redis[s]://[USER[:PASSWORD]@]HOST[:PORT]/NAME`), with the user and
     /// password taken from `user` and `password` where the address has none.
     pub fn parse(
         given: &str,
@@ -67,9 +79,15 @@ impl QueueAddress {
             given: shown.clone(),
             why,
         };
-        let rest = given
-            .strip_prefix("redis://")
-            .ok_or_else(|| bad("not a redis:// address"))?;
+        let (scheme, rest) = match given.strip_prefix("rediss://") {
+            Some(rest) => ("rediss", rest),
+            None => (
+                "redis",
+                given
+                    .strip_prefix("redis://")
+                    .ok_or_else(|| bad("not a redis:// or rediss:// address"))?,
+            ),
+        };
         let (authority, name) = rest
             .split_once('/')
             .ok_or_else(|| bad("no queue name after the server"))?;
@@ -114,12 +132,20 @@ impl QueueAddress {
             _ => String::new(),
         };
         Ok(QueueAddress {
-            server: format!("redis://{shown_credentials}{hostport}/"),
+            server: format!("{scheme}://{shown_credentials}{hostport}/"),
             name: name.to_string(),
             host: host.to_string(),
-            url: format!("redis://{credentials}{hostport}/"),
+            url: format!("{scheme}://{credentials}{hostport}/"),
             authenticated,
+            tls: scheme == "rediss",
+            ca: None,
         })
+    }
+
+    /// The same queue, its TLS certificate checked against the CA in PEM file `ca`
+    /// (ignored without TLS).
+    pub fn with_ca(self, ca: Option<PathBuf>) -> QueueAddress {
+        QueueAddress { ca, ..self }
     }
 
     /// Whether the server is this host (a loopback address or `localhost`).
@@ -150,6 +176,16 @@ impl QueueAddress {
             missing,
         })
     }
+}
+
+/// Makes rustls's ring provider the process's default, once: the Redis client's TLS
+/// asks for the default provider.
+fn install_crypto() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err: a provider is installed already, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// `given` with any password between `://USER:` and `@` replaced by `***`.
@@ -224,7 +260,30 @@ impl QueueAddress {
             server: self.server.clone(),
             error,
         };
-        let client = redis::Client::open(self.url.as_str()).map_err(connect)?;
+        let client = match (&self.ca, self.tls) {
+            (Some(ca), true) => {
+                let root_cert = std::fs::read(ca).map_err(|e| QueueError::Refused {
+                    server: self.server.clone(),
+                    why: format!(
+                        "cannot read the CA certificate {} ({CA_ENV}): {e}",
+                        ca.display()
+                    ),
+                })?;
+                install_crypto();
+                let certificates = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                };
+                redis::Client::build_with_tls(self.url.as_str(), certificates)
+            }
+            (_, tls) => {
+                if tls {
+                    install_crypto();
+                }
+                redis::Client::open(self.url.as_str())
+            }
+        }
+        .map_err(connect)?;
         let mut con = client
             .get_connection_with_timeout(Duration::from_secs(5))
             .map_err(connect)?;
@@ -367,7 +426,7 @@ mod tests {
         assert_eq!(b.url, "redis://user:pw@gpu-head/");
         assert!(!b.to_string().contains("pw") && !format!("{b:?}").contains("pw"));
         for (given, why) in [
-            ("http://host/x", "not a redis:// address"),
+            ("http://host/x", "not a redis:// or rediss:// address"),
             ("redis://host", "no queue name"),
             ("redis:///x", "no server"),
             ("redis://host/", "the queue name must be"),
@@ -376,6 +435,10 @@ mod tests {
             let e = given.parse::<QueueAddress>().unwrap_err().to_string();
             assert!(e.contains(why), "{given}: {e}");
         }
+        let t = QueueAddress::parse("rediss://u:pw@gpu-head:6390/q", None, None).unwrap();
+        assert!(t.tls);
+        assert_eq!(t.server, "rediss://u:***@gpu-head:6390/");
+        assert_eq!(t.url, "rediss://u:pw@gpu-head:6390/");
         // A bad address with a password is named without it.
         let e = QueueAddress::parse("redis://u:secret@host", None, None).unwrap_err();
         assert!(e.to_string().contains("redis://u:***@host"), "{e}");

@@ -28,7 +28,7 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum QueueError {
-    #[error("--queue {given}: {why} (expected redis://HOST[:PORT]/NAME)")]
+    #[error("--queue {given}: {why} (expected redis[s]://HOST[:PORT]/NAME)")]
     Address { given: String, why: &'static str },
     #[error(
         "queue {queue} is on another host with {missing}: anyone who reaches its port could read the jobs and have the workers build and run kernels of their own; give both, or pass --insecure"
