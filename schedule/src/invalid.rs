@@ -2,13 +2,13 @@
 //! sketch-independent checks (`validate`) and the tensor-core sketch's own (`mma`)
 //! both return, so that neither imports the other for it.
 
+use crate::atom::tma::TmaError;
 use crate::gemm::GemmError;
 use crate::state::{
     MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_SPLIT_K, MAX_STAGES, MAX_WARPS, MAX_WGMMA_STAGES,
-    SHARED_PADS, UNROLL_STEPS,
+    RASTER_GROUPS, SHARED_PADS, UNROLL_STEPS,
 };
 use crate::task::DType;
-use crate::wgmma::{RASTER_GROUPS, TmaGemmError};
 use thiserror::Error;
 
 /// Why a state is rejected.
@@ -188,4 +188,29 @@ pub enum InvalidState {
         "a split-K workspace of {bytes} bytes: its partial sums are indexed in 32 bits; split less"
     )]
     SplitWorkspace { bytes: u64 },
+}
+
+/// Why an operand is not a matrix that TMA can copy.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum TmaGemmError {
+    #[error("{tensor}: an index has an offset (padding): no plain matrix to copy")]
+    Offset { tensor: &'static str },
+    #[error("{tensor}: a reduction axis other than the innermost has an extent over 1")]
+    Reduction { tensor: &'static str },
+    #[error("{tensor}: its {what} axes are not one dense row-major run")]
+    NotDense {
+        tensor: &'static str,
+        what: &'static str,
+    },
+    #[error("{tensor}: not a convolution's window that TMA's im2col mode can walk ({why})")]
+    Im2col {
+        tensor: &'static str,
+        why: &'static str,
+    },
+    #[error("{tensor}: {error}")]
+    Rules {
+        tensor: &'static str,
+        #[source]
+        error: TmaError,
+    },
 }

@@ -19,6 +19,7 @@ pub mod adapt;
 pub mod atom;
 pub mod census;
 pub mod codegen;
+pub mod expr;
 pub mod gemm;
 pub mod gpu_spec;
 pub mod interp;

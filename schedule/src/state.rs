@@ -181,6 +181,9 @@ pub struct MmaTiling {
 /// Deepest shared ring of the `wgmma` sketch.
 pub const MAX_WGMMA_STAGES: u32 = 8;
 
+/// M tiles per raster band (`WgmmaTiling::raster`) the search may choose, besides 0.
+pub const RASTER_GROUPS: [u32; 4] = [2, 4, 8, 16];
+
 /// Tile sizes and annotations of a `wgmma` state (see `wgmma`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WgmmaTiling {

@@ -37,16 +37,15 @@
 //! then one filter tap's run of `block_k` channels. Anything else is refused here
 //! (`InvalidState::NoTma`) and left to the other sketches.
 
-use crate::atom::tma::{Im2col, TensorBox, TmaError};
+use crate::atom::tma::{Im2col, TensorBox};
 use crate::atom::wgmma::{Major, OperandLayout, Swizzle, WARPGROUP_THREADS, WgmmaAtom};
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
-use crate::invalid::InvalidState;
+use crate::invalid::{InvalidState, TmaGemmError};
 use crate::state::check_tile_split;
 pub use crate::state::{MAX_WGMMA_STAGES, WgmmaTiling};
 use crate::stream_k::StreamK;
 use crate::task::{Access, AxisRef, Contraction};
-use thiserror::Error;
 
 /// Registers besides the accumulators: descriptors, coordinates, loop counters,
 /// barrier addresses and the epilogue's. Calibrated on NVRTC 13.0 for sm_90a: 128
@@ -77,33 +76,7 @@ pub const CLUSTER_SHAPES: [(u32, u32); 9] = [
     (8, 1),
 ];
 
-/// M tiles per raster band (`WgmmaTiling::raster`) the search may choose, besides 0.
-pub const RASTER_GROUPS: [u32; 4] = [2, 4, 8, 16];
-
-/// Why an operand is not a matrix that TMA can copy.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
-pub enum TmaGemmError {
-    #[error("{tensor}: an index has an offset (padding): no plain matrix to copy")]
-    Offset { tensor: &'static str },
-    #[error("{tensor}: a reduction axis other than the innermost has an extent over 1")]
-    Reduction { tensor: &'static str },
-    #[error("{tensor}: its {what} axes are not one dense row-major run")]
-    NotDense {
-        tensor: &'static str,
-        what: &'static str,
-    },
-    #[error("{tensor}: not a convolution's window that TMA's im2col mode can walk ({why})")]
-    Im2col {
-        tensor: &'static str,
-        why: &'static str,
-    },
-    #[error("{tensor}: {error}")]
-    Rules {
-        tensor: &'static str,
-        #[source]
-        error: TmaError,
-    },
-}
+pub use crate::state::RASTER_GROUPS;
 
 /// One operand as TMA sees it: `batches` matrices of `rows` rows of `columns` contiguous
 /// elements, in elements; a K-major operand of a reduction with taps (a convolution's
@@ -1013,6 +986,7 @@ pub fn validate_wgmma(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::atom::tma::TmaError;
     use crate::{DType, Epilogue, Layout, Task, parse_shape};
 
     fn contraction(op: &str, shape: &str) -> Contraction {

@@ -4,7 +4,7 @@
 //! the features, validation), built as IR expressions (`Scope`: lowering, with its range
 //! simplifications) or printed as C ([`CText`]: code generation).
 
-use crate::ir::{Expr, Scope};
+use crate::expr::{Expr, Scope};
 
 /// Index arithmetic over some representation of values.
 pub trait IndexAlgebra {

@@ -8,7 +8,7 @@
 //! a row is a multiple of 128 bytes.
 
 use super::algebra::{C, CText, IndexAlgebra, Numbers};
-use crate::ir::{Expr, Scope};
+use crate::expr::{Expr, Scope};
 
 /// Where element (row, column) of one stage's shared tile lives: rows of
 /// `row_elements`, 16-byte chunks of `chunk_elements`, chunk index XOR-swizzled.
