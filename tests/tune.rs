@@ -540,6 +540,23 @@ fn features_and_model_eval_read_logs_and_sample_states() {
         .map(|l| l.split_whitespace().nth(1).unwrap())
         .collect();
     assert_eq!(retrainings, ["3", "2"], "{out}");
+    // Residual retrainings: as many, each scored the same way.
+    let out = ok(&[
+        "model",
+        "replay",
+        "--log",
+        log.to_str().unwrap(),
+        "--round",
+        "20",
+        "--residual-rounds",
+        "5",
+        "--full-every",
+        "2",
+    ]);
+    let row = out.lines().last().unwrap();
+    assert_eq!(row.split_whitespace().nth(1), Some("3"), "{out}");
+    let pairwise: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!((0.0..=1.0).contains(&pairwise), "{out}");
 }
 
 #[test]

@@ -43,8 +43,12 @@ impl Fit {
     }
 }
 
-/// What a `Fit` trained.
-pub struct Fitted(xgboost_rs::Booster);
+/// What a `Fit` trained: a model from scratch, or trees fit to what the last model
+/// trained from scratch still gets wrong, to be added to its predictions (`residual`).
+pub struct Fitted {
+    pub(crate) booster: std::sync::Arc<std::sync::Mutex<xgboost_rs::Booster>>,
+    pub(crate) residual: bool,
+}
 
 /// Predicts the throughput of feature rows; learns from measured ones.
 pub trait CostModel: Send {

@@ -58,6 +58,13 @@ pub struct ReplayArgs {
     /// Start from an untrained model instead.
     #[arg(long)]
     cold: bool,
+    /// Residual retrainings of this many trees between retrainings from scratch
+    /// (`tune --residual-rounds`; 0: every retraining from scratch).
+    #[arg(long, default_value_t = 0)]
+    residual_rounds: u32,
+    /// With residual retrainings, every this-many-th retraining is from scratch.
+    #[arg(long, default_value_t = 8)]
+    full_every: u32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
@@ -354,6 +361,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         } else {
             XgbModel::shipped((9, 0), &names, args.seed).expect("a model is shipped for Hopper")?
         };
+        model.set_residual(args.residual_rounds, args.full_every);
         let schedule = search::RetrainSchedule { growth };
         let (mut learnt, mut trained_on, mut retrainings) = (0usize, 0usize, 0usize);
         let mut training = std::time::Duration::ZERO;

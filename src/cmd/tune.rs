@@ -104,6 +104,14 @@ pub struct SearchArgs {
     /// run either way).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     model_lag: u8,
+    /// Retrain the cost model from scratch only every --full-every-th time, and in
+    /// between fit this many trees to what that model still gets wrong (0: always
+    /// from scratch). Retraining costs 4-5x less, and ranks about as well, in replays.
+    #[arg(long, default_value_t = 0)]
+    residual_rounds: u32,
+    /// With --residual-rounds, every this-many-th retraining is from scratch.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    full_every: u32,
     /// Retrain the cost model once the rows measured since its last retraining reach
     /// this share of those measured up to it; 0 retrains after every round. Above 0, the
     /// tuner waits less for its model (many GPUs) and the model ranks worse.
@@ -342,12 +350,16 @@ pub fn run_search(
     let mut model: Box<dyn CostModel> = match (args.model, &args.model_in) {
         (ModelArg::Random, Some(_)) => bail!("--model-in needs --model xgboost"),
         (ModelArg::Random, None) => Box::new(RandomModel::new(features::FEATURE_COUNT, seed)),
-        (ModelArg::Xgboost, Some(path)) => Box::new(XgbModel::load(path, &feature_names, seed)?),
-        (ModelArg::Xgboost, None) => Box::new(XgbModel::new(
-            feature_names.clone(),
-            XgbParams::default(),
-            seed,
-        )),
+        (ModelArg::Xgboost, Some(path)) => {
+            let mut m = XgbModel::load(path, &feature_names, seed)?;
+            m.set_residual(args.residual_rounds, args.full_every);
+            Box::new(m)
+        }
+        (ModelArg::Xgboost, None) => {
+            let mut m = XgbModel::new(feature_names.clone(), XgbParams::default(), seed);
+            m.set_residual(args.residual_rounds, args.full_every);
+            Box::new(m)
+        }
     };
     // The model shipped for the GPU's architecture replaces the untrained one once the
     // GPU is known.
@@ -455,7 +467,8 @@ pub fn run_search(
         if pretrained {
             let cc = measurer.target().compute_capability;
             if let Some(shipped) = XgbModel::shipped(cc, &feature_names, seed) {
-                let shipped = shipped?;
+                let mut shipped = shipped?;
+                shipped.set_residual(args.residual_rounds, args.full_every);
                 eprintln!(
                     "model: the one shipped for this GPU's architecture ({} training rows)",
                     shipped.training_rows()
