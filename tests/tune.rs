@@ -521,42 +521,39 @@ fn features_and_model_eval_read_logs_and_sample_states() {
     assert!(out.contains("matmul_m256_n128_k64"), "{out}");
     assert!(out.lines().last().unwrap().starts_with("mean"), "{out}");
 
-    // Three rounds of 20 from the shipped model: retrained after each, or once the rows
-    // measured since the last retraining match those before it (20, 40; not 60).
-    let out = ok(&[
-        "model",
-        "replay",
-        "--log",
-        log.to_str().unwrap(),
-        "--round",
-        "20",
-        "--growth",
-        "0",
-        "1",
-    ]);
-    let retrainings: Vec<&str> = out
-        .lines()
-        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
-        .map(|l| l.split_whitespace().nth(1).unwrap())
-        .collect();
-    assert_eq!(retrainings, ["3", "2"], "{out}");
-    // Residual retrainings: as many, each scored the same way.
-    let out = ok(&[
-        "model",
-        "replay",
-        "--log",
-        log.to_str().unwrap(),
-        "--round",
-        "20",
-        "--residual-rounds",
-        "5",
-        "--full-every",
-        "2",
-    ]);
-    let row = out.lines().last().unwrap();
-    assert_eq!(row.split_whitespace().nth(1), Some("3"), "{out}");
-    let pairwise: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
-    assert!((0.0..=1.0).contains(&pairwise), "{out}");
+    // Three rounds of 20 from the shipped model, one schedule per row: (retrainings,
+    // pairwise accuracy).
+    let replay = |schedule: &[&str]| -> Vec<(String, f64)> {
+        let mut args = vec![
+            "model",
+            "replay",
+            "--log",
+            log.to_str().unwrap(),
+            "--round",
+            "20",
+        ];
+        args.extend_from_slice(schedule);
+        let out = ok(&args);
+        out.lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .map(|l| {
+                let v: Vec<&str> = l.split_whitespace().collect();
+                (v[1].to_string(), v[3].parse().unwrap())
+            })
+            .collect()
+    };
+    // Retrained after each round, or once the rows measured since the last retraining
+    // match those before it (20, 40; not 60).
+    let rows = replay(&["--growth", "0", "1"]);
+    assert_eq!(
+        rows.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        ["3", "2"]
+    );
+    // Residual retrainings: as many, each round scored the same way.
+    let rows = replay(&["--residual-rounds", "5", "--full-every", "2"]);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].0, "3");
+    assert!((0.0..=1.0).contains(&rows[0].1), "{rows:?}");
 }
 
 #[test]
