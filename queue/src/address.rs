@@ -262,12 +262,10 @@ impl QueueAddress {
         };
         let client = match (&self.ca, self.tls) {
             (Some(ca), true) => {
-                let root_cert = std::fs::read(ca).map_err(|e| QueueError::Refused {
+                let root_cert = std::fs::read(ca).map_err(|error| QueueError::Ca {
                     server: self.server.clone(),
-                    why: format!(
-                        "cannot read the CA certificate {} ({CA_ENV}): {e}",
-                        ca.display()
-                    ),
+                    path: ca.display().to_string(),
+                    error,
                 })?;
                 install_crypto();
                 let certificates = redis::TlsCertificates {

@@ -38,6 +38,12 @@ pub enum QueueError {
     Seal(#[from] SealError),
     #[error("Redis at {server} refused this client: {why}")]
     Refused { server: String, why: String },
+    #[error("cannot read {path}, the CA certificate for {server} (TILESCHED_REDIS_CA): {error}")]
+    Ca {
+        server: String,
+        path: String,
+        error: std::io::Error,
+    },
     #[error("cannot reach Redis at {server}: {error}")]
     Connect {
         server: String,
