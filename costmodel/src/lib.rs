@@ -14,7 +14,7 @@ pub mod xgb;
 
 pub use dataset::{Dataset, normalized_throughput};
 pub use random::RandomModel;
-pub use xgb::{XgbModel, XgbParams};
+pub use xgb::{RESIDUAL_ROUNDS, XgbModel, XgbParams};
 
 use thiserror::Error;
 

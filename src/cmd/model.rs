@@ -60,7 +60,7 @@ pub struct ReplayArgs {
     cold: bool,
     /// Residual retrainings of this many trees between retrainings from scratch
     /// (`tune --residual-rounds`; 0: every retraining from scratch).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = costmodel::RESIDUAL_ROUNDS)]
     residual_rounds: u32,
     /// With residual retrainings, every this-many-th retraining is from scratch.
     #[arg(long, default_value_t = 8)]
