@@ -4,6 +4,7 @@
 mod cmd;
 mod lock;
 mod scratch;
+mod signals;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -281,6 +281,62 @@ fn a_worker_that_never_acknowledges_loses_its_jobs_and_its_late_answers_are_igno
 }
 
 #[test]
+fn a_worker_stopped_by_a_signal_hands_back_its_jobs_at_once_and_leaves_the_queue() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cubins");
+    let queue = server.queue("graceful");
+    // Leases of ten minutes: the run can only finish in time if A's jobs come back at
+    // once, not when their lease runs out.
+    let a = worker_command(&queue, "a", 200, &cache, 600)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _b = Worker(
+        worker_command(&queue, "b", 200, &cache, 600)
+            .spawn()
+            .unwrap(),
+    );
+    let log = tmp.path().join("graceful.jsonl");
+    let tune = tuner(&queue, &log, 32, &[]);
+    wait_until("worker a holds jobs after a round is in", || {
+        records(&log).len() >= 4 && server.held("graceful", "a") > 1
+    });
+    let signalled = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &a.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let stopped = a.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&stopped.stderr);
+    assert!(stopped.status.success(), "{:?} {said}", stopped.status);
+    assert!(
+        said.contains("stopping: answering the jobs being measured"),
+        "{said}"
+    );
+    assert!(said.contains("worker a: handed back"), "{said}");
+    // B takes them over at once: their idle time is already the lease.
+    wait_until("worker b took over a's jobs", || {
+        server.held("graceful", "a") == 0
+    });
+    let registered: bool = redis::cmd("HEXISTS")
+        .arg("tilesched:graceful:workers")
+        .arg("a")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    assert!(!registered, "a stopped worker stays registered");
+    let out = finish(tune);
+    assert!(signalled.elapsed() < Duration::from_secs(60));
+    assert_complete(&log, 32);
+    assert!(out.contains("b GPU 0"), "{out}");
+}
+
+#[test]
 fn a_job_that_outlives_two_workers_is_an_environment_failure() {
     let Some(server) = Server::start() else {
         return;

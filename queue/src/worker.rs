@@ -3,7 +3,8 @@
 //! cores and GPUs, posts each result to the tuner that asked, then acknowledges the
 //! job. While it holds a job it renews it (`XCLAIM ... JUSTID`, which resets the job's
 //! idle time without counting a delivery); a job left idle longer than the lease
-//! belongs to a dead (or stopped) worker and is taken over with `XAUTOCLAIM`. Redis
+//! belongs to a dead (or frozen) worker and is taken over with `XAUTOCLAIM`; a worker
+//! told to stop hands back what it will not answer, so that this happens at once. Redis
 //! counts deliveries: a job delivered a third time has killed, or outlived, two workers
 //! and is answered as an `environment` failure instead of being measured again. When
 //! Redis goes away, every thread reconnects with backoff (up to two minutes) and makes
@@ -86,7 +87,8 @@ impl Holding {
 }
 
 /// Serves the queue with `pool` until `stop` is set or measuring fails (a GPU whose
-/// worker cannot be restarted): jobs it held are then taken over by other workers.
+/// worker cannot be restarted). It then answers the jobs being measured, hands back the
+/// others (other workers take them over at once) and removes its registration.
 /// `notice` receives lines for people.
 pub fn serve(
     pool: &mut Pool,
@@ -169,8 +171,16 @@ pub fn serve(
             let renew = || -> Result<(), QueueError> {
                 let mut con = cfg.queue.connect(Duration::from_secs(10))?;
                 let mut me = me.clone();
-                while !stop.load(Ordering::Relaxed) && !fetching_done.load(Ordering::Relaxed) {
-                    std::thread::sleep(renew_period(cfg.lease));
+                let over = || stop.load(Ordering::Relaxed) || fetching_done.load(Ordering::Relaxed);
+                loop {
+                    // In short steps: a stopped worker must not wait out a period.
+                    let period = std::time::Instant::now() + renew_period(cfg.lease);
+                    while !over() && std::time::Instant::now() < period {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    if over() {
+                        break;
+                    }
                     let entries: Vec<String> =
                         hold().jobs.values().map(|h| h.entry.clone()).collect();
                     cfg.queue
@@ -276,6 +286,19 @@ pub fn serve(
             .join()
             .expect("the measuring thread does not panic")
     });
+    // What it still has pending was not answered (held, or read as it stopped): it
+    // hands it back.
+    match hand_back(&mut con, stream, &cfg.name, cfg.lease) {
+        Ok(0) => {}
+        Ok(n) => notice(&format!(
+            "worker {}: handed back {n} job(s) it had not answered",
+            cfg.name
+        )),
+        Err(e) => notice(&format!(
+            "worker {}: could not hand back its unanswered jobs ({e}); other workers take them over after the lease",
+            cfg.name
+        )),
+    }
     let _ = registry::remove(&mut con, &cfg.queue, &cfg.name);
     if let Some(e) = failed.into_inner() {
         return Err(e);
@@ -490,6 +513,33 @@ fn renew_jobs(
     }
     // Only what is still this worker's: a job taken over while it was stopped stays
     // with the worker that took it.
+    let ids: Vec<String> = pending(con, stream, name)?
+        .into_iter()
+        .filter(|id| held.contains(id))
+        .collect();
+    set_idle(con, stream, name, &ids, 0)
+}
+
+/// Hands back every job `name` still has pending, none of which it will answer (it
+/// stops): with their idle time set to the lease, the next worker to look takes them
+/// over at once instead of a lease later. Returns how many.
+fn hand_back(
+    con: &mut redis::Connection,
+    stream: &str,
+    name: &str,
+    lease: Duration,
+) -> Result<usize, QueueError> {
+    let ids = pending(con, stream, name)?;
+    set_idle(con, stream, name, &ids, lease.as_millis() as usize)?;
+    Ok(ids.len())
+}
+
+/// The jobs of `stream` delivered to `name` and not yet acknowledged.
+fn pending(
+    con: &mut redis::Connection,
+    stream: &str,
+    name: &str,
+) -> Result<Vec<String>, QueueError> {
     let pending: StreamPendingCountReply = redis::cmd("XPENDING")
         .arg(stream)
         .arg(GROUP)
@@ -498,15 +548,20 @@ fn renew_jobs(
         .arg(10_000)
         .arg(name)
         .query(con)?;
-    let ids: Vec<&str> = pending
-        .ids
-        .iter()
-        .map(|p| p.id.as_str())
-        .filter(|id| held.iter().any(|h| h == id))
-        .collect();
+    Ok(pending.ids.into_iter().map(|p| p.id).collect())
+}
+
+/// Sets the idle time of `ids`, held by `name`, without counting a delivery.
+fn set_idle(
+    con: &mut redis::Connection,
+    stream: &str,
+    name: &str,
+    ids: &[String],
+    idle_ms: usize,
+) -> Result<(), QueueError> {
     if !ids.is_empty() {
-        let options = StreamClaimOptions::default().with_justid();
-        let _: Vec<String> = con.xclaim_options(stream, GROUP, name, 0, &ids, options)?;
+        let options = StreamClaimOptions::default().idle(idle_ms).with_justid();
+        let _: Vec<String> = con.xclaim_options(stream, GROUP, name, 0, ids, options)?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! command says so in one line.
 
 use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
+use crate::signals::SignalFlag;
 use anyhow::{Context, Result, bail};
 use costmodel::{CostModel, RandomModel, XgbModel, XgbParams};
 use gpu::{Pool, PoolError, TimingConfig, WorkerCommand};
@@ -17,7 +18,6 @@ use search::scheduler::Objective;
 use search::{Progress, RetrainSchedule, Status, Strategy, TuneConfig, TuneStats, tune};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -420,7 +420,9 @@ pub fn run_search(
         None => crate::lock::exclusive(log_path, "tuning log")?,
     };
     let workdir = crate::scratch::create()?;
-    let signals = SignalFlag::register()?;
+    let signals = SignalFlag::register(
+        "interrupted: logging the measurements in flight, then stopping (again to stop at once)",
+    )?;
     let cfg = TuneConfig {
         trials,
         batch: args.measure_batch,
@@ -584,59 +586,6 @@ fn transfer_database(
         }
     );
     Some(Arc::new(db))
-}
-
-/// While it lives, the first SIGINT, SIGTERM or SIGHUP sets `flag`, which the tuner answers by
-/// handing out no more candidates and logging those being measured; a second one ends
-/// the process at once with status 130, as an unhandled one would. A line says so when
-/// the first comes. Dropped, the signals act as before (so that `pipeline`'s later
-/// stages stop on Ctrl-C as they always did).
-struct SignalFlag {
-    flag: Arc<AtomicBool>,
-    ids: Vec<signal_hook::SigId>,
-    done: Arc<AtomicBool>,
-}
-
-impl SignalFlag {
-    fn register() -> Result<SignalFlag> {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        let flag = Arc::new(AtomicBool::new(false));
-        let mut ids = Vec::new();
-        for signal in [SIGINT, SIGTERM, SIGHUP] {
-            // Registered first, so it sees the flag as the previous signal left it.
-            ids.push(
-                signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag))
-                    .context("cannot handle signals")?,
-            );
-            ids.push(
-                signal_hook::flag::register(signal, Arc::clone(&flag))
-                    .context("cannot handle signals")?,
-            );
-        }
-        let done = Arc::new(AtomicBool::new(false));
-        let (seen, over) = (Arc::clone(&flag), Arc::clone(&done));
-        std::thread::spawn(move || {
-            while !over.load(Ordering::Relaxed) {
-                if seen.load(Ordering::Relaxed) {
-                    eprintln!(
-                        "interrupted: logging the measurements in flight, then stopping (again to stop at once)"
-                    );
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        Ok(SignalFlag { flag, ids, done })
-    }
-}
-
-impl Drop for SignalFlag {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook::low_level::unregister(id);
-        }
-        self.done.store(true, Ordering::Relaxed);
-    }
 }
 
 /// Build threads beside `gpus` measuring processes: every core but one per GPU, which

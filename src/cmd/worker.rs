@@ -4,10 +4,10 @@
 //! starts per GPU and talks to over stdin/stdout (`--device N`, one device).
 //! `--simulate` answers without a GPU (tests of the tuner's side only).
 
+use crate::signals::SignalFlag;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -83,9 +83,12 @@ fn serve(queue: &str, args: &Args) -> Result<()> {
         cache,
         seal,
     };
-    // Runs until killed (its jobs are then taken over by other workers) or until a GPU
-    // fails for good.
-    let stop = AtomicBool::new(false);
-    queue::serve(&mut pool, cfg, &stop, &|line| eprintln!("{line}"))?;
+    // Runs until a GPU fails for good, or a signal: then it answers the jobs being
+    // measured, hands back the others and leaves the queue. Killed, its jobs are taken
+    // over once their lease runs out.
+    let signals = SignalFlag::register(
+        "stopping: answering the jobs being measured, handing back the others (again to stop at once)",
+    )?;
+    queue::serve(&mut pool, cfg, &signals.flag, &|line| eprintln!("{line}"))?;
     Ok(())
 }
