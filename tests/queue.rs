@@ -173,9 +173,36 @@ fn worker_command(queue: &str, name: &str, measure_ms: u64, cache: &Path, lease:
     c
 }
 
+/// A tuner's process, killed when dropped unfinished (a failing test leaves none behind).
+struct Tuner(Option<Child>);
+
+impl Tuner {
+    fn spawn(mut command: Command) -> Tuner {
+        Tuner(Some(command.spawn().unwrap()))
+    }
+
+    fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Waits for it to end.
+    fn output(mut self) -> Output {
+        self.0.take().expect("running").wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Tuner {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The tuner on `queue`, in the background.
-fn tuner(queue: &str, log: &Path, trials: usize, extra: &[&str]) -> Child {
-    tuner_command(queue, log, trials, extra).spawn().unwrap()
+fn tuner(queue: &str, log: &Path, trials: usize, extra: &[&str]) -> Tuner {
+    Tuner::spawn(tuner_command(queue, log, trials, extra))
 }
 
 fn tuner_command(queue: &str, log: &Path, trials: usize, extra: &[&str]) -> Command {
@@ -192,8 +219,8 @@ fn tuner_command(queue: &str, log: &Path, trials: usize, extra: &[&str]) -> Comm
     c
 }
 
-fn finish(tune: Child) -> String {
-    let o: Output = tune.wait_with_output().unwrap();
+fn finish(tune: Tuner) -> String {
+    let o = tune.output();
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{out}\n{err}");
@@ -413,8 +440,8 @@ const PASSWORD: &str = "pw-4f1c9e0b7d";
 const KEY: &str = "queue-key-2b8e6a1f93c4";
 
 /// The tuner's output and its exit status, asserting neither printed the password.
-fn finish_quietly(tune: Child) -> String {
-    let o: Output = tune.wait_with_output().unwrap();
+fn finish_quietly(tune: Tuner) -> String {
+    let o = tune.output();
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
@@ -453,10 +480,9 @@ fn a_queue_with_a_password_refuses_workers_without_it_and_never_prints_it() {
             .unwrap(),
     );
     let log = tmp.path().join("locked.jsonl");
-    let tune = tuner_command(&plain, &log, 8, &[])
-        .env(queue::PASSWORD_ENV, PASSWORD)
-        .spawn()
-        .unwrap();
+    let mut command = tuner_command(&plain, &log, 8, &[]);
+    command.env(queue::PASSWORD_ENV, PASSWORD);
+    let tune = Tuner::spawn(command);
     finish_quietly(tune);
     assert_complete(&log, 8);
     let said = std::fs::read_to_string(&worker_err).unwrap();
@@ -493,10 +519,9 @@ fn jobs_not_signed_with_the_queue_key_are_refused_and_never_built() {
     });
     first.kill();
     let log = tmp.path().join("signed.jsonl");
-    let tune = tuner_command(&queue, &log, 8, &[])
-        .env(queue::seal::KEY_ENV, KEY)
-        .spawn()
-        .unwrap();
+    let mut command = tuner_command(&queue, &log, 8, &[]);
+    command.env(queue::seal::KEY_ENV, KEY);
+    let tune = Tuner::spawn(command);
     let stream: String = {
         let mut found = Vec::new();
         wait_until("jobs published", || {
@@ -633,7 +658,7 @@ fn a_queue_on_another_host_needs_a_password_and_a_key_or_insecure() {
 }
 
 /// Sends `name` (e.g. "-INT") to the tuner.
-fn signal_tuner(tune: &Child, name: &str) {
+fn signal_tuner(tune: &Tuner, name: &str) {
     let pid = tune.id().to_string();
     assert!(
         Command::new("kill")
@@ -666,7 +691,7 @@ fn an_interrupted_tuner_logs_what_its_workers_answer_and_says_what_it_abandons()
             w.kill();
         }
         signal_tuner(&tune, signal_name);
-        let o = tune.wait_with_output().unwrap();
+        let o = tune.output();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{name}: {err}");
         assert!(!err.contains("panicked"), "{err}");
