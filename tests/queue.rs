@@ -347,6 +347,7 @@ fn a_worker_stopped_by_a_signal_hands_back_its_jobs_at_once_and_leaves_the_queue
         "{said}"
     );
     assert!(said.contains("worker a: handed back"), "{said}");
+    assert!(!said.contains("lost Redis"), "{said}");
     // B takes them over at once: their idle time is already the lease.
     wait_until("worker b took over a's jobs", || {
         server.held("graceful", "a") == 0

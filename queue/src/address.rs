@@ -333,7 +333,8 @@ pub(crate) fn is_lost(e: &QueueError) -> bool {
 
 impl QueueAddress {
     /// A new connection after `lost`, tried again with a growing pause (up to 5 s) for
-    /// `RECONNECT_FOR`, or until `stop`; `notice` hears when it is lost and found again.
+    /// `RECONNECT_FOR`, or until `stop`; `notice` hears when it is lost and found again
+    /// (unless `stop` was already set).
     pub(crate) fn reconnect(
         &self,
         read: Duration,
@@ -341,16 +342,23 @@ impl QueueAddress {
         stop: &AtomicBool,
         notice: &(dyn Fn(&str) + Sync),
     ) -> Result<redis::Connection, QueueError> {
-        notice(&format!(
-            "lost Redis at {} ({lost}); reconnecting",
-            self.server
-        ));
+        // A signal that stops the process also interrupts a read waiting on the server
+        // (a socket with a timeout is not restarted): that is no loss worth a line.
+        let quiet = stop.load(Ordering::Relaxed);
+        if !quiet {
+            notice(&format!(
+                "lost Redis at {} ({lost}); reconnecting",
+                self.server
+            ));
+        }
         let started = Instant::now();
         let mut pause = Duration::from_millis(250);
         loop {
             match self.connect(read) {
                 Ok(con) => {
-                    notice(&format!("reconnected to Redis at {}", self.server));
+                    if !quiet {
+                        notice(&format!("reconnected to Redis at {}", self.server));
+                    }
                     return Ok(con);
                 }
                 Err(e)
