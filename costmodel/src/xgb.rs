@@ -327,42 +327,30 @@ impl CostModel for XgbModel {
         } else {
             0
         });
-        if residual {
-            return Some(Fit(Box::new(move || {
-                let base = base
+        Some(Fit(Box::new(move || {
+            // A residual retraining fits trees to what the last model from scratch gets
+            // wrong: its predictions are the rows' base margins.
+            let margins = if residual {
+                let last = base
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone()
                     .ok_or_else(|| xgb_err("a residual retraining before any from scratch"))?;
-                let margins = predict_with(&base, &rows, n, None)?;
-                let trees = train(
-                    &rows,
-                    n,
-                    &labels,
-                    Some(&margins),
-                    params.residual_rounds,
-                    params,
-                )?;
-                Ok(Fitted {
-                    booster: Arc::new(Mutex::new(trees)),
-                    residual: true,
-                })
-            })));
-        }
-        Some(Fit(Box::new(move || {
-            let booster = Arc::new(Mutex::new(train(
-                &rows,
-                n,
-                &labels,
-                None,
-                params.rounds,
-                params,
-            )?));
-            *base.lock().unwrap_or_else(|e| e.into_inner()) = Some(booster.clone());
-            Ok(Fitted {
-                booster,
-                residual: false,
-            })
+                Some(predict_with(&last, &rows, n, None)?)
+            } else {
+                None
+            };
+            let rounds = if residual {
+                params.residual_rounds
+            } else {
+                params.rounds
+            };
+            let trained = train(&rows, n, &labels, margins.as_deref(), rounds, params)?;
+            let booster = Arc::new(Mutex::new(trained));
+            if !residual {
+                *base.lock().unwrap_or_else(|e| e.into_inner()) = Some(booster.clone());
+            }
+            Ok(Fitted { booster, residual })
         })))
     }
 
