@@ -16,6 +16,9 @@ pub struct SignalFlag {
     pub flag: Arc<AtomicBool>,
     ids: Vec<signal_hook::SigId>,
     done: Arc<AtomicBool>,
+    /// Whether the line was said (once, by the watching thread or at the drop).
+    said: Arc<AtomicBool>,
+    line: &'static str,
 }
 
 impl SignalFlag {
@@ -35,17 +38,26 @@ impl SignalFlag {
             );
         }
         let done = Arc::new(AtomicBool::new(false));
-        let (seen, over) = (Arc::clone(&flag), Arc::clone(&done));
+        let said = Arc::new(AtomicBool::new(false));
+        let (seen, over, told) = (Arc::clone(&flag), Arc::clone(&done), Arc::clone(&said));
         std::thread::spawn(move || {
             while !over.load(Ordering::Relaxed) {
                 if seen.load(Ordering::Relaxed) {
-                    eprintln!("{line}");
+                    if !told.swap(true, Ordering::Relaxed) {
+                        eprintln!("{line}");
+                    }
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
-        Ok(SignalFlag { flag, ids, done })
+        Ok(SignalFlag {
+            flag,
+            ids,
+            done,
+            said,
+            line,
+        })
     }
 }
 
@@ -55,5 +67,9 @@ impl Drop for SignalFlag {
             signal_hook::low_level::unregister(id);
         }
         self.done.store(true, Ordering::Relaxed);
+        // A stop quicker than the watching thread's next look still says its line.
+        if self.flag.load(Ordering::Relaxed) && !self.said.swap(true, Ordering::Relaxed) {
+            eprintln!("{}", self.line);
+        }
     }
 }
