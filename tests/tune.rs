@@ -76,6 +76,42 @@ fn faults_become_records_of_their_kind_and_tuning_goes_on() {
 }
 
 #[test]
+fn a_panic_while_lowering_a_candidate_is_its_failure_and_the_run_logs_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("panic.jsonl");
+    let out = ok(&[
+        "tune",
+        "matmul",
+        "--shape",
+        "96,80,64",
+        "--trials",
+        "12",
+        "--measure-batch",
+        "6",
+        "--simulate",
+        "--log",
+        log.to_str().unwrap(),
+        "--inject-fault",
+        "panic@2",
+    ]);
+    let records = records(&log);
+    assert_eq!(records.len(), 12, "{out}");
+    for (i, r) in records.iter().enumerate() {
+        if i == 2 {
+            assert_eq!(error_kind(r), Some("compile"), "{r}");
+            let msg = r["result"]["error"]["message"].as_str().unwrap();
+            assert!(msg.contains("panicked: injected fault"), "{msg}");
+        } else {
+            assert!(
+                r["result"]["ok"]["median_us"].as_f64().unwrap() > 0.0,
+                "{r}"
+            );
+        }
+    }
+    assert!(out.contains("compile 1"), "{out}");
+}
+
+#[test]
 fn resume_continues_without_remeasuring_and_logs_are_never_overwritten() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("mm.jsonl");
@@ -1290,47 +1326,52 @@ fn a_model_retrained_while_the_next_round_is_proposed_draws_the_same_candidates(
 }
 
 /// Under `--time-budget`, every task's first round is sized from the budget and the task
-/// count (`search::tune::first_round`: 5 tasks, 5 s, one device: 10 candidates), so that a
-/// model's tasks all get measured early; then the gradient allocation takes over with
-/// full rounds. Rounds end in plan order, so the log shows each task's first round as one
-/// block of 10.
+/// count (`search::tune::first_round`: 5 tasks, 5 s, one device: 10 candidates for an
+/// untrained model, the least round of 8 for the shipped one), so that a model's tasks
+/// all get measured early; then the gradient allocation takes over with full rounds.
+/// Rounds end in plan order, so the log shows each task's first round as one block.
 #[test]
 fn a_time_budget_sizes_first_rounds_to_reach_every_task() {
-    let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("budget.jsonl");
-    ok(&[
-        "tune",
-        "matmul",
-        "--network",
-        "bert-base",
-        "--simulate",
-        "--trials",
-        "100000",
-        "--time-budget",
-        "5",
-        "--population",
-        "64",
-        "--log",
-        log.to_str().unwrap(),
-    ]);
-    let records = records(&log);
-    let tasks: Vec<&str> = records
-        .iter()
-        .map(|r| r["task"].as_str().unwrap())
-        .collect();
-    // The first pass: blocks of 10 records of one task each, each task once. (With full
-    // first rounds, the first 20 records would all be one task's.)
-    let mut first_pass: Vec<&str> = Vec::new();
-    for block in tasks.chunks(10) {
-        if block.len() < 10
-            || block.iter().any(|t| *t != block[0])
-            || first_pass.contains(&block[0])
-        {
-            break;
+    for (model, round) in [(&["--cold-model"][..], 10), (&[][..], 8)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("budget.jsonl");
+        let mut args = vec![
+            "tune",
+            "matmul",
+            "--network",
+            "bert-base",
+            "--simulate",
+            "--trials",
+            "100000",
+            "--time-budget",
+            "5",
+            "--population",
+            "64",
+            "--log",
+            log.to_str().unwrap(),
+        ];
+        args.extend_from_slice(model);
+        ok(&args);
+        let records = records(&log);
+        let tasks: Vec<&str> = records
+            .iter()
+            .map(|r| r["task"].as_str().unwrap())
+            .collect();
+        // The first pass: blocks of `round` records of one task each, each task once.
+        // (With full first rounds, the first 20 records would all be one task's; with
+        // rounds of 10, blocks of 8 would mix two tasks, and the other way round.)
+        let mut first_pass: Vec<&str> = Vec::new();
+        for block in tasks.chunks(round) {
+            if block.len() < round
+                || block.iter().any(|t| *t != block[0])
+                || first_pass.contains(&block[0])
+            {
+                break;
+            }
+            first_pass.push(block[0]);
         }
-        first_pass.push(block[0]);
+        assert!(first_pass.len() >= 2, "{model:?}: {tasks:?}");
     }
-    assert!(first_pass.len() >= 2, "{tasks:?}");
 }
 
 #[test]

@@ -6,12 +6,14 @@
 //! lowering is a bug, but a bug of one candidate), is a result (`compile`), never an
 //! abort: the round, and the rounds in flight, go on and are logged.
 
-use crate::inject;
+use crate::inject::{self, Fault};
 use gpu::{CompiledKernel, CubinCache, ErrorKind, KernelImage, Origin};
 use records::{CompileInfo, source_hash};
 use schedule::reference::reference_kernel;
 use schedule::{GeneratedKernel, GpuSpec, InvalidState, State, Task, generate};
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::sync::Once;
 use thiserror::Error;
 
 /// Why a candidate (or a task's reference kernel) was not built. For a candidate it is
@@ -81,7 +83,7 @@ fn write_cubin(path: &Path, cubin: &[u8]) -> Result<(), BuildError> {
 fn generate_one(
     task: &Task,
     state: &State,
-    injected: Option<ErrorKind>,
+    injected: Option<Fault>,
     gpu: &GpuSpec,
 ) -> Result<GeneratedKernel, BuildError> {
     Ok(match injected {
@@ -125,7 +127,7 @@ fn build_one(
 pub fn build_candidate(
     task: &Task,
     state: State,
-    injected: Option<ErrorKind>,
+    injected: Option<Fault>,
     gpu: &GpuSpec,
     arch: &str,
     dir: &Path,
@@ -143,16 +145,36 @@ pub fn build_candidate(
     let origin = built.as_ref().ok().map(|b| b.2);
     Candidate {
         state,
-        injected,
+        injected: injected.map(Fault::kind),
         source_hash,
         build: built.map(|(image, info, _)| (image, info)),
         origin,
     }
 }
 
+thread_local! {
+    /// Set while this thread builds a candidate, whose panic is then its failure, its
+    /// message recorded: the panic hook does not print it.
+    static BUILDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Wraps the panic hook once, so that it says nothing of a panic while `BUILDING`.
+static QUIET_WHILE_BUILDING: Once = Once::new();
+
 /// `f`'s result, or its panic as `BuildError::Panicked` with the panic's message.
 fn unpanicked<T>(f: impl FnOnce() -> T) -> Result<T, BuildError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+    QUIET_WHILE_BUILDING.call_once(|| {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !BUILDING.with(Cell::get) {
+                hook(info)
+            }
+        }));
+    });
+    BUILDING.with(|b| b.set(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    BUILDING.with(|b| b.set(false));
+    result.map_err(|panic| {
         let message = panic
             .downcast_ref::<String>()
             .cloned()

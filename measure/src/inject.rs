@@ -3,31 +3,73 @@
 //! `timeout`, a wrong one `wrong_answer`, a malformed one `compile`) while the tuning
 //! run goes on. Each fault is built into the candidate's CUDA source, so the real
 //! worker runs a really broken kernel; the simulated worker is told what was injected.
+//! One more, `panic`, panics while the candidate is generated, as a failed assert in a
+//! lowering would: its build reports it as a `compile` failure.
 
 use gpu::ErrorKind;
 use schedule::{Epilogue, GeneratedKernel, GpuSpec, InvalidState, State, Task, generate};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// A fault built into a candidate: a failure of each kind a candidate can cause (and
+/// the environment's, which the worker acts out), or a panic while generating it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    Compile,
+    Launch,
+    Timeout,
+    WrongAnswer,
+    Environment,
+    Panic,
+}
+
+impl Fault {
+    /// The kind of failure the fault causes, as its record names it.
+    pub fn kind(self) -> ErrorKind {
+        match self {
+            Fault::Compile | Fault::Panic => ErrorKind::Compile,
+            Fault::Launch => ErrorKind::Launch,
+            Fault::Timeout => ErrorKind::Timeout,
+            Fault::WrongAnswer => ErrorKind::WrongAnswer,
+            Fault::Environment => ErrorKind::Environment,
+        }
+    }
+
+    fn parse(name: &str) -> Option<Fault> {
+        if name == "panic" {
+            return Some(Fault::Panic);
+        }
+        Some(match ErrorKind::parse(name)? {
+            ErrorKind::Compile => Fault::Compile,
+            ErrorKind::Launch => Fault::Launch,
+            ErrorKind::Timeout => Fault::Timeout,
+            ErrorKind::WrongAnswer => Fault::WrongAnswer,
+            ErrorKind::Environment => Fault::Environment,
+        })
+    }
+}
 
 /// A fault specification that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InjectError {
     #[error("fault '{0}' is not KIND@TRIAL")]
     Syntax(String),
-    #[error("unknown fault kind '{0}' (expected compile, launch, timeout or wrong_answer)")]
+    #[error("unknown fault kind '{0}' (expected compile, launch, timeout, wrong_answer or panic)")]
     Kind(String),
     #[error("fault trial '{0}' is not a number")]
     Trial(String),
 }
 
 /// Parses `KIND@TRIAL[,KIND@TRIAL...]`, where TRIAL counts candidates from 0 in the
-/// order this run builds them and KIND is compile, launch, timeout or wrong_answer.
-pub fn parse(spec: &str) -> Result<BTreeMap<usize, ErrorKind>, InjectError> {
+/// order this run builds them and KIND is compile, launch, timeout, wrong_answer or panic.
+pub fn parse(spec: &str) -> Result<BTreeMap<usize, Fault>, InjectError> {
     let mut out = BTreeMap::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (kind, trial) = item
             .split_once('@')
             .ok_or_else(|| InjectError::Syntax(item.to_string()))?;
-        let kind = ErrorKind::parse(kind).ok_or_else(|| InjectError::Kind(kind.to_string()))?;
+        let kind = Fault::parse(kind).ok_or_else(|| InjectError::Kind(kind.to_string()))?;
         let trial = trial
             .parse()
             .map_err(|_| InjectError::Trial(trial.to_string()))?;
@@ -53,13 +95,17 @@ fn prepend_to_body(source: &str, line: &str) -> String {
     out
 }
 
-/// The kernel of `state` with fault `kind` built in.
+/// The kernel of `state` with `fault` built in.
 pub fn faulty_kernel(
-    kind: ErrorKind,
+    fault: Fault,
     task: &Task,
     state: &State,
     gpu: &GpuSpec,
 ) -> Result<GeneratedKernel, InvalidState> {
+    let kind = match fault {
+        Fault::Panic => panic!("injected fault: an assert of the lowering failed"),
+        fault => fault.kind(),
+    };
     if kind == ErrorKind::WrongAnswer && state.split_k == 1 {
         // A plausible bug: the epilogue's ReLU dropped (or added). Inputs of both signs
         // make outputs of both signs, so the answer differs. (A split-K state cannot
@@ -103,10 +149,12 @@ mod tests {
 
     #[test]
     fn specs_parse_and_bad_ones_say_why() {
-        let m = parse("launch@3, timeout@7,wrong_answer@12").unwrap();
-        assert_eq!(m[&3], ErrorKind::Launch);
-        assert_eq!(m[&7], ErrorKind::Timeout);
-        assert_eq!(m[&12], ErrorKind::WrongAnswer);
+        let m = parse("launch@3, timeout@7,wrong_answer@12,panic@13").unwrap();
+        assert_eq!(m[&3], Fault::Launch);
+        assert_eq!(m[&7], Fault::Timeout);
+        assert_eq!(m[&12], Fault::WrongAnswer);
+        assert_eq!(m[&13], Fault::Panic);
+        assert_eq!(m[&13].kind(), ErrorKind::Compile, "a panic's build fails");
         assert!(
             parse("crash@1")
                 .unwrap_err()
@@ -137,16 +185,28 @@ mod tests {
         let gpu = GpuSpec::h100();
         let state = Sampler::new(&task, &gpu, 1).sample().unwrap();
         let clean = generate(&task, &state, &gpu).unwrap();
-        for kind in ErrorKind::ALL {
-            let k = faulty_kernel(kind, &task, &state, &gpu).unwrap();
-            assert_eq!((&k.name, &k.launch), (&clean.name, &clean.launch), "{kind}");
-            assert_ne!(k.source, clean.source, "{kind}");
+        for fault in [
+            Fault::Compile,
+            Fault::Launch,
+            Fault::Timeout,
+            Fault::WrongAnswer,
+        ] {
+            let k = faulty_kernel(fault, &task, &state, &gpu).unwrap();
+            assert_eq!(
+                (&k.name, &k.launch),
+                (&clean.name, &clean.launch),
+                "{fault:?}"
+            );
+            assert_ne!(k.source, clean.source, "{fault:?}");
         }
+        let panicked =
+            std::panic::catch_unwind(|| faulty_kernel(Fault::Panic, &task, &state, &gpu));
+        assert!(panicked.is_err(), "a panic fault panics");
         let plain = State {
             split_k: 1,
             ..state.clone()
         };
-        let wrong = faulty_kernel(ErrorKind::WrongAnswer, &task, &plain, &gpu).unwrap();
+        let wrong = faulty_kernel(Fault::WrongAnswer, &task, &plain, &gpu).unwrap();
         assert!(
             wrong.source.contains("fmaxf"),
             "the wrong kernel adds a ReLU"
@@ -162,7 +222,7 @@ mod tests {
             ..multi_stage
         };
         let clean = generate(&task, &split, &gpu).unwrap();
-        let wrong = faulty_kernel(ErrorKind::WrongAnswer, &task, &split, &gpu).unwrap();
+        let wrong = faulty_kernel(Fault::WrongAnswer, &task, &split, &gpu).unwrap();
         assert_eq!(wrong.launch, clean.launch);
         assert!(wrong.source.contains("atomicAdd(out, 1.0f)"));
     }

@@ -10,6 +10,7 @@
 //! workers (`tilesched worker --queue`) run the same `Local` on their own host.
 
 use crate::build;
+use crate::inject::Fault;
 use gpu::{
     CubinCache, DeviceInfo, ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Pool, Problem,
     TimingConfig, Took,
@@ -33,7 +34,7 @@ pub struct Job {
     pub state: State,
     /// Test hook: the fault built into the candidate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub injected: Option<ErrorKind>,
+    pub injected: Option<Fault>,
     /// Seed of the task's input data (`Problem::for_task`).
     pub seed: u64,
     pub timing: TimingConfig,

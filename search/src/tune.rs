@@ -17,6 +17,7 @@ use crate::trainer::{RetrainSchedule, Trainer};
 use costmodel::{CostModel, Dataset, ModelError};
 use features::FeatureExtractor;
 use gpu::{ErrorKind, TimingConfig};
+use measure::inject::Fault;
 use measure::{Job, MeasureError, Measured, Measurer};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
@@ -81,7 +82,7 @@ pub struct TuneConfig {
     /// Longest wait for one candidate's answer before its worker is killed.
     pub timeout: Duration,
     /// Developer hook: candidate number (in build order, from 0) -> fault built in.
-    pub inject: BTreeMap<usize, ErrorKind>,
+    pub inject: BTreeMap<usize, Fault>,
     /// Rounds handed to the measurer at once [default: one per GPU, plus one].
     pub rounds_in_flight: Option<usize>,
     /// Retrainings a round's model may lag behind the rounds finished when it is
@@ -260,7 +261,7 @@ struct Batch {
     run: usize,
     task: Task,
     states: Vec<State>,
-    injected: Vec<Option<ErrorKind>>,
+    injected: Vec<Option<Fault>>,
     wait_ms: f64,
     propose_ms: f64,
 }
@@ -269,20 +270,38 @@ struct Batch {
 /// runs, resnet and ONNX models alike): sizes first rounds without depending on how fast
 /// this run happens to go, so that the candidates drawn stay a function of the seed.
 const NOMINAL_RATE: f64 = 20.0;
-/// The share of a time budget the first rounds of all tasks may take at that rate.
+/// The share of a time budget the first rounds of all tasks may take at that rate, for a
+/// model that learns to rank from them.
 const FIRST_PASS_SHARE: f64 = 0.5;
+/// The same for a model trained before the run (shipped, or on the log's records): it
+/// ranks from the first round, which then only has to give every task its transferred
+/// states and a kernel. With half the budget, DenseNet-121's 66 tasks waited 118-131 s
+/// for their last first kernel (`benchmarks/results/h200-2026-11-28/time-to-quality/curves`).
+const FIRST_PASS_SHARE_TRAINED: f64 = 0.1;
 /// The smallest first round worth a model's training data.
 const MIN_FIRST_ROUND: usize = 8;
 
 /// The size of each task's first round under the gradient allocation: the batch, or
 /// under a time budget, what lets every task be measured in about half the budget at
-/// the nominal rate (EfficientNet-B0's 46 tasks in 150 s on one GPU: 32), so that every
-/// task has a kernel early and the scheduler spends the rest where it helps most.
-pub fn first_round(budget: Option<Duration>, tasks: usize, devices: usize, batch: usize) -> usize {
+/// the nominal rate (EfficientNet-B0's 46 tasks in 150 s on one GPU: 32), or a tenth of
+/// it when the model is `trained` already, so that every task has a kernel early and the
+/// scheduler spends the rest where it helps most.
+pub fn first_round(
+    budget: Option<Duration>,
+    tasks: usize,
+    devices: usize,
+    batch: usize,
+    trained: bool,
+) -> usize {
     let Some(budget) = budget else {
         return batch;
     };
-    let affordable = budget.as_secs_f64() * NOMINAL_RATE * devices.max(1) as f64 * FIRST_PASS_SHARE;
+    let share = if trained {
+        FIRST_PASS_SHARE_TRAINED
+    } else {
+        FIRST_PASS_SHARE
+    };
+    let affordable = budget.as_secs_f64() * NOMINAL_RATE * devices.max(1) as f64 * share;
     ((affordable / tasks.max(1) as f64) as usize).clamp(MIN_FIRST_ROUND.min(batch), batch)
 }
 
@@ -585,6 +604,7 @@ pub fn tune(
             runs.len(),
             measurer.parallelism(),
             cfg.batch,
+            model.training_rows() > 0,
         ),
         planned: prior_done,
         next_candidate: 0,
@@ -782,7 +802,14 @@ impl InFlight {
             .results
             .into_iter()
             .enumerate()
-            .filter_map(|(k, m)| Some(record(&b.task, b.states[k].clone(), b.injected[k], m?)))
+            .filter_map(|(k, m)| {
+                Some(record(
+                    &b.task,
+                    b.states[k].clone(),
+                    b.injected[k].map(Fault::kind),
+                    m?,
+                ))
+            })
             .collect();
         (self.batch, records)
     }
@@ -947,15 +974,38 @@ mod tests {
     fn first_rounds_fit_every_task_into_half_the_budget() {
         let s = |secs| Some(Duration::from_secs(secs));
         // EfficientNet-B0: 46 tasks, 150 s, one GPU: 0.5 · 150 · 20 / 46.
-        assert_eq!(first_round(s(150), 46, 1, 64), 32);
-        assert_eq!(first_round(s(150), 46, 2, 64), 64, "capped at the batch");
+        assert_eq!(first_round(s(150), 46, 1, 64, false), 32);
         assert_eq!(
-            first_round(s(10), 46, 1, 64),
+            first_round(s(150), 46, 2, 64, false),
+            64,
+            "capped at the batch"
+        );
+        assert_eq!(
+            first_round(s(10), 46, 1, 64, false),
             8,
             "never under a useful round"
         );
-        assert_eq!(first_round(s(10), 46, 1, 4), 4, "nor over the batch");
-        assert_eq!(first_round(None, 46, 1, 64), 64, "no budget: the batch");
+        assert_eq!(first_round(s(10), 46, 1, 4, false), 4, "nor over the batch");
+        assert_eq!(
+            first_round(None, 46, 1, 64, false),
+            64,
+            "no budget: the batch"
+        );
+    }
+
+    #[test]
+    fn a_trained_model_takes_a_tenth_of_the_budget_for_first_rounds() {
+        let s = |secs| Some(Duration::from_secs(secs));
+        // DenseNet-121's 66 conv tasks in 280 s: 0.1 · 280 · 20 / 66, not 42.
+        assert_eq!(first_round(s(280), 66, 1, 64, true), 8);
+        assert_eq!(first_round(s(280), 66, 1, 64, false), 42);
+        // resnet's 13 tasks in 120 s: 18 instead of the batch.
+        assert_eq!(first_round(s(120), 13, 1, 64, true), 18);
+        assert_eq!(
+            first_round(None, 13, 1, 64, true),
+            64,
+            "no budget: the batch"
+        );
     }
 
     #[test]
