@@ -53,6 +53,10 @@ enum Command {
     Deploy(cmd::deploy::Command),
     /// Measure for tuners on a queue with this host's GPUs (`--queue`).
     Worker(cmd::worker::Args),
+    /// Developer tool: sampled states and what the build makes of them, one line each
+    /// (`scripts/sameness`).
+    #[command(hide = true)]
+    Sameness(cmd::sameness::Args),
 }
 
 /// Exits quietly when stdout's reader has gone (`tilesched workloads | head`): `print!`
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
         Command::Best(args) => cmd::best::run(args),
         Command::Export(args) => cmd::export::run(args),
         Command::Features(args) => cmd::features::run(args),
+        Command::Sameness(args) => cmd::sameness::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Curves(args) => cmd::curves::run(args),
         Command::Sass(args) => cmd::sass::run(args),

@@ -11,6 +11,7 @@ pub mod features;
 pub mod model;
 pub mod peer;
 pub mod pipeline;
+pub mod sameness;
 pub mod sass;
 pub mod tasks;
 pub mod tune;
