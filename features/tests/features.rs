@@ -8,7 +8,7 @@ mod common;
 
 use features::{FEATURE_COUNT, FEATURE_DOCS, FEATURE_NAMES, FeatureExtractor, feature_index};
 use proptest::prelude::*;
-use schedule::state::{ReductionSplit, SharedLayout, SpatialSplit};
+use schedule::state::{ReductionSplit, SharedLayout, SketchTiling, SpatialSplit};
 use schedule::validate::validate;
 use schedule::{DType, Epilogue, GpuSpec, Sampler, State, Task, network, parse_shape};
 use std::time::Instant;
@@ -34,8 +34,7 @@ fn state(spatial: Vec<SpatialSplit>, reduction: Vec<ReductionSplit>, widths: [u3
     State {
         prefetch: false,
         split_sums: Default::default(),
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial,
         reduction,
         unroll_max_step: 0,
@@ -481,8 +480,7 @@ proptest! {
         let state = State {
             prefetch: false,
             split_sums: Default::default(),
-            mma: None,
-            wgmma: None,
+            tiling: SketchTiling::CudaCore,
             spatial: (0..c.spatial.len() + spatial_extra)
                 .map(|_| sp(next(), next(), next(), next()))
                 .collect(),
@@ -537,8 +535,7 @@ fn every_feature_varies_over_states_and_tasks() {
         states.push(State {
             prefetch: false,
             split_sums: Default::default(),
-            mma: None,
-            wgmma: None,
+            tiling: SketchTiling::CudaCore,
             spatial: (0..c.spatial.len())
                 .map(|a| {
                     if a == 0 {
@@ -600,7 +597,7 @@ fn every_feature_varies_over_states_and_tasks() {
             .sample_distinct(samples)
             .into_iter()
             .filter(|s| {
-                s.mma.is_some_and(|t| match what {
+                s.mma().is_some_and(|t| match what {
                     "row span" => t.row_span,
                     _ => t.stream_k > 0,
                 })
@@ -631,7 +628,7 @@ fn every_feature_varies_over_states_and_tasks() {
         let states: Vec<State> = Sampler::new(&task, &gpu, 2)
             .sample_distinct(80)
             .into_iter()
-            .filter(|s| s.wgmma.is_some())
+            .filter(|s| s.wgmma().is_some())
             .collect();
         assert!(
             states.len() >= 20,

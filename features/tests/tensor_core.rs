@@ -258,7 +258,7 @@ fn mma_counts_follow_the_tiling_for_every_state() {
         let states = mma_states(&task, &gpu, 200);
         assert!(states.len() > 100, "{}", states.len());
         for s in &states {
-            let t = s.mma.unwrap();
+            let t = s.mma().unwrap();
             let values = extractor.extract(s);
             let f = |name: &str| f64::from(values[feature_index(name).unwrap()]);
             let ktiles = view.k.div_ceil(t.block_k(c.dtype)) as f64;
@@ -317,7 +317,7 @@ fn instruction_counts_are_those_of_the_lowered_kernel() {
         let states = mma_states(&task, &gpu, 120);
         assert!(states.len() > 60, "{task}: {}", states.len());
         for s in &states {
-            let t = s.mma.unwrap();
+            let t = s.mma().unwrap();
             let values = extractor.extract(s);
             let f = |name: &str| f64::from(values[feature_index(name).unwrap()]);
             let census = Census::of(&lower(&task, s).body);

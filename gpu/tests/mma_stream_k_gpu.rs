@@ -92,12 +92,12 @@ fn mma_stream_k_states_pass_the_exact_check() {
             Sampler::new(&task, &gpu, 5)
                 .sample_distinct(200)
                 .into_iter()
-                .filter(|s| s.mma.is_some_and(|t| t.stream_k > 0))
+                .filter(|s| s.mma().is_some_and(|t| t.stream_k > 0))
                 .take(3),
         );
         streamed += states
             .iter()
-            .filter(|s| s.mma.is_some_and(|t| t.stream_k > 0))
+            .filter(|s| s.mma().is_some_and(|t| t.stream_k > 0))
             .count();
         checked += common::exact_and_timed(&ctx, &device, (&spin, &timing), &task, &states);
     }

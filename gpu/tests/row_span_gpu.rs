@@ -111,7 +111,7 @@ fn row_span_states_pass_the_exact_check() {
             Sampler::new(&task, &gpu, 3)
                 .sample_distinct(30)
                 .into_iter()
-                .filter(|s| s.mma.is_some_and(|t| t.row_span))
+                .filter(|s| s.mma().is_some_and(|t| t.row_span))
                 .take(sampled),
         );
         assert!(states.len() > sampled, "{task}: {} states", states.len());

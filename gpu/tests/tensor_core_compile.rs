@@ -81,7 +81,7 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
                 let states: Vec<State> = Sampler::new(&t, &gpu, 3)
                     .sample_distinct(3 * STATES_PER_TASK)
                     .into_iter()
-                    .filter(|s| s.mma.is_some())
+                    .filter(|s| s.mma().is_some())
                     .take(STATES_PER_TASK)
                     .collect();
                 assert!(states.len() >= STATES_PER_TASK / 2, "{t}: {}", states.len());
@@ -91,7 +91,7 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
         // The stem draws row spans (raw input-row runs, 32-bit fragment loads).
         let spans = jobs
             .iter()
-            .filter(|(_, s)| s.mma.is_some_and(|t| t.row_span))
+            .filter(|(_, s)| s.mma().is_some_and(|t| t.row_span))
             .count();
         assert!(
             dtype == DType::Tf32 || spans > 0,
@@ -100,7 +100,7 @@ fn sampled_tensor_core_states_compile_for_sm_90_without_local_memory() {
         // The small layers draw stream-K (each fill's coordinates per K tile).
         let streams = jobs
             .iter()
-            .filter(|(_, s)| s.mma.is_some_and(|t| t.stream_k > 0))
+            .filter(|(_, s)| s.mma().is_some_and(|t| t.stream_k > 0))
             .count();
         assert!(streams > 0, "{dtype}: no stream-K state sampled");
         compile_without_local_memory(dtype, &jobs);
@@ -152,7 +152,7 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
                 let states: Vec<State> = Sampler::new(&t, &gpu, 5)
                     .sample_distinct(6 * STATES_PER_TASK)
                     .into_iter()
-                    .filter(|s| s.wgmma.is_some())
+                    .filter(|s| s.wgmma().is_some())
                     .take(STATES_PER_TASK / 2)
                     .collect();
                 (t, states)
@@ -169,12 +169,12 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
         // and rectangles of a given shape.
         let clustered = jobs
             .iter()
-            .filter(|(_, s)| s.wgmma.is_some_and(|t| t.cluster > 1))
+            .filter(|(_, s)| s.wgmma().is_some_and(|t| t.cluster > 1))
             .count();
         assert!(clustered > 0, "{dtype}: no clustered state sampled");
         let rectangles = jobs
             .iter()
-            .filter(|(_, s)| s.wgmma.is_some_and(|t| t.cluster_m > 0))
+            .filter(|(_, s)| s.wgmma().is_some_and(|t| t.cluster_m > 0))
             .count();
         assert!(
             rectangles > 0,
@@ -183,7 +183,7 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
         // Stream-K (runs of K tiles across tiles, segment results inside the loop).
         let streamed = jobs
             .iter()
-            .filter(|(_, s)| s.wgmma.is_some_and(|t| t.stream_k > 0))
+            .filter(|(_, s)| s.wgmma().is_some_and(|t| t.stream_k > 0))
             .count();
         assert!(streamed > 0, "{dtype}: no stream-K state sampled");
         compile_without_local_memory(dtype, &jobs);

@@ -27,7 +27,7 @@ fn states(task: &Task, sampled: usize, fixed: &[State]) -> Vec<State> {
     let mut out: Vec<State> = Sampler::new(task, &gpu, 3)
         .sample_distinct(8 * sampled)
         .into_iter()
-        .filter(|s| s.wgmma.is_some())
+        .filter(|s| s.wgmma().is_some())
         .take(sampled)
         .collect();
     let c = task.contraction();

@@ -382,16 +382,16 @@ mod tests {
         .unwrap();
         let states = Sampler::new(&task, &GpuSpec::h100(), 1).sample_distinct(16);
         let mut tc = base.clone();
-        tc.state = states.iter().find(|s| s.mma.is_some()).unwrap().clone();
+        tc.state = states.iter().find(|s| s.mma().is_some()).unwrap().clone();
         tc.task = task.key();
         tc.shape = task;
         let mut hopper = tc.clone();
-        hopper.state = states.iter().find(|s| s.wgmma.is_some()).unwrap().clone();
+        hopper.state = states.iter().find(|s| s.wgmma().is_some()).unwrap().clone();
         assert_eq!(check_record(&hopper), Ok(()));
         for value in extremes {
             for field in 0..6 {
                 let mut r = hopper.clone();
-                let Some(w) = r.state.wgmma.as_mut() else {
+                let Some(w) = r.state.wgmma_mut() else {
                     unreachable!()
                 };
                 *[
@@ -409,7 +409,7 @@ mod tests {
         for value in extremes.into_iter().chain([0]) {
             for field in 0..7 {
                 let mut r = tc.clone();
-                let Some(m) = r.state.mma.as_mut() else {
+                let Some(m) = r.state.mma_mut() else {
                     unreachable!()
                 };
                 *[
@@ -424,7 +424,7 @@ mod tests {
                 assert!(check_record(&r).is_err(), "mma field {field} = {value}");
             }
             let mut r = tc.clone();
-            if let Some(m) = r.state.mma.as_mut() {
+            if let Some(m) = r.state.mma_mut() {
                 (m.block_m, m.block_n) = (value & !127, value & !127);
             }
             let _ = check_record(&r);

@@ -21,7 +21,7 @@
 //! the new task's types or axes cannot take) is refused with that reason.
 
 use crate::gemm::GemmView;
-use crate::state::{SharedLayout, SplitSums, State, WgmmaTiling};
+use crate::state::{SharedLayout, SketchTiling, SplitSums, State, WgmmaTiling};
 use crate::task::{Contraction, Task};
 use crate::wgmma::RASTER_GROUPS;
 use crate::{GpuSpec, InvalidState, validate};
@@ -88,7 +88,7 @@ fn repair(s: &mut State, why: &InvalidState, c: &Contraction) -> bool {
 /// The `mma.sync` sketch's shape-dependent fields.
 fn repair_mma(s: &mut State, why: &InvalidState) -> bool {
     use InvalidState as E;
-    let Some(t) = s.mma.as_mut() else {
+    let Some(t) = s.mma_mut() else {
         return false;
     };
     match why {
@@ -123,7 +123,7 @@ fn repair_wgmma(s: &mut State, t: WgmmaTiling, why: &InvalidState, c: &Contracti
         E::WgmmaIdleRows { .. } if t.consumers > 1 => WgmmaTiling { consumers: 1, ..t },
         _ => return false,
     };
-    s.wgmma = Some(fitted);
+    s.tiling = SketchTiling::Wgmma(fitted);
     true
 }
 
@@ -179,16 +179,16 @@ mod tests {
         let banded = sampler
             .sample_distinct(2000)
             .into_iter()
-            .find(|s| s.wgmma.is_some_and(|t| t.raster == 16 && t.cluster == 0))
+            .find(|s| s.wgmma().is_some_and(|t| t.raster == 16 && t.cluster == 0))
             .expect("a state with a band of 16");
-        let block_m = banded.wgmma.unwrap().block_m();
+        let block_m = banded.wgmma().unwrap().block_m();
         // 12 M tiles: a band of 4 divides them, 8 and 16 do not.
         let to = matmul(12 * block_m, 8192, 8192, DType::Fp16);
         let adapted = adapt(&banded, &to, &gpu).unwrap();
-        assert_eq!(adapted.wgmma.unwrap().raster, 4);
+        assert_eq!(adapted.wgmma().unwrap().raster, 4);
         assert_eq!(
-            adapted.wgmma.map(|t| WgmmaTiling { raster: 16, ..t }),
-            banded.wgmma,
+            adapted.wgmma().map(|t| WgmmaTiling { raster: 16, ..t }),
+            banded.wgmma(),
             "nothing else changed"
         );
     }

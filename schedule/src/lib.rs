@@ -50,7 +50,7 @@ pub use launch::{Dim3, LaunchConfig, Target, TensorMapArg};
 pub use network::{NETWORKS, Workload, network};
 pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};
-pub use state::State;
+pub use state::{SketchTiling, State};
 pub use task::{DType, Epilogue, Layout, Operator, Task};
 pub use validate::{prefetch_feasible, validate};
 

@@ -239,7 +239,7 @@ impl MmaTiling {
     }
 }
 
-/// Validates a tensor-core state (`state.mma` is `tiling`).
+/// Validates a tensor-core state (`SketchTiling::MmaSync(tiling)`).
 pub fn validate_mma(
     c: &Contraction,
     tiling: &MmaTiling,

@@ -42,7 +42,7 @@ use crate::gpu_spec::GpuSpec;
 use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MMA_M, MMA_N, MmaTiling};
 use crate::row_span::{COPY_ELEMENTS, RowSpan};
 use crate::state::{
-    MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit, SplitSums, State,
+    MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SketchTiling, SpatialSplit, SplitSums, State,
     UNROLL_STEPS, VECTOR_WIDTHS,
 };
 use crate::task::{Contraction, Task};
@@ -240,8 +240,7 @@ impl Sampler {
         let mut state = State {
             prefetch: false,
             split_sums: SplitSums::Ordered,
-            mma: None,
-            wgmma: None,
+            tiling: SketchTiling::CudaCore,
             spatial,
             reduction,
             unroll_max_step,
@@ -462,7 +461,7 @@ impl Sampler {
             tiling.tma_store = 1;
         }
         let small = tiling.tiles(view) < 2 * u64::from(self.gpu.sm_count);
-        state.wgmma = Some(tiling);
+        state.tiling = SketchTiling::Wgmma(tiling);
         state.split_k = split_k;
         state.split_sums = self.split_sums(split_k);
         if self.stream_rng.next_u64().is_multiple_of(4) && small {

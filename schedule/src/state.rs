@@ -19,9 +19,10 @@
 //! 8. Features: `features/src/extract.rs` (described in `features/src/table.rs`).
 //! 9. A snapshot test: `schedule/tests/states.rs`.
 //!
-//! A state with `mma` set belongs to the tensor-core sketch instead (`mma`,
-//! `lower::mma_sync`): its tiling lives in `MmaTiling`, and the per-axis fields below keep
-//! their defaults. Which sketch a state belongs to is decided by [`State::sketch`] alone;
+//! A state belongs to one sketch, its `tiling` ([`SketchTiling`]): a state whose tiling
+//! is `MmaSync` belongs to the tensor-core sketch (`mma`, `lower::mma_sync`), one whose
+//! tiling is `Wgmma` to Hopper's (`wgmma`), and their per-axis fields below keep their
+//! defaults. Code that treats the sketches differently asks [`State::sketch`];
 //! everything that treats the sketches differently (validation, sampling's drawing of
 //! each sketch's fields, mutation, the DGD lattice, lowering, features, the log's
 //! checks) gives it one arm per sketch. Adding a sketch is implementing that interface:
@@ -358,18 +359,63 @@ pub struct State {
     /// the JSON when ordered (older states keep their ids).
     #[serde(default, skip_serializing_if = "SplitSums::is_ordered")]
     pub split_sums: SplitSums,
-    /// The tensor-core sketch (see `mma`): when set, the state tiles the contraction's
-    /// GEMM view with `mma.sync` and these tile sizes, `spatial` and `reduction` are
-    /// empty and `unroll_max_step`, `vector_width`, `shared_layout` and `prefetch`
-    /// keep their defaults; `split_k` splits the GEMM's reduction as it does the
-    /// CUDA-core sketch's. Left out of the JSON when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mma: Option<MmaTiling>,
-    /// The `wgmma` sketch (see `wgmma`): when set, the state tiles the GEMM view with
-    /// warpgroup MMAs fed by TMA, and every other field keeps its default (`mma` unset,
-    /// `split_k` 1). Left out of the JSON when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wgmma: Option<WgmmaTiling>,
+    /// The sketch the state belongs to, with that sketch's own tiling: the CUDA-core
+    /// sketch (`spatial`, `reduction` and their annotations), `mma.sync` (see `mma`:
+    /// `spatial` and `reduction` empty, `unroll_max_step`, `vector_width`,
+    /// `shared_layout` and `prefetch` at their defaults, `split_k` splitting the GEMM's
+    /// reduction as it does the CUDA-core sketch's) or `wgmma` (see `wgmma`: every other
+    /// field at its default). In the JSON, `"mma"` or `"wgmma"` after the other fields,
+    /// or neither.
+    #[serde(flatten)]
+    pub tiling: SketchTiling,
+}
+
+/// Which sketch a state belongs to, with its tiling: one sketch, never two.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum SketchTiling {
+    /// Ansor's `SSSRRSRS` tiling, in the state's own fields.
+    #[default]
+    CudaCore,
+    MmaSync(MmaTiling),
+    Wgmma(WgmmaTiling),
+}
+
+/// Written as the fields states had before sketches were one value: `"mma"` or
+/// `"wgmma"`, or nothing for the CUDA-core sketch, so that every state keeps its JSON,
+/// hence its id.
+impl Serialize for SketchTiling {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        match self {
+            SketchTiling::CudaCore => {}
+            SketchTiling::MmaSync(t) => map.serialize_entry("mma", t)?,
+            SketchTiling::Wgmma(t) => map.serialize_entry("wgmma", t)?,
+        }
+        map.end()
+    }
+}
+
+/// Read from those fields; a state with both is refused.
+impl<'de> Deserialize<'de> for SketchTiling {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Sketches {
+            #[serde(default)]
+            mma: Option<MmaTiling>,
+            #[serde(default)]
+            wgmma: Option<WgmmaTiling>,
+        }
+        let Sketches { mma, wgmma } = Sketches::deserialize(deserializer)?;
+        match (mma, wgmma) {
+            (None, None) => Ok(SketchTiling::CudaCore),
+            (Some(t), None) => Ok(SketchTiling::MmaSync(t)),
+            (None, Some(t)) => Ok(SketchTiling::Wgmma(t)),
+            (Some(_), Some(_)) => Err(serde::de::Error::custom(
+                "a state of two sketches (both \"mma\" and \"wgmma\")",
+            )),
+        }
+    }
 }
 
 impl State {
@@ -393,6 +439,32 @@ impl State {
         )
     }
 
+    /// The `mma.sync` tiling of a state of that sketch.
+    pub fn mma(&self) -> Option<MmaTiling> {
+        self.sketch(|| None, |t| Some(*t), |_| None)
+    }
+
+    /// The `wgmma` tiling of a state of that sketch.
+    pub fn wgmma(&self) -> Option<WgmmaTiling> {
+        self.sketch(|| None, |_| None, |t| Some(*t))
+    }
+
+    /// The `mma.sync` tiling of a state of that sketch, to change in place.
+    pub fn mma_mut(&mut self) -> Option<&mut MmaTiling> {
+        match &mut self.tiling {
+            SketchTiling::MmaSync(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The `wgmma` tiling of a state of that sketch, to change in place.
+    pub fn wgmma_mut(&mut self) -> Option<&mut WgmmaTiling> {
+        match &mut self.tiling {
+            SketchTiling::Wgmma(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// The sketch's name, as reports print it: `cuda-core`, `mma.sync` or `wgmma`.
     pub fn sketch_name(&self) -> &'static str {
         self.sketch(|| "cuda-core", |_| "mma.sync", |_| "wgmma")
@@ -407,17 +479,17 @@ impl State {
         mma_sync: impl FnOnce(C, &'a MmaTiling) -> R,
         wgmma: impl FnOnce(C, &'a WgmmaTiling) -> R,
     ) -> R {
-        match (&self.mma, &self.wgmma) {
-            (_, Some(tiling)) => wgmma(context, tiling),
-            (Some(tiling), None) => mma_sync(context, tiling),
-            (None, None) => cuda_core(context),
+        match &self.tiling {
+            SketchTiling::CudaCore => cuda_core(context),
+            SketchTiling::MmaSync(tiling) => mma_sync(context, tiling),
+            SketchTiling::Wgmma(tiling) => wgmma(context, tiling),
         }
     }
 
     /// A state of the tensor-core sketch.
     pub fn tensor_core(mma: MmaTiling, split_k: u32) -> State {
         State {
-            mma: Some(mma),
+            tiling: SketchTiling::MmaSync(mma),
             split_k,
             ..State::empty()
         }
@@ -426,7 +498,7 @@ impl State {
     /// A state of the `wgmma` sketch.
     pub fn hopper(tiling: WgmmaTiling) -> State {
         State {
-            wgmma: Some(tiling),
+            tiling: SketchTiling::Wgmma(tiling),
             ..State::empty()
         }
     }
@@ -442,8 +514,7 @@ impl State {
             shared_layout: Default::default(),
             prefetch: false,
             split_sums: SplitSums::Ordered,
-            mma: None,
-            wgmma: None,
+            tiling: SketchTiling::CudaCore,
         }
     }
 
@@ -518,10 +589,12 @@ impl State {
     pub fn may_split(&self, c: &Contraction) -> bool {
         // A persistent `mma.sync` grid holds one tile's weights per block, and stream-K
         // deals the reduction itself: no split.
-        if self.mma.is_some_and(|m| m.persistent > 0 || m.stream_k > 0) {
+        if let SketchTiling::MmaSync(m) = &self.tiling
+            && (m.persistent > 0 || m.stream_k > 0)
+        {
             return false;
         }
-        let atomic = self.mma.is_none() && self.wgmma.is_none();
+        let atomic = self.tiling == SketchTiling::CudaCore;
         let into_output = !c.relu && c.out_dtype == crate::task::DType::F32;
         (!atomic || into_output) && self.stages(c) > 1
     }
@@ -650,8 +723,7 @@ mod tests {
             split_k: 1,
             shared_layout: Default::default(),
             split_sums: SplitSums::Ordered,
-            mma: None,
-            wgmma: None,
+            tiling: SketchTiling::CudaCore,
         };
         let old = r#"{"spatial":[{"vthread":1,"thread":32,"outer":1,"inner":2}],"reduction":[{"middle":4,"inner":2}],"unroll_max_step":16,"vector_width":[1,2]}"#;
         assert_eq!(state.to_json(), old);
@@ -699,5 +771,30 @@ mod tests {
             serde_json::from_str::<State>(&atomic.to_json()).unwrap(),
             atomic
         );
+    }
+
+    #[test]
+    fn a_state_is_of_one_sketch_written_as_before_and_two_are_refused() {
+        let task = crate::Task::new(
+            crate::parse_shape("matmul", "512,512,512").unwrap(),
+            Default::default(),
+        )
+        .unwrap()
+        .with_types(crate::DType::Fp16, crate::DType::Fp16, crate::Layout::Nchw)
+        .unwrap();
+        let states = crate::Sampler::new(&task, &crate::GpuSpec::h100(), 3).sample_distinct(400);
+        let of = |name: &str| states.iter().find(|s| s.sketch_name() == name).unwrap().clone();
+        let (mma, wgmma) = (of("mma.sync"), of("wgmma"));
+        for (state, key) in [(&mma, r#","mma":{"#), (&wgmma, r#","wgmma":{"#)] {
+            let json = state.to_json();
+            assert!(json.contains(key) && json.ends_with("}}"), "{json}");
+            assert_eq!(&serde_json::from_str::<State>(&json).unwrap(), state);
+        }
+        // Both sketches' fields in one state: refused, not one of them chosen.
+        let wgmma_json = wgmma.to_json();
+        let tiling = &wgmma_json[wgmma_json.find(r#""wgmma":"#).unwrap()..wgmma_json.len() - 1];
+        let both = format!("{},{tiling}}}", &mma.to_json()[..mma.to_json().len() - 1]);
+        let err = serde_json::from_str::<State>(&both).unwrap_err().to_string();
+        assert!(err.contains("two sketches"), "{err}");
     }
 }

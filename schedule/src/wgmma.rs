@@ -829,7 +829,7 @@ pub fn b_major(view: &GemmView) -> Major {
     if view.b_k_major { Major::K } else { Major::MN }
 }
 
-/// Validates a `wgmma` state (`state.wgmma` is `tiling`).
+/// Validates a `wgmma` state (`SketchTiling::Wgmma(t)`).
 pub fn validate_wgmma(
     c: &Contraction,
     t: &WgmmaTiling,

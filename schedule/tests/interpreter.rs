@@ -19,7 +19,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
 use schedule::ir::{Kernel, Stmt};
-use schedule::state::{ReductionSplit, SHARED_PADS, SharedLayout, SpatialSplit};
+use schedule::state::{ReductionSplit, SHARED_PADS, SharedLayout, SketchTiling, SpatialSplit};
 use schedule::task::Conv2d;
 use schedule::tiling::innermost_choices;
 use schedule::{Epilogue, GpuSpec, Operator, Sampler, State, Task, lower::lower, validate};
@@ -367,8 +367,7 @@ fn split_k_with_short_and_empty_chunks() {
         let state = State {
             prefetch: false,
             split_sums: Default::default(),
-            mma: None,
-            wgmma: None,
+            tiling: SketchTiling::CudaCore,
             spatial: vec![
                 SpatialSplit {
                     vthread: 1,
@@ -687,8 +686,7 @@ fn check_prefetch(task: &Task, states: usize, seed: u64) -> (usize, usize) {
             for split_k in [state.split_k, 1, 2, 3, stages] {
                 let s = State {
                     prefetch: true,
-                    mma: None,
-                    wgmma: None,
+                    tiling: SketchTiling::CudaCore,
                     unroll_max_step,
                     split_k,
                     ..state.clone()

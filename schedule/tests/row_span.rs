@@ -162,7 +162,7 @@ fn sampled_row_spans_are_exact() {
     let spans: Vec<State> = Sampler::new(&task, &gpu, 9)
         .sample_distinct(40)
         .into_iter()
-        .filter(|s| s.mma.is_some_and(|t| t.row_span))
+        .filter(|s| s.mma().is_some_and(|t| t.row_span))
         .collect();
     assert!(spans.len() >= 4, "only {} row-span states", spans.len());
     for s in spans.iter().take(8) {

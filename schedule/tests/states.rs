@@ -3,7 +3,7 @@
 //! satisfy validation's invariants (proptest).
 
 use proptest::prelude::*;
-use schedule::state::{ReductionSplit, SharedLayout, SpatialSplit};
+use schedule::state::{ReductionSplit, SharedLayout, SketchTiling, SpatialSplit};
 use schedule::task::Conv2d;
 use schedule::tiling::Tiling;
 use schedule::validate::{InvalidState, validate};
@@ -79,8 +79,7 @@ fn snapshot_conv2d_deep_layer() {
     let state = State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
         reduction: vec![rd(4, 2), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
@@ -106,8 +105,7 @@ fn snapshot_conv2d_strided_1x1_epilogue() {
     let state = State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(1, 16, 2, 2), sp(1, 2, 1, 2), sp(1, 4, 1, 7)],
         reduction: vec![rd(4, 4)],
         unroll_max_step: 64,
@@ -136,8 +134,7 @@ fn snapshot_depthwise_fp16_nhwc() {
     let state = State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(1, 4, 1, 1), sp(1, 4, 1, 1), sp(1, 8, 1, 2)],
         reduction: vec![rd(1, 3), rd(3, 1)],
         unroll_max_step: 512,
@@ -157,8 +154,7 @@ fn snapshot_matmul_tails() {
     let state = State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(1, 16, 2, 2), sp(2, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 1024,
@@ -286,8 +282,7 @@ fn cublas_like_tile() -> State {
     State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(1, 16, 2, 4), sp(1, 16, 2, 4)],
         reduction: vec![rd(8, 1)],
         unroll_max_step: 512,
@@ -331,8 +326,7 @@ fn snapshot_batch_matmul() {
     let state = State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(1, 1, 1, 1), sp(1, 16, 2, 2), sp(2, 8, 1, 4)],
         reduction: vec![rd(4, 4)],
         unroll_max_step: 16,
@@ -360,8 +354,7 @@ fn snapshot_conv2d_deep_layer_split_k() {
     let state = State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(2, 8, 1, 2), sp(1, 1, 4, 1), sp(1, 8, 1, 1)],
         reduction: vec![rd(8, 3), rd(1, 3), rd(1, 3)],
         unroll_max_step: 512,
@@ -399,9 +392,9 @@ fn only_cuda_core_splits_need_a_zeroed_output() {
             let k = generate(&t, &state, &gpu).unwrap();
             let split = state.split_k > 1;
             // Stream-K's segments meet in a workspace too, unsplit.
-            let streamed = state.mma.is_some_and(|m| m.stream_k > 0)
-                || state.wgmma.is_some_and(|w| w.stream_k > 0);
-            assert_eq!(state.mma.is_none() && state.wgmma.is_none(), cuda_core);
+            let streamed = state.mma().is_some_and(|m| m.stream_k > 0)
+                || state.wgmma().is_some_and(|w| w.stream_k > 0);
+            assert_eq!(state.mma().is_none() && state.wgmma().is_none(), cuda_core);
             assert_eq!(k.launch.zero_output, split && cuda_core);
             assert_eq!(
                 k.launch.workspace_bytes > 0,
@@ -421,8 +414,7 @@ fn validation_rejects_what_the_gpu_cannot_run() {
     let base = State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
@@ -543,8 +535,7 @@ fn split_k_with_relu_is_rejected_with_a_reason() {
     let state = State {
         split_sums: Default::default(),
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         spatial: vec![sp(1, 16, 1, 4), sp(1, 16, 1, 4)],
         reduction: vec![rd(2, 8)],
         unroll_max_step: 64,
@@ -650,8 +641,7 @@ fn snapshot_prefetch() {
     let t = task("matmul", "1024,1024,1024", Epilogue::default());
     let state = State {
         prefetch: true,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         ..cublas_like_tile()
     };
     let k = generate(&t, &state, &GpuSpec::h100()).unwrap();
@@ -672,8 +662,7 @@ fn prefetch_needs_unrolled_fetch_loops_and_two_stages() {
     let t = task("matmul", "1024,1024,1024", Epilogue::default());
     let mut state = State {
         prefetch: true,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         unroll_max_step: 0,
         ..cublas_like_tile()
     };
@@ -688,8 +677,7 @@ fn prefetch_needs_unrolled_fetch_loops_and_two_stages() {
     // Prefetching keeps the next stage live through the inner product.
     let without = State {
         prefetch: false,
-        mma: None,
-        wgmma: None,
+        tiling: SketchTiling::CudaCore,
         ..state.clone()
     };
     assert!(

@@ -55,7 +55,7 @@ fn run(task: &Task, kernel: &Kernel) -> Result<(), String> {
 fn variants(task: &Task, state: &State) -> Vec<State> {
     let c = task.contraction();
     let gpu = GpuSpec::h100();
-    let mma = state.mma.expect("a tensor-core state");
+    let mma = state.mma().expect("a tensor-core state");
     let mut out = vec![state.clone()];
     for stages in 1..=MAX_STAGES {
         for swizzle in [true, false] {
@@ -82,7 +82,7 @@ fn check(task: &Task, samples: usize, seed: u64) -> usize {
     let states = Sampler::new(task, &gpu, seed).sample_distinct(samples);
     assert!(!states.is_empty(), "no state for {task}");
     let mut checked = 0;
-    for state in states.iter().filter(|s| s.mma.is_some()) {
+    for state in states.iter().filter(|s| s.mma().is_some()) {
         for s in variants(task, state).into_iter().take(6) {
             let kernel = lower(task, &s);
             if let Err(e) = run(task, &kernel) {
@@ -165,7 +165,7 @@ fn grouped_conv2d_batches_over_groups_and_depthwise_falls_back() {
     let states = Sampler::new(&dw, &gpu, 13).sample_distinct(8);
     assert_eq!(states.len(), 8);
     for s in &states {
-        assert!(s.mma.is_none(), "depthwise has no GEMM view");
+        assert!(s.mma().is_none(), "depthwise has no GEMM view");
         run(&dw, &lower(&dw, s)).unwrap_or_else(|e| panic!("{dw} {}: {e}", s.to_json()));
     }
 }
@@ -371,7 +371,7 @@ fn mma_stream_k_deals_every_k_tile_once() {
     let states = Sampler::new(&small, &gpu, 11).sample_distinct(200);
     let streamed: Vec<&State> = states
         .iter()
-        .filter(|s| s.mma.is_some_and(|m| m.stream_k > 0))
+        .filter(|s| s.mma().is_some_and(|m| m.stream_k > 0))
         .collect();
     assert!(streamed.len() >= 5, "{} stream-K states", streamed.len());
     for s in streamed.into_iter().take(5) {

@@ -526,8 +526,8 @@ fn tf32_reads_four_byte_k_major_operands() {
     let state = State::hopper(tiling(1, 1, 64, 128, 2));
     assert!(validate(&matmul.contraction(), &state, &GpuSpec::h100()).is_err());
     let sampled = Sampler::new(&conv, &GpuSpec::h100(), 3).sample_distinct(40);
-    assert!(sampled.iter().any(|s| s.wgmma.is_some()));
-    for s in sampled.iter().filter(|s| s.wgmma.is_some()).take(4) {
+    assert!(sampled.iter().any(|s| s.wgmma().is_some()));
+    for s in sampled.iter().filter(|s| s.wgmma().is_some()).take(4) {
         if let Err(e) = run(&conv, &lower(&conv, s)) {
             panic!("{}: {e}", s.to_json());
         }
@@ -762,7 +762,7 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
     let e = broken(&|b| without(b, &|s| matches!(s, Stmt::PartialAdd { .. }))).unwrap_err();
     // Stream-K's partial sums always meet atomically.
     let stream_k =
-        state.wgmma.is_some_and(|t| t.stream_k > 0) || state.mma.is_some_and(|t| t.stream_k > 0);
+        state.wgmma().is_some_and(|t| t.stream_k > 0) || state.mma().is_some_and(|t| t.stream_k > 0);
     let left = state.split_sums == SplitSums::Atomic || stream_k;
     assert!(
         if left {
@@ -878,7 +878,7 @@ fn sampled_states_equal_the_definition() {
     let states: Vec<State> = Sampler::new(&t, &GpuSpec::h100(), 5)
         .sample_distinct(40)
         .into_iter()
-        .filter(|s| s.wgmma.is_some())
+        .filter(|s| s.wgmma().is_some())
         .take(6)
         .collect();
     assert!(states.len() >= 4, "{} wgmma states", states.len());

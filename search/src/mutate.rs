@@ -29,7 +29,7 @@ use schedule::state::{
 };
 use schedule::task::Contraction;
 use schedule::tiling::{Tiling, innermost_choices};
-use schedule::{GpuSpec, State, prefetch_feasible, validate};
+use schedule::{GpuSpec, SketchTiling, State, prefetch_feasible, validate};
 
 fn pick(rng: &mut ChaCha8Rng, n: usize) -> usize {
     (rng.next_u64() % n as u64) as usize
@@ -220,7 +220,7 @@ impl MmaCoordinate {
     /// The coordinate's value in tensor-core state `s` (0 for another sketch's); the
     /// swizzle and the split sums as 0 or 1.
     pub fn get(self, s: &State) -> u32 {
-        let Some(t) = &s.mma else {
+        let Some(t) = s.mma() else {
             return 0;
         };
         match self {
@@ -283,12 +283,12 @@ impl MmaCoordinate {
     fn set(self, c: &Contraction, s: &State, value: u32) -> State {
         let mut n = s.clone();
         let State {
-            mma,
+            tiling,
             split_k,
             split_sums,
             ..
         } = &mut n;
-        if let Some(t) = mma {
+        if let SketchTiling::MmaSync(t) = tiling {
             match self {
                 MmaCoordinate::BlockM => t.block_m = value,
                 MmaCoordinate::BlockN => t.block_n = value,
@@ -345,7 +345,7 @@ pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
 /// block per SM (unsplit, without what it excludes) and its blocks doubled or halved,
 /// nothing else changed, in that order. Empty for the other sketches.
 pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
-    let Some(t) = s.wgmma else {
+    let Some(t) = s.wgmma() else {
         return Vec::new();
     };
     let other = |x: u32| 3 - x.clamp(1, 2);
@@ -708,7 +708,7 @@ mod tests {
             for i in 0..400 {
                 let m = mutate(&s, &c, &gpu, &mut rng).expect("a valid move exists");
                 assert!(validate(&c, &m, &gpu).is_ok());
-                assert!(m.mma.is_some() && m.spatial.is_empty());
+                assert!(m.mma().is_some() && m.spatial.is_empty());
                 let moved = changed(&s, &m);
                 assert_eq!(moved.len(), 1, "{s:?} -> {m:?}");
                 let k = moved[0];
@@ -771,14 +771,14 @@ mod tests {
         assert!(validate(&c, &plain, &gpu).is_ok());
         let spans: Vec<State> = mma_steps(&c, &plain, &gpu)
             .into_iter()
-            .filter(|s| s.mma.is_some_and(|t| t.row_span))
+            .filter(|s| s.mma().is_some_and(|t| t.row_span))
             .collect();
         assert_eq!(spans.len(), 1);
-        let t = spans[0].mma.unwrap();
+        let t = spans[0].mma().unwrap();
         assert_eq!((t.vector, t.k_steps), ([8, 1], 2));
         let back: Vec<State> = mma_steps(&c, &spans[0], &gpu)
             .into_iter()
-            .filter(|s| s.mma.is_some_and(|t| !t.row_span))
+            .filter(|s| s.mma().is_some_and(|t| !t.row_span))
             .collect();
         assert_eq!(back, vec![plain]);
     }
