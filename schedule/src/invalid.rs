@@ -214,3 +214,35 @@ pub enum TmaGemmError {
         error: TmaError,
     },
 }
+
+/// Checks a tensor-core sketch's split of `ktiles` K tiles into `split_k` chunks of
+/// `ceil(ktiles / split_k)`: at most one chunk per K tile (and `MAX_SPLIT_K`), none of
+/// them empty (an empty chunk's block would only add zeros).
+pub fn check_tile_split(split_k: u32, ktiles: u64) -> Result<(), InvalidState> {
+    let max = ktiles.min(u64::from(MAX_SPLIT_K));
+    let split = u64::from(split_k);
+    if split == 0 || split > max || (split - 1) * ktiles.div_ceil(split) >= ktiles {
+        return Err(InvalidState::SplitK {
+            split_k,
+            stages: ktiles,
+            max,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tensor_core_split_leaves_no_chunk_empty() {
+        // 13 K tiles: 4 chunks of 4 (the last of 1) are fine, 8 chunks of 2 leave the
+        // last one empty, 14 is more chunks than tiles.
+        assert!(check_tile_split(4, 13).is_ok());
+        assert!(check_tile_split(13, 13).is_ok());
+        assert!(check_tile_split(8, 13).is_err());
+        assert!(check_tile_split(14, 13).is_err());
+        assert!(check_tile_split(0, 13).is_err());
+    }
+}

@@ -23,7 +23,7 @@ use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
 use crate::row_span::{COPY_ELEMENTS, RowSpan};
-use crate::state::check_tile_split;
+use crate::invalid::check_tile_split;
 pub use crate::state::{MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling};
 use crate::stream_k::StreamK;
 use crate::task::{Contraction, DType};

@@ -114,22 +114,6 @@ pub const VECTOR_WIDTHS: [u32; 3] = [1, 2, 4];
 /// parallelism on a GPU of ~132 SMs.
 pub const MAX_SPLIT_K: u32 = 64;
 
-/// Checks a tensor-core sketch's split of `ktiles` K tiles into `split_k` chunks of
-/// `ceil(ktiles / split_k)`: at most one chunk per K tile (and `MAX_SPLIT_K`), none of
-/// them empty (an empty chunk's block would only add zeros).
-pub fn check_tile_split(split_k: u32, ktiles: u64) -> Result<(), crate::InvalidState> {
-    let max = ktiles.min(u64::from(MAX_SPLIT_K));
-    let split = u64::from(split_k);
-    if split == 0 || split > max || (split - 1) * ktiles.div_ceil(split) >= ktiles {
-        return Err(crate::InvalidState::SplitK {
-            split_k,
-            stages: ktiles,
-            max,
-        });
-    }
-    Ok(())
-}
-
 /// The tensor-core sketch's limits (`MmaTiling`). Deepest pipeline it builds:
 pub const MAX_STAGES: u32 = 8;
 /// Most warps per block.
@@ -694,17 +678,6 @@ mod tests {
     }
 
     #[test]
-    fn a_tensor_core_split_leaves_no_chunk_empty() {
-        // 13 K tiles: 4 chunks of 4 (the last of 1) are fine, 8 chunks of 2 leave the
-        // last one empty, 14 is more chunks than tiles.
-        assert!(check_tile_split(4, 13).is_ok());
-        assert!(check_tile_split(13, 13).is_ok());
-        assert!(check_tile_split(8, 13).is_err());
-        assert!(check_tile_split(14, 13).is_err());
-        assert!(check_tile_split(0, 13).is_err());
-    }
-
-    #[test]
     fn no_split_serializes_as_before_split_k_existed() {
         let state = State {
             prefetch: false,
@@ -783,7 +756,13 @@ mod tests {
         .with_types(crate::DType::Fp16, crate::DType::Fp16, crate::Layout::Nchw)
         .unwrap();
         let states = crate::Sampler::new(&task, &crate::GpuSpec::h100(), 3).sample_distinct(400);
-        let of = |name: &str| states.iter().find(|s| s.sketch_name() == name).unwrap().clone();
+        let of = |name: &str| {
+            states
+                .iter()
+                .find(|s| s.sketch_name() == name)
+                .unwrap()
+                .clone()
+        };
         let (mma, wgmma) = (of("mma.sync"), of("wgmma"));
         for (state, key) in [(&mma, r#","mma":{"#), (&wgmma, r#","wgmma":{"#)] {
             let json = state.to_json();
@@ -794,7 +773,9 @@ mod tests {
         let wgmma_json = wgmma.to_json();
         let tiling = &wgmma_json[wgmma_json.find(r#""wgmma":"#).unwrap()..wgmma_json.len() - 1];
         let both = format!("{},{tiling}}}", &mma.to_json()[..mma.to_json().len() - 1]);
-        let err = serde_json::from_str::<State>(&both).unwrap_err().to_string();
+        let err = serde_json::from_str::<State>(&both)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("two sketches"), "{err}");
     }
 }

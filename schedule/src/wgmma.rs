@@ -42,7 +42,7 @@ use crate::atom::wgmma::{Major, OperandLayout, Swizzle, WARPGROUP_THREADS, Wgmma
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::{InvalidState, TmaGemmError};
-use crate::state::check_tile_split;
+use crate::invalid::check_tile_split;
 pub use crate::state::{MAX_WGMMA_STAGES, WgmmaTiling};
 use crate::stream_k::StreamK;
 use crate::task::{Access, AxisRef, Contraction};
