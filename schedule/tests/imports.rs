@@ -1,8 +1,8 @@
 //! The modules of `schedule/src` import one another without circles (issue 52): atoms
 //! below the IR, the IR below the sketches. Read from the code itself: every `crate::`
 //! path outside comments and test modules, `use` lines and inline paths alike, names the
-//! module it reaches (through `lib.rs`'s re-exports too). A module is a file, and the
-//! files of `atom/` and `lower/` each count as one.
+//! module it reaches (through `lib.rs`'s re-exports too). A module is a file or a folder;
+//! the files of `atom/` and `lower/` each count as one, their `mod.rs` as the folder.
 
 use petgraph::algo::tarjan_scc;
 use petgraph::graphmap::DiGraphMap;
@@ -107,6 +107,7 @@ fn no_module_of_schedule_imports_itself_through_others() {
             .collect();
         let module = match parts.as_slice() {
             [top] if top == "lib" => continue,
+            [dir, file] if file == "mod" => dir.clone(),
             [dir, file, ..] if dir == "atom" || dir == "lower" => format!("{dir}/{file}"),
             [top, ..] => top.clone(),
             [] => continue,
