@@ -13,7 +13,7 @@
 //! 5. The DGD lattice: `search/src/dgd.rs` (the neighbours along the new dimension).
 //! 6. Lowering: `schedule/src/lower/cuda_core.rs`, or a transform pass over the loop nest
 //!    in a file of its own that it applies (as `schedule/src/lower/prefetch.rs` does).
-//! 7. Interpreter: `schedule/src/interp.rs` runs any new IR statement faithfully, and
+//! 7. Interpreter: `schedule/src/interp/` runs any new IR statement faithfully, and
 //!    `schedule/tests/interpreter.rs` runs states with the option against the
 //!    reference.
 //! 8. Features: `features/src/extract.rs` (described in `features/src/table.rs`).
