@@ -42,8 +42,8 @@ use crate::gpu_spec::GpuSpec;
 use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MMA_M, MMA_N, MmaTiling};
 use crate::row_span::{COPY_ELEMENTS, RowSpan};
 use crate::state::{
-    MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SketchTiling, SpatialSplit, SplitSums, State,
-    UNROLL_STEPS, VECTOR_WIDTHS,
+    MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SketchTiling, SpatialSplit, SplitSums,
+    State, UNROLL_STEPS, VECTOR_WIDTHS,
 };
 use crate::task::{Contraction, Task};
 use crate::tiling::{Tiling, innermost_choices};

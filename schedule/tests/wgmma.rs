@@ -761,8 +761,8 @@ fn broken_split_k_fixup_is_caught(t: &Task, state: &State) {
     // No fixup: the epilogue stores zeros, and atomic sums are left in the workspace.
     let e = broken(&|b| without(b, &|s| matches!(s, Stmt::PartialAdd { .. }))).unwrap_err();
     // Stream-K's partial sums always meet atomically.
-    let stream_k =
-        state.wgmma().is_some_and(|t| t.stream_k > 0) || state.mma().is_some_and(|t| t.stream_k > 0);
+    let stream_k = state.wgmma().is_some_and(|t| t.stream_k > 0)
+        || state.mma().is_some_and(|t| t.stream_k > 0);
     let left = state.split_sums == SplitSums::Atomic || stream_k;
     assert!(
         if left {
