@@ -285,19 +285,26 @@ fn compiling_without_nvrtc_is_one_clear_line() {
     }
 }
 
-/// A deploy cache with one kernel, written through the library as the pipeline would.
-fn deploy_cache(dir: &Path) -> runtime::DeployEntry {
+/// A deploy cache with one kernel of `op` `shape`, written through the library as the
+/// pipeline would: a kernel of three pointers (NVRTC, no GPU), as the task's A, B and C.
+fn deploy_cache_of(dir: &Path, op: &str, shape: &str) -> runtime::DeployEntry {
     use runtime::{DeployCache, NewEntry, Stage, TOOL_VERSION};
+    let source = r#"extern "C" __global__ void default_function_kernel(
+        const float* a, const float* b, float* c) { c[0] = a[0] * b[0]; }"#;
+    let cubin = gpu::compile(source, "default_function_kernel", "sm_90")
+        .unwrap()
+        .cubin;
+    let shape = schedule::Task::new(
+        schedule::parse_shape(op, shape).unwrap(),
+        schedule::Epilogue::default(),
+    )
+    .unwrap();
     let mut cache = DeployCache::open(dir).unwrap();
     let new = NewEntry {
         gpu: "NVIDIA H100 80GB HBM3".to_string(),
         compute_capability: (9, 0),
-        task: "matmul_m512_n512_k512".to_string(),
-        shape: schedule::Task::new(
-            schedule::parse_shape("matmul", "512,512,512").unwrap(),
-            schedule::Epilogue::default(),
-        )
-        .unwrap(),
+        task: shape.key(),
+        shape,
         kernel: "default_function_kernel".to_string(),
         launch: schedule::LaunchConfig::linear(64, 256, 32768),
         stage1_us: 21.5,
@@ -305,10 +312,11 @@ fn deploy_cache(dir: &Path) -> runtime::DeployEntry {
         stage: Stage::Sass,
         created_by: TOOL_VERSION.to_string(),
     };
-    cache
-        .store(new, b"\x7fELF not really a cubin")
-        .unwrap()
-        .entry
+    cache.store(new, &cubin).unwrap().entry
+}
+
+fn deploy_cache(dir: &Path) -> runtime::DeployEntry {
+    deploy_cache_of(dir, "matmul", "512,512,512")
 }
 
 #[test]
@@ -397,6 +405,55 @@ fn deploy_lookup_errors_are_one_line() {
         "deploy", "lookup", "--cache", dir, "--task", "t", "--gpu", h100,
     ]);
     assert!(err.contains("--cc"), "{err}");
+}
+
+#[test]
+fn deploy_lookup_refuses_an_edited_entry_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let entry = deploy_cache_of(tmp.path(), "conv2d", "1,64,56,56,64,3,3,1,1");
+    let index = tmp.path().join("index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let lookup = || {
+        fails(&[
+            "deploy",
+            "lookup",
+            "--cache",
+            dir,
+            "--task",
+            &entry.task,
+            "--gpu",
+            "NVIDIA H100 80GB HBM3",
+            "--cc",
+            "9.0",
+        ])
+    };
+    let named = format!(
+        "has a bad entry, of task {} on NVIDIA H100 80GB HBM3 (sm_90): ",
+        entry.task
+    );
+    // A window larger than the padded input (deriving its sizes panicked).
+    std::fs::write(&index, text.replace("\"r\": 3", "\"r\": 99")).unwrap();
+    let err = lookup();
+    assert!(
+        err.contains(&format!("{named}its shape is not a valid task")),
+        "{err}"
+    );
+    // A tensor map the kernel does not take, of a buffer it does not have.
+    let map = r#""tensor_maps": [{"buffer": 3, "tensor": {"dtype": "f32", "dims": [64, 64],
+        "strides": [256], "boxed": [32, 64], "swizzle": "b128"}}],"#;
+    std::fs::write(
+        &index,
+        text.replace("\"zero_output\"", &format!("{map} \"zero_output\"")),
+    )
+    .unwrap();
+    let err = lookup();
+    assert!(
+        err.contains(&format!(
+            "{named}its kernel default_function_kernel takes 3 parameters, but the entry gives 3 pointers and 1 tensor maps"
+        )),
+        "{err}"
+    );
 }
 
 #[test]

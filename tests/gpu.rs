@@ -903,3 +903,157 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
         );
     }
 }
+
+/// A `wgmma` kernel through the runtime, from a deploy entry: launched with the tensor
+/// maps its entry records, its output equals the reference kernel's bit for bit; the same
+/// entry with its maps removed is refused when the cache opens, naming it (it used to be
+/// launched with too few parameters).
+#[test]
+#[ignore = "needs a Hopper GPU (run by scripts/device-check)"]
+fn runtime_launches_a_wgmma_entry_and_refuses_it_without_its_maps() {
+    use gpu::cuda::{Context, KernelArg, LoadedKernel};
+    use runtime::{EntryError, RuntimeError};
+    use schedule::{DType, Epilogue, Layout};
+
+    let ctx = Context::new(0).unwrap();
+    let device = gpu::DeviceInfo::query(&ctx).unwrap();
+    let spec = device.spec().unwrap();
+    let arch = device.arch();
+    let task = schedule::Task::new(
+        schedule::parse_shape("matmul", "512,512,512").unwrap(),
+        Epilogue {
+            bias: true,
+            relu: false,
+        },
+    )
+    .unwrap()
+    .with_types(DType::Fp16, DType::Fp16, Layout::Nchw)
+    .unwrap();
+    let kernel = schedule::Sampler::new(&task, &spec, 1)
+        .sample_distinct(64)
+        .iter()
+        .filter_map(|s| schedule::generate(&task, s, &spec).ok())
+        .find(|k| !k.launch.tensor_maps.is_empty() && k.launch.workspace_bytes == 0)
+        .expect("a wgmma kernel among 64 sampled states");
+    let cubin = gpu::compile(
+        &kernel.source,
+        &kernel.name,
+        &kernel.launch.target.arch(&arch),
+    )
+    .unwrap()
+    .cubin;
+    let dir = out_dir().join("gpu-test-runtime-wgmma-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cache = runtime::DeployCache::open(&dir).unwrap();
+    cache
+        .store(
+            runtime::NewEntry {
+                gpu: device.name.clone(),
+                compute_capability: device.compute_capability,
+                task: task.key(),
+                shape: task,
+                kernel: kernel.name.clone(),
+                launch: kernel.launch.clone(),
+                stage1_us: 1.0,
+                final_us: 1.0,
+                stage: runtime::Stage::Stage1,
+                created_by: runtime::TOOL_VERSION.to_string(),
+            },
+            &cubin,
+        )
+        .unwrap();
+
+    // The inputs, and the reference kernel's output of them.
+    let problem = gpu::Problem::for_task(&task, 7);
+    let inputs: Vec<gpu::cuda::Buffer> = problem
+        .input_values()
+        .iter()
+        .map(|values| {
+            let b = ctx.alloc_typed(values.len(), problem.dtype).unwrap();
+            ctx.upload(&b, values).unwrap();
+            b
+        })
+        .collect();
+    let pointers = |output: &gpu::cuda::Buffer| -> Vec<u64> {
+        inputs
+            .iter()
+            .chain([output])
+            .map(|b| b.device_ptr())
+            .collect()
+    };
+    let expected = ctx.alloc_typed(problem.output, problem.out_dtype).unwrap();
+    let reference = schedule::reference::reference_kernel(&task);
+    let reference_cubin = gpu::compile(&reference.source, &reference.name, &arch)
+        .unwrap()
+        .cubin;
+    let zero = reference
+        .launch
+        .zero_output
+        .then(|| (expected.device_ptr(), expected.bytes()));
+    let reference =
+        LoadedKernel::load(&reference_cubin, &reference.name, reference.launch).unwrap();
+    let args: Vec<KernelArg> = pointers(&expected)
+        .into_iter()
+        .map(KernelArg::Ptr)
+        .collect();
+    // SAFETY: the reference kernel takes the task's inputs and output, allocated above
+    // at the sizes the problem names, in the current context, on its stream.
+    unsafe { reference.launch(&args, zero, ctx.raw_stream()) }.unwrap();
+
+    let mut rt = runtime::Runtime::open(&dir, 0).unwrap();
+    let ours = ctx.alloc_typed(problem.output, problem.out_dtype).unwrap();
+    let deployed = rt.kernel(&task.key()).unwrap();
+    assert_eq!(
+        deployed.entry().launch.tensor_maps,
+        kernel.launch.tensor_maps
+    );
+    // SAFETY: the buffers are the task's, of the sizes `params()` names, in the primary
+    // context `Runtime::open` made current; the stream is the context's.
+    unsafe { deployed.launch(&pointers(&ours), ctx.raw_stream()) }.unwrap();
+    ctx.synchronize().unwrap();
+    let expected = ctx.download(&expected).unwrap();
+    let ours = ctx.download(&ours).unwrap();
+    assert!(
+        expected.iter().any(|&v| v != 0.0),
+        "the reference wrote zeros"
+    );
+    let exact = expected
+        .iter()
+        .zip(&ours)
+        .all(|(e, o)| e.to_bits() == o.to_bits());
+    assert!(
+        exact,
+        "{}: {:?}",
+        kernel.name,
+        gpu::check::first_mismatch(&expected, &ours)
+    );
+    println!(
+        "{}: {} tensor maps, launched through the runtime, equal to the reference",
+        kernel.name,
+        kernel.launch.tensor_maps.len()
+    );
+
+    // Without its maps: refused when the cache opens, never launched.
+    drop(rt);
+    let index = dir.join(runtime::INDEX_FILE);
+    let mut json: Value = serde_json::from_str(&std::fs::read_to_string(&index).unwrap()).unwrap();
+    json["entries"][0]["launch"]
+        .as_object_mut()
+        .unwrap()
+        .remove("tensor_maps");
+    std::fs::write(&index, json.to_string()).unwrap();
+    let err = match runtime::Runtime::open(&dir, 0) {
+        Ok(_) => panic!("an entry without its tensor maps was accepted"),
+        Err(err) => err,
+    };
+    let text = err.to_string();
+    assert!(
+        matches!(
+            &err,
+            RuntimeError::BadEntry { why, .. } if matches!(**why, EntryError::ParamCount { maps: 0, .. })
+        ),
+        "{text}"
+    );
+    assert!(text.contains(&task.key()), "{text}");
+    println!("without its maps: {text}");
+}

@@ -15,6 +15,9 @@
 //! - `DIR/cubins/<gpu>-sm<XY>-<task>-<sha256 prefix>.cubin`: the cubins, named by their
 //!   content, so a replaced kernel never overwrites the file the index still points to.
 //!
+//! An entry is checked before it is written and again whenever the index is read
+//! (`entry`), so that a launch never takes parameters its kernel does not.
+//!
 //! Every file is written to a temporary file in the same directory and then renamed over
 //! its final name, and the cubin is in place before the index that names it: an
 //! interrupted store leaves either the old index or the new one, never a broken one (at
@@ -23,6 +26,7 @@
 //! line holds a lock on the directory while it writes).
 
 use crate::RuntimeError;
+use crate::entry::{self, EntryError};
 use gpu::{LaunchConfig, Task};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -156,7 +160,10 @@ impl DeployCache {
     }
 
     /// Reads the cache in the existing directory `dir`, writing nothing: a missing
-    /// directory is an error, a directory without `index.json` an empty cache.
+    /// directory is an error, a directory without `index.json` an empty cache. Every
+    /// entry is checked (`entry`: its task, its cubin's hash, its kernel's parameters
+    /// against its buffers and tensor maps); one that fails fails the whole cache, naming
+    /// it: a deploy cache is a build artifact, so a bad entry was edited or damaged.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, RuntimeError> {
         let dir = dir.as_ref();
         let dir = std::path::absolute(dir)
@@ -203,9 +210,6 @@ impl DeployCache {
                     e.task, e.cubin
                 )));
             }
-            if let Err(why) = check_entry(e) {
-                return Err(corrupt(format!("entry of task {}: {why}", e.task)));
-            }
             if index.entries[..i].iter().any(|o| same_key(o, e)) {
                 return Err(corrupt(format!(
                     "two entries for task {} on {}",
@@ -214,10 +218,29 @@ impl DeployCache {
                 )));
             }
         }
-        Ok(DeployCache {
+        let cache = DeployCache {
             dir,
             entries: index.entries,
-        })
+        };
+        // An entry written before tasks were recorded loads; `params_of` refuses to
+        // launch it, naming it.
+        for e in cache.entries.iter().filter(|e| e.shape.is_some()) {
+            // The task first: an edited shape is named as such, whatever its cubin.
+            entry::task_of(e).map_err(|why| cache.bad_entry(e, why))?;
+            let cubin = cache.verify(e)?;
+            entry::check(e, &cubin).map_err(|why| cache.bad_entry(e, why))?;
+        }
+        Ok(cache)
+    }
+
+    /// The error of an entry that fails a check of `entry`.
+    pub(crate) fn bad_entry(&self, e: &DeployEntry, why: EntryError) -> RuntimeError {
+        RuntimeError::BadEntry {
+            cache: self.dir.display().to_string(),
+            task: e.task.clone(),
+            gpu: gpu_label(&e.gpu, e.compute_capability),
+            why: Box::new(why),
+        }
     }
 
     /// The cache directory (absolute).
@@ -257,22 +280,21 @@ impl DeployCache {
     /// Checks that the entry's cubin exists and has the recorded sha256; returns its bytes.
     pub fn verify(&self, entry: &DeployEntry) -> Result<Vec<u8>, RuntimeError> {
         let path = self.path_of(entry);
-        let bytes = fs::read(&path).map_err(|e| {
-            RuntimeError::Cache(format!(
-                "cubin of task {} on {} is unreadable: {}: {e}",
-                entry.task,
-                gpu_label(&entry.gpu, entry.compute_capability),
-                path.display()
-            ))
+        let bytes = fs::read(&path).map_err(|error| {
+            let why = EntryError::CubinUnreadable {
+                path: path.display().to_string(),
+                error: error.to_string(),
+            };
+            self.bad_entry(entry, why)
         })?;
         let found = sha256_hex(&bytes);
         if found != entry.sha256 {
-            return Err(RuntimeError::Cache(format!(
-                "cubin {} does not match its recorded sha256 (expected {}, found {found}): \
-                 the file was modified; store the kernel again",
-                path.display(),
-                entry.sha256
-            )));
+            let why = EntryError::CubinAltered {
+                path: path.display().to_string(),
+                expected: entry.sha256.clone(),
+                found,
+            };
+            return Err(self.bad_entry(entry, why));
         }
         Ok(bytes)
     }
@@ -282,31 +304,11 @@ impl DeployCache {
     /// `final_us`): only a strictly faster kernel replaces an entry.
     pub fn store(&mut self, new: NewEntry, cubin: &[u8]) -> Result<Stored, RuntimeError> {
         validate(&new, cubin)?;
-        let existing = self.entries.iter().position(|e| {
-            e.gpu == new.gpu && e.compute_capability == new.compute_capability && e.task == new.task
-        });
-        let previous_final_us = match existing {
-            Some(i) if self.entries[i].final_us <= new.final_us => {
-                return Ok(Stored {
-                    entry: self.entries[i].clone(),
-                    action: StoreAction::KeptExisting,
-                });
-            }
-            Some(i) => Some(self.entries[i].final_us),
-            None => None,
-        };
-
         let sha256 = sha256_hex(cubin);
         let cubin_name = format!(
             "{CUBIN_DIR}/{}",
             cubin_file_name(&new.gpu, new.compute_capability, &new.task, &sha256)
         );
-        let cubin_dir = self.dir.join(CUBIN_DIR);
-        fs::create_dir_all(&cubin_dir).map_err(|e| {
-            RuntimeError::Cache(format!("cannot create {}: {e}", cubin_dir.display()))
-        })?;
-        write_atomic(&self.dir.join(&cubin_name), cubin)?;
-
         let entry = DeployEntry {
             gpu: new.gpu,
             compute_capability: new.compute_capability,
@@ -321,6 +323,32 @@ impl DeployCache {
             stage: new.stage,
             created_by: new.created_by,
         };
+        // What `load` would refuse is not written.
+        entry::check(&entry, cubin).map_err(|why| {
+            RuntimeError::Cache(format!(
+                "cannot deploy: the entry of task {} on {}: {why}",
+                entry.task,
+                gpu_label(&entry.gpu, entry.compute_capability)
+            ))
+        })?;
+        let existing = self.entries.iter().position(|e| same_key(e, &entry));
+        let previous_final_us = match existing {
+            Some(i) if self.entries[i].final_us <= entry.final_us => {
+                return Ok(Stored {
+                    entry: self.entries[i].clone(),
+                    action: StoreAction::KeptExisting,
+                });
+            }
+            Some(i) => Some(self.entries[i].final_us),
+            None => None,
+        };
+
+        let cubin_dir = self.dir.join(CUBIN_DIR);
+        fs::create_dir_all(&cubin_dir).map_err(|e| {
+            RuntimeError::Cache(format!("cannot create {}: {e}", cubin_dir.display()))
+        })?;
+        write_atomic(&self.dir.join(&entry.cubin), cubin)?;
+
         let mut entries = self.entries.clone();
         let old = match existing {
             Some(i) => Some(std::mem::replace(&mut entries[i], entry.clone())),
@@ -395,38 +423,6 @@ fn validate(new: &NewEntry, cubin: &[u8]) -> Result<(), RuntimeError> {
     }
     if !cubin.starts_with(b"\x7fELF") {
         return bad(format!("the cubin of task {} is not an ELF file", new.task));
-    }
-    Ok(())
-}
-
-/// What an index entry must say for its kernel to be launched as it says: a valid task
-/// in the form tilesched writes it, named by the entry's key, and tensor maps of buffers
-/// the kernel takes (its inputs, bias and output). An entry written before tasks were
-/// recorded has no shape; the runtime refuses to launch it, naming it.
-fn check_entry(e: &DeployEntry) -> Result<(), String> {
-    let Some(t) = &e.shape else {
-        return Ok(());
-    };
-    let task = Task::new(t.op, t.epilogue)
-        .and_then(|c| c.with_types(t.dtype, t.out_dtype, t.layout))
-        .map_err(|err| format!("its shape is not a valid task ({err})"))?;
-    if task != *t {
-        return Err(format!(
-            "its shape is not written as tilesched writes {}",
-            task.key()
-        ));
-    }
-    // The key against the shape, and the buffers the kernel takes: what a launch reads.
-    let params = crate::params_of(e)?;
-    let buffers = params
-        .iter()
-        .filter(|p| p.role != crate::Role::Workspace)
-        .count();
-    if let Some(map) = e.launch.tensor_maps.iter().find(|m| m.buffer >= buffers) {
-        return Err(format!(
-            "a tensor map of buffer {} where the kernel takes {buffers}",
-            map.buffer
-        ));
     }
     Ok(())
 }
@@ -519,11 +515,11 @@ mod tests {
 
     const H100: &str = "NVIDIA H100 80GB HBM3";
     const TASK: &str = "conv2d_n1_c64_h56_w56_k64_r3_s3_st1_p1";
+    const KERNEL: &str = "default_function_kernel";
 
+    /// A kernel of `new`'s task: three pointers (input, weight, output).
     fn cubin(tag: u8) -> Vec<u8> {
-        let mut c = b"\x7fELF fake cubin ".to_vec();
-        c.push(tag);
-        c
+        crate::testkit::cubin(KERNEL, &[crate::testkit::POINTER; 3], tag)
     }
 
     fn shape() -> Task {
@@ -537,7 +533,7 @@ mod tests {
             compute_capability: (9, 0),
             task: task.to_string(),
             shape: shape(),
-            kernel: "default_function_kernel".to_string(),
+            kernel: KERNEL.to_string(),
             launch: LaunchConfig {
                 zero_output: true,
                 ..LaunchConfig::linear(392, 128, 18432)
@@ -676,57 +672,6 @@ mod tests {
     }
 
     #[test]
-    fn edited_entries_are_refused_when_the_cache_opens() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut cache = DeployCache::open(tmp.path()).unwrap();
-        let stored = cache.store(new(H100, TASK, 18.0), &cubin(1)).unwrap().entry;
-        check_entry(&stored).unwrap();
-        let index = tmp.path().join(INDEX_FILE);
-        let text = fs::read_to_string(&index).unwrap();
-        // A window larger than the padded input, a shape another key names: refused in
-        // one line naming the entry, never a panic.
-        for (edit, expect) in [
-            (
-                text.replace("\"r\": 3", "\"r\": 99"),
-                "its shape is not a valid task",
-            ),
-            (
-                text.replace("\"k\": 64", "\"k\": 32"),
-                "its shape is task conv2d_n1_c64_h56_w56_k32",
-            ),
-        ] {
-            assert_ne!(edit, text);
-            fs::write(&index, edit).unwrap();
-            let err = DeployCache::load(tmp.path()).unwrap_err().to_string();
-            assert!(
-                err.contains(&format!("entry of task {TASK}: {expect}")),
-                "{err}"
-            );
-            assert_eq!(err.lines().count(), 1);
-        }
-        // A tensor map of a buffer the kernel does not take (it takes input, weight,
-        // output).
-        let mut mapped = stored.clone();
-        let tensor = schedule::atom::tma::TensorBox::matrix(
-            gpu::DType::Fp16,
-            64,
-            64,
-            64,
-            1,
-            0,
-            64,
-            64,
-            schedule::atom::wgmma::Swizzle::B128,
-        )
-        .unwrap();
-        mapped.launch.tensor_maps = vec![schedule::launch::TensorMapArg { buffer: 3, tensor }];
-        let err = check_entry(&mapped).unwrap_err();
-        assert_eq!(err, "a tensor map of buffer 3 where the kernel takes 3");
-        mapped.launch.tensor_maps[0].buffer = 2;
-        check_entry(&mapped).unwrap();
-    }
-
-    #[test]
     fn deploy_hash_mismatch_is_detected() {
         let tmp = tempfile::tempdir().unwrap();
         let mut cache = DeployCache::open(tmp.path()).unwrap();
@@ -734,9 +679,15 @@ mod tests {
         fs::write(cache.path_of(&e), cubin(9)).unwrap();
         let err = cache.verify(&e).unwrap_err().to_string();
         assert!(err.contains("does not match its recorded sha256"), "{err}");
+        // Opening the cache checks every entry's cubin, naming the entry.
+        let named = format!("has a bad entry, of task {TASK} on {H100} (sm_90): its cubin");
+        let err = DeployCache::load(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains(&named) && err.contains("sha256"), "{err}");
         fs::remove_file(cache.path_of(&e)).unwrap();
         let err = cache.verify(&e).unwrap_err().to_string();
         assert!(err.contains("unreadable"), "{err}");
+        let err = DeployCache::load(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains(&named) && err.contains("unreadable"), "{err}");
     }
 
     #[test]
@@ -749,6 +700,17 @@ mod tests {
         assert!(err.to_string().contains("final time"), "{err}");
         let err = cache.store(new(H100, TASK, 10.0), b"not elf").unwrap_err();
         assert!(err.to_string().contains("not an ELF"), "{err}");
+        // What opening the cache would refuse: a kernel of four parameters, where the
+        // task names three buffers and the launch no tensor maps.
+        let four = crate::testkit::cubin(KERNEL, &[crate::testkit::POINTER; 4], 1);
+        let err = cache.store(new(H100, TASK, 10.0), &four).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot deploy: the entry of task {TASK} on {H100} (sm_90): its kernel \
+                 {KERNEL} takes 4 parameters, but the entry gives 3 pointers and 0 tensor maps"
+            )
+        );
         let err = cache.store(new("", TASK, 10.0), &cubin(1)).unwrap_err();
         assert!(err.to_string().contains("GPU name"), "{err}");
         let err = cache

@@ -4,11 +4,13 @@
 //! GPU in a deploy cache (`cache`); this crate is all an application needs to use them:
 //! it opens the cache, picks the entries of the GPU it runs on (device name and compute
 //! capability, as tuning recorded them: a kernel is only ever launched on the GPU model
-//! it was measured on), checks each cubin's sha256 before loading it, and launches a
-//! task's kernel on device buffers and a stream the caller owns, zeroing the output
-//! first where the kernel adds into it (split-K with atomics); a kernel that splits
-//! through scratch takes a workspace the caller zeroes once (`Role::Workspace`). It
-//! depends on `gpu` alone: no search, no compiler, no cost model.
+//! it was measured on), checks every entry when it opens the cache (its task, its
+//! cubin's sha256, the kernel's parameters against the entry's buffers and tensor maps)
+//! and the cubin's sha256 again before loading it, and launches a task's kernel on
+//! device buffers and a stream the caller owns, zeroing the output first where the
+//! kernel adds into it (split-K with atomics); a kernel that splits through scratch
+//! takes a workspace the caller zeroes once (`Role::Workspace`). It depends on `gpu`
+//! alone: no search, no compiler, no cost model.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), runtime::RuntimeError> {
@@ -28,11 +30,15 @@
 //! ```
 
 pub mod cache;
+mod entry;
+#[cfg(test)]
+mod testkit;
 
 pub use cache::{
     CUBIN_DIR, DeployCache, DeployEntry, INDEX_FILE, NewEntry, Stage, StoreAction, Stored,
     TOOL_VERSION, gpu_label,
 };
+pub use entry::EntryError;
 pub use gpu::cuda::RawStream;
 
 use gpu::cuda::{Context, CudaError, KernelArg, LoadedKernel};
@@ -67,8 +73,17 @@ pub enum RuntimeError {
         gpu: String,
         tuned_for: String,
     },
-    /// The entry cannot be launched: its cubin is missing or altered, does not load,
-    /// or the entry lacks what a launch needs.
+    /// An entry the cache's checks refuse (`EntryError`): its task, its cubin, its
+    /// kernel's parameters or its tensor maps are not what a launch needs; the index or
+    /// the cubin was edited or damaged.
+    #[error("deploy cache {cache} has a bad entry, of task {task} on {gpu}: {why}")]
+    BadEntry {
+        cache: String,
+        task: String,
+        gpu: String,
+        why: Box<EntryError>,
+    },
+    /// The entry's cubin does not load, or a launch finds the entry lacking.
     #[error("deploy cache entry of task {task} is corrupt: {why}")]
     CorruptEntry { task: String, why: String },
     /// The caller passed the wrong number of device pointers.
@@ -223,8 +238,9 @@ impl Kernel {
             }
             args.extend_from_slice(&cached.1);
         }
-        // SAFETY: the caller guarantees the pointers and the stream; their count is the
-        // kernel's parameter count, and the maps describe the caller's buffers.
+        // SAFETY: the caller guarantees the pointers and the stream; `Runtime::load`
+        // checked the entry against the cubin (`entry`): the kernel takes exactly these
+        // pointers, then these maps, which lie within the caller's buffers.
         unsafe { self.loaded.launch(&args, zero, stream) }?;
         Ok(())
     }
@@ -298,21 +314,20 @@ impl Runtime {
 
     fn load(&self, task: &str) -> Result<Kernel, RuntimeError> {
         let entry = lookup(&self.cache, &self.gpu, self.compute_capability, task)?.clone();
-        let corrupt = |why: String| RuntimeError::CorruptEntry {
-            task: task.to_string(),
-            why,
-        };
-        let params = params_of(&entry).map_err(corrupt)?;
-        let cubin = self
-            .cache
-            .verify(&entry)
-            .map_err(|e| corrupt(e.to_string()))?;
+        let bad = |why| self.cache.bad_entry(&entry, why);
+        let params = params_of(&entry).map_err(bad)?;
+        let cubin = self.cache.verify(&entry)?;
+        // Again on the bytes loaded: what `launch` relies on.
+        crate::entry::check(&entry, &cubin).map_err(bad)?;
         let loaded =
             LoadedKernel::load(&cubin, &entry.kernel, entry.launch.clone()).map_err(|e| {
-                corrupt(format!(
-                    "its cubin {} does not load: {e}",
-                    self.cache.path_of(&entry).display()
-                ))
+                RuntimeError::CorruptEntry {
+                    task: task.to_string(),
+                    why: format!(
+                        "its cubin {} does not load: {e}",
+                        self.cache.path_of(&entry).display()
+                    ),
+                }
             })?;
         Ok(Kernel {
             entry,
@@ -403,23 +418,11 @@ pub fn lookup<'c>(
     })
 }
 
-/// The parameters of an entry's kernel, from its recorded task: the two factors, the
-/// bias if the epilogue adds one, the output (the order every generated kernel takes),
-/// then the workspace if its launch takes one.
-pub fn params_of(entry: &DeployEntry) -> Result<Vec<Param>, String> {
-    let Some(task) = &entry.shape else {
-        return Err(
-            "it has no task shape (written by an older tilesched); store the kernel again"
-                .to_string(),
-        );
-    };
-    if task.key() != entry.task {
-        return Err(format!(
-            "its shape is task {}, not {}",
-            task.key(),
-            entry.task
-        ));
-    }
+/// The parameters of an entry's kernel, from its recorded task (checked first): the two
+/// factors, the bias if the epilogue adds one, the output (the order every generated
+/// kernel takes), then the workspace if its launch takes one.
+pub fn params_of(entry: &DeployEntry) -> Result<Vec<Param>, EntryError> {
+    let task = entry::task_of(entry)?;
     let problem = Problem::for_task(task, 0);
     let mut params: Vec<Param> = problem
         .inputs
@@ -459,6 +462,11 @@ mod tests {
         Task::new(op, schedule::Epilogue { bias, relu: false }).unwrap()
     }
 
+    /// A kernel "k" of `pointers` pointer parameters.
+    fn cubin(pointers: usize, tag: u8) -> Vec<u8> {
+        crate::testkit::cubin("k", &vec![crate::testkit::POINTER; pointers], tag)
+    }
+
     fn entry(gpu: &str, task: &Task) -> NewEntry {
         NewEntry {
             gpu: gpu.to_string(),
@@ -479,7 +487,7 @@ mod tests {
         let t = task("1,64,56,56,128,3,3,2,1", true);
         let tmp = tempfile::tempdir().unwrap();
         let mut cache = DeployCache::open(tmp.path()).unwrap();
-        let e = cache.store(entry(H100, &t), b"\x7fELF x").unwrap().entry;
+        let e = cache.store(entry(H100, &t), &cubin(4, 0)).unwrap().entry;
         let params = params_of(&e).unwrap();
         let shown: Vec<String> = params.iter().map(Param::to_string).collect();
         assert_eq!(
@@ -502,9 +510,11 @@ mod tests {
 
         let mut old = e.clone();
         old.shape = None;
-        assert!(params_of(&old).unwrap_err().contains("no task shape"));
+        let err = params_of(&old).unwrap_err();
+        assert!(err.to_string().contains("no task shape"), "{err}");
         old.shape = Some(task("1,64,56,56,64,3,3,1,1", false));
-        assert!(params_of(&old).unwrap_err().contains("not conv2d_n1_c64"));
+        let err = params_of(&old).unwrap_err();
+        assert!(err.to_string().contains("not conv2d_n1_c64"), "{err}");
     }
 
     #[test]
@@ -512,7 +522,7 @@ mod tests {
         let t = task("1,8,4,4,16,1,1,1,0", true);
         let tmp = tempfile::tempdir().unwrap();
         let mut cache = DeployCache::open(tmp.path()).unwrap();
-        let params = params_of(&cache.store(entry(H100, &t), b"\x7fELF x").unwrap().entry).unwrap();
+        let params = params_of(&cache.store(entry(H100, &t), &cubin(4, 0)).unwrap().entry).unwrap();
         let sizes: Vec<usize> = params.iter().map(Param::bytes).collect();
         let good: Vec<(u64, Option<usize>)> = sizes
             .iter()
@@ -550,8 +560,8 @@ mod tests {
         let b = task("1,64,56,56,64,1,1,1,0", false);
         let tmp = tempfile::tempdir().unwrap();
         let mut cache = DeployCache::open(tmp.path()).unwrap();
-        cache.store(entry(H100, &a), b"\x7fELF a").unwrap();
-        cache.store(entry("NVIDIA H200", &b), b"\x7fELF b").unwrap();
+        cache.store(entry(H100, &a), &cubin(3, 0)).unwrap();
+        cache.store(entry("NVIDIA H200", &b), &cubin(3, 1)).unwrap();
 
         assert_eq!(
             lookup(&cache, H100, (9, 0), &a.key()).unwrap().task,
