@@ -34,6 +34,7 @@ pub mod reference;
 pub mod row_span;
 pub mod sample;
 pub mod shape;
+pub mod sketch;
 pub mod staging;
 pub mod state;
 pub mod stream_k;

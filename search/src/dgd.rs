@@ -15,17 +15,16 @@
 //!
 //! Tensor-core states walk their own lattice: one coordinate of the tiling (block tile
 //! sides, warps, k-steps, stages, copy widths, swizzle, split) to a neighbouring value
-//! (`mutate::mma_steps`); 2- and 3-hop neighbourhoods compose those moves as they do
+//! (`schedule::sketch::mma_sync::steps`); 2- and 3-hop neighbourhoods compose those moves as they do
 //! the CUDA-core ones.
 //!
 //! Left out from the paper: its "stop after 9 measured when the window's best is under
 //! 0.6 × the global best" rule.
 
 use crate::evolution::{TaskSpace, score};
-use crate::mutate::{
-    fit_split_k, fit_vector_widths, layout_steps, mma_steps, split_steps, wgmma_steps,
-};
+use crate::mutate::{fit_split_k, fit_vector_widths, layout_steps};
 use costmodel::CostModel;
+use schedule::sketch::{mma_sync, split_steps, wgmma};
 use schedule::state::UNROLL_STEPS;
 use schedule::{Sampler, State, validate};
 use std::collections::HashSet;
@@ -156,13 +155,13 @@ fn cuda_core_vector(s: &State) -> Vec<u32> {
 /// (`mutate::layout_steps`); valid ones only, vector widths lowered to the
 /// widest still feasible and the split to the largest the stage count allows. For a
 /// tensor-core state: one coordinate of its tiling to a neighbouring value
-/// (`mutate::mma_steps`, `mutate::wgmma_steps`), valid ones only.
+/// (`schedule::sketch::mma_sync::steps`, `schedule::sketch::wgmma::steps`), valid ones only.
 pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
     let c = space.contraction;
     s.sketch(
         || cuda_core_neighbours(s, space),
-        |_| mma_steps(c, s, space.gpu),
-        |_| wgmma_steps(c, s, space.gpu),
+        |_| mma_sync::steps(c, s, space.gpu),
+        |_| wgmma::steps(c, s, space.gpu),
     )
 }
 
@@ -489,8 +488,8 @@ mod tests {
 
     #[test]
     fn tensor_core_neighbours_move_one_coordinate_and_compose_over_hops() {
-        use crate::mutate::MmaCoordinate;
         use schedule::mma::MmaTiling;
+        use schedule::sketch::mma_sync::MmaCoordinate;
         use schedule::{DType, Layout};
         let gpu = GpuSpec::h100();
         for (op, shape) in [

@@ -14,7 +14,7 @@
 //! Tensor-core states (`State::mma`) have no factor lattice: their coordinates are the
 //! block tile's sides, the warps along each, the k-steps per K tile, the pipeline's
 //! stages, each input's copy width, the swizzle, the split and its sums. A mutation
-//! moves one of them to a neighbouring value (`mma_steps`: sides, warps, copy widths
+//! moves one of them to a neighbouring value (`schedule::sketch::mma_sync::steps`: sides, warps, copy widths
 //! and split doubled or halved, k-steps and stages one up or down, the swizzle and the
 //! split sums toggled), drawn
 //! uniformly among the moves that give a valid state. Nothing is refitted afterwards,
@@ -23,13 +23,11 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::Rng;
-use schedule::row_span::{COPY_ELEMENTS, RowSpan};
-use schedule::state::{
-    MAX_SPLIT_K, SHARED_PADS, SharedLayout, SplitSums, UNROLL_STEPS, VECTOR_WIDTHS, WgmmaTiling,
-};
+use schedule::sketch::{mma_sync, split_steps, wgmma};
+use schedule::state::{MAX_SPLIT_K, SHARED_PADS, SharedLayout, UNROLL_STEPS, VECTOR_WIDTHS};
 use schedule::task::Contraction;
 use schedule::tiling::{Tiling, innermost_choices};
-use schedule::{GpuSpec, SketchTiling, State, prefetch_feasible, validate};
+use schedule::{GpuSpec, State, prefetch_feasible, validate};
 
 fn pick(rng: &mut ChaCha8Rng, n: usize) -> usize {
     (rng.next_u64() % n as u64) as usize
@@ -140,19 +138,6 @@ pub fn fit_split_k(c: &Contraction, s: &mut State) {
     }
 }
 
-/// The reduction splits one doubling or halving away from `s`'s that `c` allows:
-/// at least 1, at most `MAX_SPLIT_K` and the stage count.
-pub fn split_steps(c: &Contraction, s: &State) -> Vec<u32> {
-    if !s.may_split(c) {
-        return Vec::new();
-    }
-    let max = s.stages(c).min(u64::from(MAX_SPLIT_K));
-    [s.split_k / 2, s.split_k.saturating_mul(2)]
-        .into_iter()
-        .filter(|&k| k >= 1 && k != s.split_k && u64::from(k) <= max)
-        .collect()
-}
-
 /// Every shared layout input `input` of `c` may take: each innermost choice
 /// (`tiling::innermost_choices`) with each row padding.
 pub fn layouts(c: &Contraction, input: usize) -> Vec<SharedLayout> {
@@ -172,304 +157,6 @@ pub fn layout_steps(c: &Contraction, s: &State, input: usize) -> Vec<SharedLayou
         .collect()
 }
 
-/// A coordinate of a tensor-core state, the lattice dimensions of its mutations and of
-/// DGD's walk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MmaCoordinate {
-    BlockM,
-    BlockN,
-    WarpsM,
-    WarpsN,
-    KSteps,
-    Stages,
-    /// Elements per copy of input 0 or 1.
-    Vector(usize),
-    Swizzle,
-    SplitK,
-    /// The split's partial sums: 0 ordered, 1 atomic (`SplitSums`).
-    SplitSums,
-    /// Row-span staging, 0 or 1: turning it on also sets its copy widths ([8, 1]) and
-    /// the least k-steps that hold a filter row; off, copies of one element. Either
-    /// way a persistent grid and stream-K are dropped.
-    RowSpan,
-    /// Persistent blocks: off to one per SM of an H100 (132), on to off, or doubled
-    /// or halved.
-    Persistent,
-    /// Stream-K's blocks, as persistent blocks move (valid only unsplit).
-    StreamK,
-}
-
-impl MmaCoordinate {
-    pub const ALL: [MmaCoordinate; 14] = [
-        MmaCoordinate::BlockM,
-        MmaCoordinate::BlockN,
-        MmaCoordinate::WarpsM,
-        MmaCoordinate::WarpsN,
-        MmaCoordinate::KSteps,
-        MmaCoordinate::Stages,
-        MmaCoordinate::Vector(0),
-        MmaCoordinate::Vector(1),
-        MmaCoordinate::Swizzle,
-        MmaCoordinate::SplitK,
-        MmaCoordinate::SplitSums,
-        MmaCoordinate::RowSpan,
-        MmaCoordinate::Persistent,
-        MmaCoordinate::StreamK,
-    ];
-
-    /// The coordinate's value in tensor-core state `s` (0 for another sketch's); the
-    /// swizzle and the split sums as 0 or 1.
-    pub fn get(self, s: &State) -> u32 {
-        let Some(t) = s.mma() else {
-            return 0;
-        };
-        match self {
-            MmaCoordinate::BlockM => t.block_m,
-            MmaCoordinate::BlockN => t.block_n,
-            MmaCoordinate::WarpsM => t.warps_m,
-            MmaCoordinate::WarpsN => t.warps_n,
-            MmaCoordinate::KSteps => t.k_steps,
-            MmaCoordinate::Stages => t.stages,
-            MmaCoordinate::Vector(i) => t.vector[i],
-            MmaCoordinate::Swizzle => u32::from(t.swizzle),
-            MmaCoordinate::SplitK => s.split_k,
-            MmaCoordinate::SplitSums => u32::from(s.split_sums == SplitSums::Atomic),
-            MmaCoordinate::RowSpan => u32::from(t.row_span),
-            MmaCoordinate::Persistent => t.persistent,
-            MmaCoordinate::StreamK => t.stream_k,
-        }
-    }
-
-    /// The neighbouring values of `value`: sizes (tile sides, warps, copy widths, the
-    /// split) double or halve (an odd one only doubles); k-steps and stages, small
-    /// counts (1 to 4), go one up or down; the swizzle toggles. Validation decides
-    /// which of them give a state.
-    fn steps(self, value: u32) -> Vec<u32> {
-        if matches!(self, MmaCoordinate::Persistent | MmaCoordinate::StreamK) {
-            return match value {
-                0 => vec![GRID_START],
-                v if v.is_multiple_of(2) => vec![0, v / 2, v * 2],
-                v => vec![0, v * 2],
-            };
-        }
-        let candidates = match self {
-            // Shared rows are a power of two of chunks: k-steps double or halve.
-            MmaCoordinate::Stages => [value.checked_sub(1), value.checked_add(1)],
-            MmaCoordinate::Swizzle | MmaCoordinate::SplitSums | MmaCoordinate::RowSpan => {
-                [Some(1 - value.min(1)), None]
-            }
-            _ => [
-                value.is_multiple_of(2).then_some(value / 2),
-                value.checked_mul(2),
-            ],
-        };
-        candidates
-            .into_iter()
-            .flatten()
-            .filter(|&v| {
-                v != value
-                    && (v > 0
-                        || matches!(
-                            self,
-                            MmaCoordinate::Swizzle
-                                | MmaCoordinate::SplitSums
-                                | MmaCoordinate::RowSpan
-                        ))
-            })
-            .collect()
-    }
-
-    /// `s` with this coordinate set to `value` (unchanged for a CUDA-core state).
-    fn set(self, c: &Contraction, s: &State, value: u32) -> State {
-        let mut n = s.clone();
-        let State {
-            tiling,
-            split_k,
-            split_sums,
-            ..
-        } = &mut n;
-        if let SketchTiling::MmaSync(t) = tiling {
-            match self {
-                MmaCoordinate::BlockM => t.block_m = value,
-                MmaCoordinate::BlockN => t.block_n = value,
-                MmaCoordinate::WarpsM => t.warps_m = value,
-                MmaCoordinate::WarpsN => t.warps_n = value,
-                MmaCoordinate::KSteps => t.k_steps = value,
-                MmaCoordinate::Stages => t.stages = value,
-                MmaCoordinate::Vector(i) => t.vector[i] = value,
-                MmaCoordinate::Swizzle => t.swizzle = value != 0,
-                MmaCoordinate::SplitK => *split_k = value,
-                MmaCoordinate::SplitSums => {
-                    *split_sums = if value == 0 {
-                        SplitSums::Ordered
-                    } else {
-                        SplitSums::Atomic
-                    }
-                }
-                MmaCoordinate::Persistent => t.persistent = value,
-                MmaCoordinate::StreamK => t.stream_k = value,
-                MmaCoordinate::RowSpan => {
-                    t.row_span = value != 0;
-                    // Persistent grids need row spans, and stream-K excludes them.
-                    t.persistent = 0;
-                    t.stream_k = 0;
-                    t.vector = [1, 1];
-                    if let Some(span) = RowSpan::of(c).ok().filter(|_| t.row_span) {
-                        t.vector = [COPY_ELEMENTS as u32, 1];
-                        t.k_steps = schedule::mma::MmaTiling::span_k_steps(&span, c.dtype);
-                    }
-                }
-            }
-        }
-        n
-    }
-}
-
-/// Persistent or stream-K blocks a state turning them on starts from: one per SM of an
-/// H100.
-const GRID_START: u32 = 132;
-
-/// Every valid state one move from tensor-core state `s`: one coordinate
-/// (`MmaCoordinate`) to a neighbouring value, nothing else changed, in the order of
-/// `MmaCoordinate::ALL` (smaller value first). Empty for a CUDA-core state.
-pub fn mma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
-    s.sketch(Vec::new, |_| mma_moves(c, s, gpu), |_| Vec::new())
-}
-
-/// Every valid state one move from `wgmma` state `s`: one coordinate of its tiling to
-/// a neighbouring value (consumers and 64-row MMAs 1 ↔ 2, N ± 16, K rows halved or
-/// doubled, stages ± 1, the MMA groups in flight 0 ↔ 1, persistent blocks off ↔ one per
-/// SM, the producer warp off ↔ on, the raster band halved or doubled, 2 ↔ 0, clusters
-/// off ↔ pairs, a cluster's blocks along M or N doubled or halved, TMA stores off ↔ on), then the reduction split doubled or halved
-/// (`split_steps`), then the split's sums ordered ↔ atomic, then stream-K off ↔ one
-/// block per SM (unsplit, without what it excludes) and its blocks doubled or halved,
-/// nothing else changed, in that order. Empty for the other sketches.
-pub fn wgmma_steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
-    let Some(t) = s.wgmma() else {
-        return Vec::new();
-    };
-    let other = |x: u32| 3 - x.clamp(1, 2);
-    let (cm, cn) = t.cluster_shape();
-    let moves = [
-        WgmmaTiling {
-            consumers: other(t.consumers),
-            ..t
-        },
-        WgmmaTiling {
-            m_atoms: other(t.m_atoms),
-            ..t
-        },
-        WgmmaTiling {
-            block_n: t.block_n.saturating_sub(16),
-            ..t
-        },
-        WgmmaTiling {
-            block_n: t.block_n + 16,
-            ..t
-        },
-        WgmmaTiling {
-            k_bytes: t.k_bytes / 2,
-            ..t
-        },
-        WgmmaTiling {
-            k_bytes: t.k_bytes * 2,
-            ..t
-        },
-        WgmmaTiling {
-            stages: t.stages.saturating_sub(1),
-            ..t
-        },
-        WgmmaTiling {
-            stages: t.stages + 1,
-            ..t
-        },
-        WgmmaTiling {
-            in_flight: 1 - t.in_flight.min(1),
-            ..t
-        },
-        WgmmaTiling {
-            persistent: if t.persistent == 0 { gpu.sm_count } else { 0 },
-            ..t
-        },
-        WgmmaTiling {
-            producer_warp: 1 - t.producer_warp.min(1),
-            ..t
-        },
-        WgmmaTiling {
-            raster: if t.raster <= 2 { 0 } else { t.raster / 2 },
-            ..t
-        },
-        WgmmaTiling {
-            raster: (t.raster * 2).max(2),
-            ..t
-        },
-        WgmmaTiling {
-            cluster: if t.cluster == 0 { 2 } else { 0 },
-            cluster_m: 0,
-            ..t
-        },
-        t.with_cluster_shape(cm * 2, cn),
-        t.with_cluster_shape((cm / 2).max(1), cn),
-        t.with_cluster_shape(cm, cn * 2),
-        t.with_cluster_shape(cm, (cn / 2).max(1)),
-        WgmmaTiling {
-            tma_store: 1 - t.tma_store.min(1),
-            ..t
-        },
-    ];
-    let (split_k, split_sums) = (s.split_k, s.split_sums);
-    let tilings = moves.into_iter().map(|t| State {
-        split_k,
-        split_sums,
-        ..State::hopper(t)
-    });
-    let splits = split_steps(c, s).into_iter().map(|split_k| State {
-        split_k,
-        split_sums,
-        ..State::hopper(t)
-    });
-    let sums = State {
-        split_k,
-        split_sums: match split_sums {
-            SplitSums::Ordered => SplitSums::Atomic,
-            SplitSums::Atomic => SplitSums::Ordered,
-        },
-        ..State::hopper(t)
-    };
-    let streams = if t.stream_k == 0 {
-        vec![t.streamed(gpu.sm_count)]
-    } else {
-        vec![
-            t.streamed(0),
-            t.streamed(t.stream_k / 2),
-            t.streamed(t.stream_k * 2),
-        ]
-    };
-    let streams = streams.into_iter().map(|t| State {
-        split_k: 1,
-        ..State::hopper(t)
-    });
-    tilings
-        .chain(splits)
-        .chain([sums])
-        .chain(streams)
-        .filter(|n| n != s && validate(c, n, gpu).is_ok())
-        .collect()
-}
-
-fn mma_moves(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
-    let mut out = Vec::new();
-    for coordinate in MmaCoordinate::ALL {
-        for value in coordinate.steps(coordinate.get(s)) {
-            let n = coordinate.set(c, s, value);
-            if n != *s && validate(c, &n, gpu).is_ok() {
-                out.push(n);
-            }
-        }
-    }
-    out
-}
-
 /// A valid mutant of `state`, or None if the drawn mutation gave none.
 pub fn mutate(
     state: &State,
@@ -480,8 +167,8 @@ pub fn mutate(
     state.sketch_with(
         rng,
         |rng| mutate_cuda_core(state, c, gpu, rng),
-        |rng, _| pick_one(rng, mma_steps(c, state, gpu)),
-        |rng, _| pick_one(rng, wgmma_steps(c, state, gpu)),
+        |rng, _| pick_one(rng, mma_sync::steps(c, state, gpu)),
+        |rng, _| pick_one(rng, wgmma::steps(c, state, gpu)),
     )
 }
 
@@ -541,6 +228,7 @@ mod tests {
     use super::*;
     use rand_chacha::rand_core::SeedableRng;
     use schedule::mma::MmaTiling;
+    use schedule::sketch::mma_sync::MmaCoordinate;
     use schedule::{Sampler, Task, parse_shape};
 
     #[test]
@@ -769,14 +457,14 @@ mod tests {
             1,
         );
         assert!(validate(&c, &plain, &gpu).is_ok());
-        let spans: Vec<State> = mma_steps(&c, &plain, &gpu)
+        let spans: Vec<State> = mma_sync::steps(&c, &plain, &gpu)
             .into_iter()
             .filter(|s| s.mma().is_some_and(|t| t.row_span))
             .collect();
         assert_eq!(spans.len(), 1);
         let t = spans[0].mma().unwrap();
         assert_eq!((t.vector, t.k_steps), ([8, 1], 2));
-        let back: Vec<State> = mma_steps(&c, &spans[0], &gpu)
+        let back: Vec<State> = mma_sync::steps(&c, &spans[0], &gpu)
             .into_iter()
             .filter(|s| s.mma().is_some_and(|t| !t.row_span))
             .collect();
@@ -788,7 +476,7 @@ mod tests {
         let gpu = GpuSpec::h100();
         for (task, s) in tensor_core_cases() {
             let c = task.contraction();
-            let steps = mma_steps(&c, &s, &gpu);
+            let steps = mma_sync::steps(&c, &s, &gpu);
             // 11 coordinates, two directions each but the swizzle's and the split
             // sums' one.
             assert!(steps.len() >= 12 && steps.len() <= 20, "{}", steps.len());
@@ -803,7 +491,7 @@ mod tests {
             )
             .unwrap();
             let cuda = Sampler::new(&f32_task, &gpu, 1).sample().unwrap();
-            assert!(mma_steps(&f32_task.contraction(), &cuda, &gpu).is_empty());
+            assert!(mma_sync::steps(&f32_task.contraction(), &cuda, &gpu).is_empty());
         }
     }
 
