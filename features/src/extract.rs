@@ -24,11 +24,11 @@ use crate::mma::MmaTask;
 use crate::shared_reads::{ReadCost, read_cost};
 use crate::store::{Output, StoreCost, store_cost};
 use crate::table::{FEATURE_COUNT, FeatureRow};
+use schedule::sketch::cuda_core::fetch_unrolled;
+use schedule::sketch::wgmma::TmaGemm;
 use schedule::task::Contraction;
-use schedule::tiling::fetch_unrolled;
 use schedule::validate::{register_estimate, validate};
-use schedule::wgmma::TmaGemm;
-use schedule::{GpuSpec, State, Task};
+use schedule::{GpuSpec, SketchTiling, State, Task};
 
 /// Bytes per float and per shared-memory wavefront (per sector: `SECTOR_BYTES`).
 const FLOAT_BYTES: f64 = 4.0;
@@ -96,29 +96,26 @@ impl FeatureExtractor {
     /// sketch) and zeros.
     pub fn extract(&self, state: &State) -> [f32; FEATURE_COUNT] {
         let mut row = self.task_row.clone();
-        state.sketch_with(
-            &mut row,
-            |row| {
+        match &state.tiling {
+            SketchTiling::CudaCore => {
                 if let Some(geo) = Geometry::new(&self.contraction, state) {
-                    self.fill(row, &geo);
+                    self.fill(&mut row, &geo);
                 }
-            },
-            |row, tiling| {
-                crate::mma::fill(
-                    row,
-                    &self.contraction,
-                    &self.gpu,
-                    self.mma.as_ref(),
-                    state,
-                    tiling,
-                )
-            },
-            |row, tiling| {
+            }
+            SketchTiling::MmaSync(tiling) => crate::mma::fill(
+                &mut row,
+                &self.contraction,
+                &self.gpu,
+                self.mma.as_ref(),
+                state,
+                tiling,
+            ),
+            SketchTiling::Wgmma(tiling) => {
                 row.ideal_global_bytes = self.mma.as_ref().map_or(0.0, |m| m.ideal_global_bytes());
                 let tma = self.tma.as_ref();
-                crate::wgmma::fill(row, &self.contraction, &self.gpu, (state, tiling), tma)
-            },
-        );
+                crate::wgmma::fill(&mut row, &self.contraction, &self.gpu, (state, tiling), tma)
+            }
+        }
         row.to_array()
     }
 

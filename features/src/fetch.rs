@@ -16,7 +16,7 @@ use crate::geometry::{Coords, Geometry, advance, row_major};
 use crate::indexing::Indexing;
 use crate::sample::{R3, scattered, warp_instructions};
 use crate::warp::{Cost, WARP_LANES, WarpAccess, sectors, wavefronts};
-use schedule::tiling::SharedTile;
+use schedule::sketch::cuda_core::SharedTile;
 
 /// Warp instructions simulated per input and state.
 const SAMPLES: usize = 12;

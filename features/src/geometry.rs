@@ -8,10 +8,10 @@
 //! feature vector with only the task's values, rather than a panic.
 
 use crate::warp::{MAX_WIDTH, WARP_LANES};
-use schedule::State;
+use schedule::sketch::cuda_core::check_structure;
+use schedule::sketch::cuda_core::{ReductionUnroll, Tiling};
 use schedule::task::{AxisRef, Contraction};
-use schedule::tiling::{ReductionUnroll, Tiling};
-use schedule::validate::check_structure;
+use schedule::{SketchTiling, State};
 
 /// Most axes or tensor dimensions handled (conv2d has 4 spatial axes and 4-D tensors).
 pub(crate) const MAX_AXES: usize = 8;
@@ -52,7 +52,7 @@ impl<'a> Geometry<'a> {
     /// The geometry, or None when the state is too malformed to describe.
     pub(crate) fn new(c: &Contraction, state: &'a State) -> Option<Self> {
         // The CUDA-core sketch's geometry: a tensor-core state has none.
-        if !state.sketch(|| describable(c, state), |_| false, |_| false) {
+        if state.tiling != SketchTiling::CudaCore || !describable(c, state) {
             return None;
         }
         let tiling = Tiling::new(c, state);

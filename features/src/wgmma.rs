@@ -10,10 +10,10 @@ use crate::common::{
 };
 use crate::table::FeatureRow;
 use schedule::atom::wgmma::K_STEP_BYTES;
+use schedule::sketch::wgmma::{OperandView, TmaGemm};
 use schedule::state::WgmmaTiling;
 use schedule::task::Contraction;
 use schedule::validate;
-use schedule::wgmma::{OperandView, TmaGemm};
 use schedule::{GpuSpec, State};
 
 /// Fills `row` for `state` (whose tiling is `t`); `gemm` is the task's TMA view,

@@ -14,7 +14,7 @@ use schedule::atom::mma::{MmaAtom, TF32_M16N8K8};
 use schedule::census::Census;
 use schedule::gemm::GemmView;
 use schedule::lower::lower;
-use schedule::mma::MmaTiling;
+use schedule::sketch::mma_sync::MmaTiling;
 use schedule::state::SplitSums;
 use schedule::validate::validate;
 use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, network, parse_shape};

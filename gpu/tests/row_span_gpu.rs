@@ -8,7 +8,7 @@
 mod common;
 
 use gpu::timing::{SPIN_PTX, TimingConfig};
-use schedule::mma::MmaTiling;
+use schedule::sketch::mma_sync::MmaTiling;
 use schedule::state::SplitSums;
 use schedule::{DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, parse_shape};
 

@@ -122,12 +122,14 @@ fn sampled_wgmma_states_compile_for_sm_90a_without_local_memory() {
         } else {
             dtype
         };
-        let applies = |t: &Task| schedule::wgmma::wgmma_applies(&t.contraction(), &gpu);
+        let applies = |t: &Task| schedule::sketch::wgmma::wgmma_applies(&t.contraction(), &gpu);
         let mut tasks: Vec<Task> = network("resnet", 1)
             .unwrap()
             .into_iter()
             .map(|w| w.task.with_types(dtype, out, Layout::Nhwc).unwrap())
-            .filter(|t| schedule::wgmma::TmaGemm::of(&t.contraction()).is_ok() && applies(t))
+            .filter(|t| {
+                schedule::sketch::wgmma::TmaGemm::of(&t.contraction()).is_ok() && applies(t)
+            })
             .collect();
         for (op, shape) in [
             ("matmul", "4096,4096,4096"),

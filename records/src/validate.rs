@@ -8,10 +8,10 @@
 
 use crate::record::Record;
 use gpu::{Outcome, UnknownArch};
-use schedule::mma::{MAX_WARPS, MmaTiling};
-use schedule::state::WgmmaTiling;
+use schedule::sketch::cuda_core::check_structure;
+use schedule::sketch::mma_sync::{MAX_WARPS, MmaTiling};
+use schedule::state::{SketchTiling, WgmmaTiling};
 use schedule::task::{Contraction, TaskError};
-use schedule::validate::check_structure;
 use schedule::{InvalidState, State, Task, validate};
 use thiserror::Error;
 
@@ -56,11 +56,11 @@ pub fn check_task(task: &Task) -> Result<(), InvalidRecord> {
 /// per block and per thread, accumulators), so that validating a damaged state reports
 /// it instead of overflowing. Valid states are far below these bounds.
 fn check_products(task: &str, c: &Contraction, state: &State) -> Result<(), InvalidRecord> {
-    state.sketch(
-        || check_cuda_core_products(task, c, state),
-        |m| check_mma_products(task, m),
-        |w| check_wgmma_products(task, w),
-    )
+    match &state.tiling {
+        SketchTiling::CudaCore => check_cuda_core_products(task, c, state),
+        SketchTiling::MmaSync(m) => check_mma_products(task, m),
+        SketchTiling::Wgmma(w) => check_wgmma_products(task, w),
+    }
 }
 
 /// A `wgmma` state's products (rows per block, accumulators, threads) are computed in

@@ -20,10 +20,8 @@
 //! A state the validation still refuses for a reason about its tiling itself (a tile
 //! the new task's types or axes cannot take) is refused with that reason.
 
-use crate::gemm::GemmView;
-use crate::state::{SharedLayout, SketchTiling, SplitSums, State, WgmmaTiling};
+use crate::state::{SplitSums, State};
 use crate::task::{Contraction, Task};
-use crate::wgmma::RASTER_GROUPS;
 use crate::{GpuSpec, InvalidState, validate};
 
 /// Most fields one adaptation fits (each repair changes one field, and a field once
@@ -63,88 +61,20 @@ fn repair(s: &mut State, why: &InvalidState, c: &Contraction) -> bool {
             s.split_sums = SplitSums::Ordered;
             true
         }
-        E::Prefetch if s.prefetch => {
-            s.prefetch = false;
-            true
-        }
-        E::VectorWidth { input, .. } if s.vector_width[*input] != 1 => {
-            s.vector_width[*input] = 1;
-            true
-        }
-        E::LayoutDimension { .. } | E::LayoutPad { .. }
-            if s.shared_layout != [SharedLayout::NATURAL; 2] =>
-        {
-            s.shared_layout = [SharedLayout::NATURAL; 2];
-            true
-        }
-        _ => match s.sketch(|| None, |_| Some(None), |t| Some(Some(*t))) {
+        _ => match s.sketch().repair(s, why, c) {
+            Some(fitted) => {
+                *s = fitted;
+                true
+            }
             None => false,
-            Some(None) => repair_mma(s, why),
-            Some(Some(t)) => repair_wgmma(s, t, why, c),
         },
     }
-}
-
-/// The `mma.sync` sketch's shape-dependent fields.
-fn repair_mma(s: &mut State, why: &InvalidState) -> bool {
-    use InvalidState as E;
-    let Some(t) = s.mma_mut() else {
-        return false;
-    };
-    match why {
-        E::MmaStreamK { .. } if t.stream_k != 0 => t.stream_k = 0,
-        E::MmaPersistent { .. } if t.persistent != 0 => t.persistent = 0,
-        E::RowSpan(_) | E::RowSpanColumns { .. } | E::RowSpanVectors { .. } if t.row_span => {
-            t.row_span = false;
-            t.persistent = 0;
-        }
-        _ => return false,
-    }
-    true
-}
-
-/// The `wgmma` sketch's shape-dependent fields.
-fn repair_wgmma(s: &mut State, t: WgmmaTiling, why: &InvalidState, c: &Contraction) -> bool {
-    use InvalidState as E;
-    let fitted = match why {
-        E::WgmmaStreamK { .. } if t.stream_k != 0 => WgmmaTiling { stream_k: 0, ..t },
-        E::WgmmaPersistent { .. } if t.persistent != 0 => WgmmaTiling { persistent: 0, ..t },
-        E::WgmmaRaster { .. } if t.raster != 0 => WgmmaTiling {
-            raster: fitted_raster(&t, c),
-            ..t
-        },
-        E::WgmmaCluster { .. } if t.cluster != 0 || t.cluster_m != 0 => WgmmaTiling {
-            cluster: 0,
-            cluster_m: 0,
-            ..t
-        },
-        E::WgmmaStore { .. } if t.tma_store != 0 => WgmmaTiling { tma_store: 0, ..t },
-        E::WgmmaIdleRows { .. } if t.m_atoms > 1 => WgmmaTiling { m_atoms: 1, ..t },
-        E::WgmmaIdleRows { .. } if t.consumers > 1 => WgmmaTiling { consumers: 1, ..t },
-        _ => return false,
-    };
-    s.tiling = SketchTiling::Wgmma(fitted);
-    true
-}
-
-/// The largest raster band no wider than `t`'s that divides the new shape's M tiles
-/// (with more than one N tile, as validation asks), or 0 for none.
-fn fitted_raster(t: &WgmmaTiling, c: &Contraction) -> u32 {
-    let Ok(view) = GemmView::of(c) else {
-        return 0;
-    };
-    let (mtiles, ntiles) = t.tile_grid(&view);
-    RASTER_GROUPS
-        .iter()
-        .rev()
-        .copied()
-        .find(|&g| g < t.raster && ntiles > 1 && mtiles.is_multiple_of(u64::from(g)))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::WgmmaTiling;
     use crate::task::{DType, Epilogue, Operator};
     use crate::{Sampler, parse_shape};
     use proptest::prelude::*;

@@ -39,18 +39,12 @@
 
 use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
-use crate::mma::{MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MMA_M, MMA_N, MmaTiling};
 use crate::row_span::{COPY_ELEMENTS, RowSpan};
-use crate::state::{
-    MAX_SPLIT_K, ReductionSplit, SHARED_PADS, SharedLayout, SketchTiling, SpatialSplit, SplitSums,
-    State, UNROLL_STEPS, VECTOR_WIDTHS,
-};
+use crate::sketch::cuda_core::geometry::innermost_choices;
+use crate::sketch::wgmma::geometry::{TmaGemm, wgmma_applies};
+use crate::state::{MAX_SPLIT_K, SHARED_PADS, SharedLayout, SplitSums, State};
 use crate::task::{Contraction, Task};
-use crate::tiling::{Tiling, innermost_choices};
-use crate::validate::{prefetch_feasible, validate};
-use crate::wgmma::{
-    CLUSTER_SHAPES, MAX_WGMMA_STAGES, RASTER_GROUPS, TmaGemm, WgmmaTiling, wgmma_applies,
-};
+use crate::validate::validate;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
@@ -60,36 +54,36 @@ const MAX_DRAWS: usize = 20_000;
 
 /// Draws random valid states of one task.
 pub struct Sampler {
-    contraction: Contraction,
-    gpu: GpuSpec,
-    rng: ChaCha8Rng,
+    pub(crate) contraction: Contraction,
+    pub(crate) gpu: GpuSpec,
+    pub(crate) rng: ChaCha8Rng,
     /// The reduction split's own stream (stream 1 of the seed), so that adding it left
     /// the tile draws of every seed as they were.
-    split_rng: ChaCha8Rng,
+    pub(crate) split_rng: ChaCha8Rng,
     /// The shared layouts' own stream (stream 2 of the seed).
-    layout_rng: ChaCha8Rng,
+    pub(crate) layout_rng: ChaCha8Rng,
     /// The tensor-core sketch's stream (stream 3): the sketch choice and its tiles.
-    mma_rng: ChaCha8Rng,
+    pub(crate) mma_rng: ChaCha8Rng,
     /// The task's GEMM view, when the tensor-core sketch applies to it.
-    gemm: Option<GemmView>,
+    pub(crate) gemm: Option<GemmView>,
     /// The `wgmma` sketch's stream (stream 4): the sketch choice and its tiles.
-    wgmma_rng: ChaCha8Rng,
+    pub(crate) wgmma_rng: ChaCha8Rng,
     /// The task's TMA view, when the `wgmma` sketch applies to it on this GPU.
-    tma: Option<TmaGemm>,
+    pub(crate) tma: Option<TmaGemm>,
     /// The split sums' stream (stream 5): one draw per tensor-core state.
-    sums_rng: ChaCha8Rng,
+    pub(crate) sums_rng: ChaCha8Rng,
     /// Stream-K's stream (stream 6): one draw per `wgmma` state.
-    stream_rng: ChaCha8Rng,
+    pub(crate) stream_rng: ChaCha8Rng,
     /// Row spans' stream (stream 7): one draw per tensor-core state.
-    span_rng: ChaCha8Rng,
+    pub(crate) span_rng: ChaCha8Rng,
     /// The tensor-core sketch's stream-K draws (stream 8): one per tensor-core state.
-    mma_stream_rng: ChaCha8Rng,
+    pub(crate) mma_stream_rng: ChaCha8Rng,
     /// The task's row spans, where they apply and pay (`row_span_pays`).
-    span: Option<RowSpan>,
+    pub(crate) span: Option<RowSpan>,
     /// Innermost-dimension choices per input (`tiling::innermost_choices`).
-    innermost: [Vec<Option<u8>>; 2],
+    pub(crate) innermost: [Vec<Option<u8>>; 2],
     /// Factorizations per (tiled extent, parts), computed once.
-    factorizations: HashMap<(u32, usize), Vec<Vec<u32>>>,
+    pub(crate) factorizations: HashMap<(u32, usize), Vec<Vec<u32>>>,
 }
 
 impl Sampler {
@@ -142,13 +136,13 @@ impl Sampler {
 
     /// A reduction split for the drawn tiles of `state` (see the module docs), from
     /// the split stream.
-    fn split_k(&mut self, state: &State) -> u32 {
+    pub(crate) fn split_k(&mut self, state: &State) -> u32 {
         draw_split(&mut self.split_rng, &self.contraction, &self.gpu, state)
     }
 
     /// How a tensor-core state split `split_k` ways meets its partial sums: atomic half
     /// the time there is a split; always one draw.
-    fn split_sums(&mut self, split_k: u32) -> SplitSums {
+    pub(crate) fn split_sums(&mut self, split_k: u32) -> SplitSums {
         let atomic = self.sums_rng.next_u64().is_multiple_of(2);
         if split_k > 1 && atomic {
             SplitSums::Atomic
@@ -158,7 +152,7 @@ impl Sampler {
     }
 
     /// A shared layout for input `input` (see the module docs); always two draws.
-    fn layout(&mut self, input: usize) -> SharedLayout {
+    pub(crate) fn layout(&mut self, input: usize) -> SharedLayout {
         let order = unit(self.layout_rng.next_u64());
         let pad = unit(self.layout_rng.next_u64());
         let choices = &self.innermost[input];
@@ -177,7 +171,7 @@ impl Sampler {
         SharedLayout { innermost, pad }
     }
 
-    fn pick(&mut self, n: usize) -> usize {
+    pub(crate) fn pick(&mut self, n: usize) -> usize {
         (self.rng.next_u64() % n as u64) as usize
     }
 
@@ -196,7 +190,7 @@ impl Sampler {
 
     /// A uniformly random factorization of a tiled extent of `extent` into `parts`
     /// inner factors (the outer level takes the rest), last factor bounded.
-    fn split(&mut self, extent: u32, parts: usize) -> Vec<u32> {
+    pub(crate) fn split(&mut self, extent: u32, parts: usize) -> Vec<u32> {
         let candidates = Self::tiled_extents(extent);
         let tiled = candidates[self.pick(candidates.len())];
         let max_inner = self.gpu.max_innermost_factor;
@@ -209,280 +203,10 @@ impl Sampler {
         self.factorizations[&(tiled, parts)][i].clone()
     }
 
-    /// One draw, valid or not.
-    fn draw(&mut self) -> State {
-        let c = &self.contraction;
-        let spatial_extents: Vec<u32> = c.spatial.iter().map(|a| a.extent).collect();
-        let reduction_extents: Vec<u32> = c.reduction.iter().map(|a| a.extent).collect();
-        let spatial = spatial_extents
-            .into_iter()
-            .map(|e| {
-                let f = self.split(e, 4);
-                SpatialSplit {
-                    vthread: f[0],
-                    thread: f[1],
-                    outer: f[2],
-                    inner: f[3],
-                }
-            })
-            .collect();
-        let reduction = reduction_extents
-            .into_iter()
-            .map(|e| {
-                let f = self.split(e, 2);
-                ReductionSplit {
-                    middle: f[0],
-                    inner: f[1],
-                }
-            })
-            .collect();
-        let unroll_max_step = UNROLL_STEPS[self.pick(UNROLL_STEPS.len())];
-        let mut state = State {
-            prefetch: false,
-            split_sums: SplitSums::Ordered,
-            tiling: SketchTiling::CudaCore,
-            spatial,
-            reduction,
-            unroll_max_step,
-            vector_width: [1, 1],
-            split_k: 1,
-            shared_layout: Default::default(),
-        };
-        let tiling = Tiling::new(&self.contraction, &state);
-        for input in 0..2 {
-            let feasible: Vec<u32> = VECTOR_WIDTHS
-                .into_iter()
-                .filter(|&w| tiling.vector_feasible(&self.contraction, input, w))
-                .collect();
-            state.vector_width[input] = feasible[self.pick(feasible.len())];
-        }
-        state.split_k = self.split_k(&state);
-        state.shared_layout = [self.layout(0), self.layout(1)];
-        state.prefetch = prefetch_feasible(&self.contraction, &state) && self.pick(2) == 1;
-        state
-    }
-
-    /// Which sketch the next draw uses: the tensor-core one whenever it applies to
-    /// half data (fp16, bf16: the CUDA-core sketch computes them too, widened to f32,
-    /// but at a fraction of the tensor cores' rate), three draws in four for TF32
-    /// (whose f32 data the CUDA-core sketch computes in full f32), never for f32. A
-    /// task without a GEMM view (NCHW, depthwise) always draws CUDA-core states.
-    fn tensor_core_draw(&mut self) -> bool {
-        match (&self.gemm, self.contraction.dtype.cuda_cores()) {
-            (None, _) => false,
-            (Some(_), false) => true,
-            (Some(_), true) => !self.mma_rng.next_u64().is_multiple_of(4),
-        }
-    }
-
-    /// One tensor-core draw, valid or not: block tiles up to the GEMM's size (rounded
-    /// up to a power of two), warps that divide them into whole MMA tiles, k-steps and
-    /// pipeline depth uniform, the widest feasible copies three times in four,
-    /// swizzled three times in four, and split-K as for the CUDA-core sketch; row
-    /// spans and persistent grids on their stream (7), then stream-K on its own (8).
-    fn draw_mma(&mut self) -> State {
-        let view = self.gemm.clone().expect("only drawn with a GEMM view");
-        let dtype = self.contraction.dtype;
-        let pick = |rng: &mut ChaCha8Rng, options: &[u32]| {
-            options[(rng.next_u64() % options.len() as u64) as usize]
-        };
-        let cap = |extent: u64, lo: u32| (extent.next_power_of_two() as u32).max(lo);
-        let ms: Vec<u32> = [16, 32, 64, 128, 256]
-            .into_iter()
-            .filter(|&b| b <= cap(view.m, 16))
-            .collect();
-        let ns: Vec<u32> = [8, 16, 32, 64, 128, 256]
-            .into_iter()
-            .filter(|&b| b <= cap(view.n, 8))
-            .collect();
-        let block_m = pick(&mut self.mma_rng, &ms);
-        let block_n = pick(&mut self.mma_rng, &ns);
-        let warps: Vec<(u32, u32)> = [1, 2, 4, 8]
-            .into_iter()
-            .flat_map(|wm| [1, 2, 4, 8].map(|wn| (wm, wn)))
-            .filter(|&(wm, wn)| {
-                wm * wn <= MAX_WARPS && block_m % (MMA_M * wm) == 0 && block_n % (MMA_N * wn) == 0
-            })
-            .collect();
-        let (warps_m, warps_n) = warps[(self.mma_rng.next_u64() % warps.len() as u64) as usize];
-        let k_step = MmaTiling::k_step(dtype);
-        let ks: Vec<u32> = (1..=MAX_K_STEPS)
-            .filter(|&k| k.is_power_of_two() && (k == 1 || u64::from(k / 2) * k_step < view.k))
-            .collect();
-        let k_steps = pick(&mut self.mma_rng, &ks);
-        let stages = pick(&mut self.mma_rng, &(1..=MAX_STAGES).collect::<Vec<_>>());
-        let mut tiling = MmaTiling {
-            block_m,
-            block_n,
-            warps_m,
-            warps_n,
-            k_steps,
-            stages,
-            vector: [1, 1],
-            swizzle: !self.mma_rng.next_u64().is_multiple_of(4),
-            row_span: false,
-            persistent: 0,
-            stream_k: 0,
-        };
-        for input in 0..2 {
-            let feasible: Vec<u32> = [8, 4, 2, 1]
-                .into_iter()
-                .filter(|&w| tiling.vector_feasible(input, w, &view, dtype))
-                .collect();
-            let widest = !self.mma_rng.next_u64().is_multiple_of(4);
-            tiling.vector[input] = match feasible.as_slice() {
-                [] => 1,
-                [first, ..] if widest => *first,
-                all => pick(&mut self.mma_rng, all),
-            };
-        }
-        // Row spans half the time where they apply: A in 16-byte runs, the weights
-        // element by element, the least K tile that holds a filter row, or twice it;
-        // persistent half of those times.
-        let span_draw = self.span_rng.next_u64();
-        if let Some(span) = self.span.filter(|_| span_draw.is_multiple_of(2)) {
-            let least = MmaTiling::span_k_steps(&span, dtype).min(MAX_K_STEPS);
-            let twice = (span_draw >> 1).is_multiple_of(4) && least < MAX_K_STEPS;
-            tiling.row_span = true;
-            tiling.vector = [COPY_ELEMENTS as u32, 1];
-            tiling.k_steps = if twice { least * 2 } else { least };
-            // Persistent half the time: 1 to 4 blocks per SM, a whole number per N
-            // tile, no more than the tiles.
-            if (span_draw >> 3).is_multiple_of(2) {
-                let tiles = State::tensor_core(tiling, 1).spatial_blocks(&self.contraction);
-                let n_tiles = view.n.div_ceil(u64::from(block_n));
-                let per_sm = 1 + (span_draw >> 4) % 4;
-                let blocks = (u64::from(self.gpu.sm_count) * per_sm).div_ceil(n_tiles) * n_tiles;
-                tiling.persistent = blocks.min(tiles / n_tiles * n_tiles) as u32;
-            }
-        }
-        let mut state = State::tensor_core(tiling, 1);
-        state.split_k = self.split_k(&state);
-        state.split_sums = self.split_sums(state.split_k);
-        // A quarter of the time where the tiles are fewer than twice the SMs: stream-K
-        // over one or two blocks per SM instead of the split, where it is valid.
-        let stream_draw = self.mma_stream_rng.next_u64();
-        let tiles = state.spatial_blocks(&self.contraction);
-        if stream_draw.is_multiple_of(4) && tiles < 2 * u64::from(self.gpu.sm_count) {
-            let per_sm = 1 + (stream_draw >> 2) % 2;
-            let streamed = State::tensor_core(
-                MmaTiling {
-                    stream_k: self.gpu.sm_count * per_sm as u32,
-                    ..tiling
-                },
-                1,
-            );
-            if validate(&self.contraction, &streamed, &self.gpu).is_ok() {
-                return streamed;
-            }
-        }
-        state
-    }
-
-    /// Whether the next draw is a `wgmma` one: half the draws of a task it applies to,
-    /// decided on its own stream, so that the other draws of a seed are those drawn
-    /// before the sketch existed.
-    fn wgmma_draw(&mut self) -> bool {
-        self.tma.is_some() && self.wgmma_rng.next_u64().is_multiple_of(2)
-    }
-
-    /// One `wgmma` draw, valid or not: one or two consumer warpgroups of one or two
-    /// 64-row MMAs, N a multiple of 16 up to the GEMM's N (rounded up) and 256, K rows
-    /// of 32, 64 or 128 bytes, 1 to 8 stages, 0 or 1 MMA groups in flight and with or
-    /// without a producer warp, uniform; a reduction split as the other sketches draw
-    /// it (ReLU included); then, half the time, one persistent block per SM where
-    /// there are more units of work; then, half the time, a raster band (uniform among
-    /// those that divide the M tiles); then, half the time, clusters (uniform among the
-    /// valid `CLUSTER_SHAPES`); then, half the time, TMA stores where they are valid.
-    /// Last, on its own stream (so that the draws before it are those of earlier
-    /// builds), a quarter of the time where the tiles are fewer than twice the SMs:
-    /// stream-K over one block per SM instead of the split, persistent grid, clusters
-    /// and TMA stores, where it is valid.
-    fn draw_wgmma(&mut self) -> State {
-        let view = &self.tma.as_ref().expect("only drawn with a TMA view").view;
-        let rng = &mut self.wgmma_rng;
-        let mut pick = |options: &[u32]| options[(rng.next_u64() % options.len() as u64) as usize];
-        let n_cap = (view.n.div_ceil(16) * 16).min(256) as u32;
-        let ns: Vec<u32> = (1..=16).map(|i| 16 * i).filter(|&n| n <= n_cap).collect();
-        let mut tiling = WgmmaTiling {
-            consumers: pick(&[1, 2]),
-            m_atoms: pick(&[1, 2]),
-            block_n: pick(&ns),
-            k_bytes: pick(&[32, 64, 128]),
-            stages: pick(&(1..=MAX_WGMMA_STAGES).collect::<Vec<_>>()),
-            in_flight: pick(&[0, 1]),
-            persistent: 0,
-            producer_warp: pick(&[0, 1]),
-            raster: 0,
-            cluster: 0,
-            cluster_m: 0,
-            tma_store: 0,
-            stream_k: 0,
-        };
-        // Persistent blocks, one per SM, half the time a grid has more units than SMs;
-        // the split is drawn for the plain grid.
-        let persistent = pick(&[0, 1]) == 1;
-        let mut state = State::hopper(tiling);
-        let split_k = draw_split(rng, &self.contraction, &self.gpu, &state);
-        if persistent && tiling.grid(view, split_k).0 > u64::from(self.gpu.sm_count) {
-            tiling.persistent = self.gpu.sm_count;
-        }
-        // Half the time, a raster band among those that divide the M tiles.
-        let (mtiles, ntiles) = tiling.tile_grid(view);
-        let bands: Vec<u32> = RASTER_GROUPS
-            .into_iter()
-            .filter(|&g| mtiles.is_multiple_of(u64::from(g)) && ntiles > 1)
-            .collect();
-        if rng.next_u64().is_multiple_of(2) && !bands.is_empty() {
-            tiling.raster = bands[(rng.next_u64() % bands.len() as u64) as usize];
-        }
-        // Half the time each, clusters of two, then TMA stores, where the state allows.
-        let valid = |tiling: WgmmaTiling| {
-            let state = State {
-                split_k,
-                ..State::hopper(tiling)
-            };
-            crate::validate::validate(&self.contraction, &state, &self.gpu).is_ok()
-        };
-        let clusters: Vec<WgmmaTiling> = CLUSTER_SHAPES
-            .iter()
-            .map(|&(cm, cn)| tiling.with_cluster_shape(cm, cn))
-            .filter(|&t| valid(t))
-            .collect();
-        if rng.next_u64().is_multiple_of(2) && !clusters.is_empty() {
-            tiling = clusters[(rng.next_u64() % clusters.len() as u64) as usize];
-        }
-        if rng.next_u64().is_multiple_of(2)
-            && valid(WgmmaTiling {
-                tma_store: 1,
-                ..tiling
-            })
-        {
-            tiling.tma_store = 1;
-        }
-        let small = tiling.tiles(view) < 2 * u64::from(self.gpu.sm_count);
-        state.tiling = SketchTiling::Wgmma(tiling);
-        state.split_k = split_k;
-        state.split_sums = self.split_sums(split_k);
-        if self.stream_rng.next_u64().is_multiple_of(4) && small {
-            let streamed = State::hopper(tiling.streamed(self.gpu.sm_count));
-            if validate(&self.contraction, &streamed, &self.gpu).is_ok() {
-                return streamed;
-            }
-        }
-        state
-    }
-
     /// A random valid state, or None if none was found in many draws.
     pub fn sample(&mut self) -> Option<State> {
         (0..MAX_DRAWS).find_map(|_| {
-            let state = if self.wgmma_draw() {
-                self.draw_wgmma()
-            } else if self.tensor_core_draw() {
-                self.draw_mma()
-            } else {
-                self.draw()
-            };
+            let state = self.draw();
             validate(&self.contraction, &state, &self.gpu)
                 .is_ok()
                 .then_some(state)
@@ -507,7 +231,12 @@ impl Sampler {
 
 /// A reduction split for the drawn tiles of `state` from `rng` (see the module docs):
 /// two draws.
-fn draw_split(rng: &mut ChaCha8Rng, c: &Contraction, gpu: &GpuSpec, state: &State) -> u32 {
+pub(crate) fn draw_split(
+    rng: &mut ChaCha8Rng,
+    c: &Contraction,
+    gpu: &GpuSpec,
+    state: &State,
+) -> u32 {
     let choices = split_k_choices(state.stages(c));
     // Drawn even when there is no choice, so that the stream advances once per draw.
     let split = unit(rng.next_u64());
@@ -554,7 +283,7 @@ fn row_span_pays(span: &RowSpan) -> bool {
 }
 
 /// A uniform value in `[0, 1)` from 53 random bits.
-fn unit(bits: u64) -> f64 {
+pub(crate) fn unit(bits: u64) -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 

@@ -2,29 +2,40 @@
 //! below the IR, the IR below the sketches. Read from the code itself: every `crate::`
 //! path outside comments and test modules, `use` lines and inline paths alike, names the
 //! module it reaches (through `lib.rs`'s re-exports too). A module is a file or a folder;
-//! the files of `atom/` and `lower/` each count as one, their `mod.rs` as the folder.
+//! the files of `atom/`, `lower/` and `sketch/` (its sketches' folders included) each
+//! count as one, a `mod.rs` as its folder.
 
 use petgraph::algo::tarjan_scc;
 use petgraph::graphmap::DiGraphMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The module a path after `crate::` reaches, or None for the crate root's own items.
+/// Folders whose files each count as a module (the sketch folders' too): the others
+/// count as one module each.
+const SPLIT: [&str; 3] = ["atom", "lower", "sketch"];
+
+/// The module a path after `crate::` reaches, or None for the crate root's own items:
+/// inside a split folder the deepest file or folder the path names.
 fn reached(segments: &[&str], reexports: &BTreeMap<String, String>, src: &Path) -> Option<String> {
     let first = *segments.first()?;
     if let Some(module) = reexports.get(first) {
         return Some(module.clone());
     }
-    let nested = ["atom", "lower"].contains(&first);
-    match segments.get(1) {
-        Some(second) if nested && src.join(first).join(format!("{second}.rs")).exists() => {
-            Some(format!("{first}/{second}"))
-        }
-        _ if src.join(format!("{first}.rs")).exists() || src.join(first).is_dir() => {
-            Some(first.to_string())
-        }
-        _ => None,
+    if !(src.join(format!("{first}.rs")).exists() || src.join(first).is_dir()) {
+        return None;
     }
+    let mut module = first.to_string();
+    if SPLIT.contains(&first) {
+        for segment in &segments[1..] {
+            let deeper = src.join(&module).join(segment);
+            if deeper.with_extension("rs").exists() || deeper.is_dir() {
+                module = format!("{module}/{segment}");
+            } else {
+                break;
+            }
+        }
+    }
+    Some(module)
 }
 
 /// Every path in a `crate::` import, braces expanded: `crate::{a, b::{c, d}}` gives
@@ -107,8 +118,10 @@ fn no_module_of_schedule_imports_itself_through_others() {
             .collect();
         let module = match parts.as_slice() {
             [top] if top == "lib" => continue,
-            [dir, file] if file == "mod" => dir.clone(),
-            [dir, file, ..] if dir == "atom" || dir == "lower" => format!("{dir}/{file}"),
+            [top, ..] if SPLIT.contains(&top.as_str()) => {
+                let named = parts.strip_suffix(&["mod".to_string()]).unwrap_or(&parts);
+                named.join("/")
+            }
             [top, ..] => top.clone(),
             [] => continue,
         };
@@ -132,7 +145,9 @@ fn no_module_of_schedule_imports_itself_through_others() {
         }
     }
     assert!(
-        modules.len() > 30 && modules["lower/wgmma"].contains("ir"),
+        modules.len() > 40
+            && modules["sketch/wgmma/lower"].contains("ir")
+            && modules["state"].contains("sketch/wgmma/tiling"),
         "{modules:?}"
     );
     let mut graph: DiGraphMap<&str, ()> = DiGraphMap::new();

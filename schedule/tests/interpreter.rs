@@ -19,9 +19,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
 use schedule::ir::{Kernel, Stmt};
+use schedule::sketch::cuda_core::innermost_choices;
 use schedule::state::{ReductionSplit, SHARED_PADS, SharedLayout, SketchTiling, SpatialSplit};
 use schedule::task::Conv2d;
-use schedule::tiling::innermost_choices;
 use schedule::{Epilogue, GpuSpec, Operator, Sampler, State, Task, lower::lower, validate};
 
 /// Small integers in -3..=3: float32 sums of their products are exact in any order, so

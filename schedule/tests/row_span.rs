@@ -12,7 +12,7 @@ mod support;
 
 use schedule::atom::{OperandLayout, SpanLayout};
 use schedule::ir::{Expr, Kernel, Stmt};
-use schedule::mma::MmaTiling;
+use schedule::sketch::mma_sync::MmaTiling;
 use schedule::state::SplitSums;
 use schedule::task::Conv2d;
 use schedule::{

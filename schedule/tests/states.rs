@@ -3,9 +3,9 @@
 //! satisfy validation's invariants (proptest).
 
 use proptest::prelude::*;
+use schedule::sketch::cuda_core::Tiling;
 use schedule::state::{ReductionSplit, SharedLayout, SketchTiling, SpatialSplit};
 use schedule::task::Conv2d;
-use schedule::tiling::Tiling;
 use schedule::validate::{InvalidState, validate};
 use schedule::{
     DType, Epilogue, GpuSpec, Layout, Operator, Sampler, State, Task, generate, network,

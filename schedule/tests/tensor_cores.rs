@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schedule::interp::{self, Inputs};
 use schedule::ir::{Kernel, Stmt};
-use schedule::mma::{MAX_STAGES, MmaTiling};
+use schedule::sketch::mma_sync::{MAX_STAGES, MmaTiling};
 use schedule::{
     DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, lower::lower, parse_shape, validate,
 };

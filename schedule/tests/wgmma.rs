@@ -24,7 +24,7 @@
 //! (`stream_k_deals_every_k_tile_once`, `broken_stream_k_fixups_are_caught`).
 
 use schedule::ir::{Kernel, Stmt};
-use schedule::mma::MmaTiling;
+use schedule::sketch::mma_sync::MmaTiling;
 use schedule::state::{SplitSums, WgmmaTiling};
 use schedule::{
     DType, Epilogue, GpuSpec, Layout, Sampler, State, Task, lower::lower, parse_shape, validate,

@@ -13,20 +13,17 @@
 //! keyed by the canonical state id, is the cache); within the walk, neighbourhoods and
 //! the points stood on are keyed by the canonical tile vector (`tile_vector`).
 //!
-//! Tensor-core states walk their own lattice: one coordinate of the tiling (block tile
-//! sides, warps, k-steps, stages, copy widths, swizzle, split) to a neighbouring value
-//! (`schedule::sketch::mma_sync::steps`); 2- and 3-hop neighbourhoods compose those moves as they do
-//! the CUDA-core ones.
+//! Each sketch has its own lattice (`Sketch::neighbours`): tensor-core states move one
+//! coordinate of the tiling (block tile sides, warps, k-steps, stages, copy widths,
+//! swizzle, split) to a neighbouring value; 2- and 3-hop neighbourhoods compose those
+//! moves as they do the CUDA-core ones.
 //!
 //! Left out from the paper: its "stop after 9 measured when the window's best is under
 //! 0.6 × the global best" rule.
 
 use crate::evolution::{TaskSpace, score};
-use crate::mutate::{fit_split_k, fit_vector_widths, layout_steps};
 use costmodel::CostModel;
-use schedule::sketch::{mma_sync, split_steps, wgmma};
-use schedule::state::UNROLL_STEPS;
-use schedule::{Sampler, State, validate};
+use schedule::{Sampler, State};
 use std::collections::HashSet;
 
 /// AF-DS's parameters.
@@ -68,192 +65,19 @@ pub struct Dgd {
     visited: HashSet<Vec<u32>>,
 }
 
-/// The sorted divisors of `n`.
-fn divisors(n: u32) -> Vec<u32> {
-    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
-}
-
-/// A state's coordinates in the lattice, canonical: two valid states of one task have
-/// the same vector exactly when they are the same state. It leads with the sketch (0
-/// CUDA-core, 1 tensor-core). CUDA-core: every split factor (spatial axes' vthread,
-/// thread, outer, inner, then reduction axes' middle, inner), the unroll depth, the
-/// vector widths, the split, each input's layout (innermost dimension + 1, or 0 for
-/// the natural order, and padding) and prefetch. Tensor-core: block_m, block_n,
-/// warps_m, warps_n, k_steps, stages, both copy widths, swizzle, split, atomic
-/// split sums, row spans, persistent and stream-K blocks. `wgmma` (2): consumers, m_atoms, block_n, k_bytes, stages, in_flight,
-/// persistent, producer_warp, split, raster, cluster, cluster_m, tma_store, atomic
-/// split sums and stream-K's blocks.
+/// A state's coordinates in the lattice, canonical (`Sketch::tile_vector`): two valid
+/// states of one task have the same vector exactly when they are the same state.
 pub fn tile_vector(s: &State) -> Vec<u32> {
-    s.sketch(
-        || cuda_core_vector(s),
-        |t| {
-            vec![
-                1,
-                t.block_m,
-                t.block_n,
-                t.warps_m,
-                t.warps_n,
-                t.k_steps,
-                t.stages,
-                t.vector[0],
-                t.vector[1],
-                u32::from(t.swizzle),
-                s.split_k,
-                u32::from(!s.split_sums.is_ordered()),
-                u32::from(t.row_span),
-                t.persistent,
-                t.stream_k,
-            ]
-        },
-        |t| {
-            vec![
-                2,
-                t.consumers,
-                t.m_atoms,
-                t.block_n,
-                t.k_bytes,
-                t.stages,
-                t.in_flight,
-                t.persistent,
-                t.producer_warp,
-                s.split_k,
-                t.raster,
-                t.cluster,
-                t.cluster_m,
-                t.tma_store,
-                u32::from(!s.split_sums.is_ordered()),
-                t.stream_k,
-            ]
-        },
-    )
+    s.sketch().tile_vector(s)
 }
 
-fn cuda_core_vector(s: &State) -> Vec<u32> {
-    let mut v = vec![0];
-    for split in &s.spatial {
-        v.extend([split.vthread, split.thread, split.outer, split.inner]);
-    }
-    for split in &s.reduction {
-        v.extend([split.middle, split.inner]);
-    }
-    v.extend([
-        s.unroll_max_step,
-        s.vector_width[0],
-        s.vector_width[1],
-        s.split_k,
-    ]);
-    for layout in &s.shared_layout {
-        v.extend([layout.innermost.map_or(0, |d| u32::from(d) + 1), layout.pad]);
-    }
-    v.push(u32::from(s.prefetch));
-    v
-}
-
-/// Every state one step away from `s`: one tile factor to the next smaller or larger
-/// divisor of its axis' extent, the unroll depth to a neighbouring value, the
-/// reduction split doubled or halved, or one input's layout one step away
-/// (`mutate::layout_steps`); valid ones only, vector widths lowered to the
-/// widest still feasible and the split to the largest the stage count allows. For a
-/// tensor-core state: one coordinate of its tiling to a neighbouring value
-/// (`schedule::sketch::mma_sync::steps`, `schedule::sketch::wgmma::steps`), valid ones only.
+/// Every valid state one step away from `s` (`Sketch::neighbours`): for the CUDA-core
+/// sketch one tile factor to the next divisor, the unroll depth, the split or a layout one
+/// step away (`schedule::sketch::cuda_core::steps`); for a tensor-core state one
+/// coordinate of its tiling to a neighbouring value (`schedule::sketch::mma_sync::steps`,
+/// `schedule::sketch::wgmma::steps`).
 pub fn neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
-    let c = space.contraction;
-    s.sketch(
-        || cuda_core_neighbours(s, space),
-        |_| mma_sync::steps(c, s, space.gpu),
-        |_| wgmma::steps(c, s, space.gpu),
-    )
-}
-
-fn cuda_core_neighbours(s: &State, space: &TaskSpace) -> Vec<State> {
-    let c = space.contraction;
-    let mut out = Vec::new();
-    let mut push = |mut n: State| {
-        fit_vector_widths(c, &mut n);
-        fit_split_k(c, &mut n);
-        if validate(c, &n, space.gpu).is_ok() && n != *s {
-            out.push(n);
-        }
-    };
-    let steps = |value: u32, extent: u32| -> Vec<u32> {
-        let d = divisors(extent);
-        let at = d.partition_point(|&x| x < value);
-        let mut v = Vec::new();
-        if at > 0 {
-            v.push(d[at - 1]);
-        }
-        let next = if d.get(at) == Some(&value) {
-            at + 1
-        } else {
-            at
-        };
-        if let Some(&x) = d.get(next) {
-            v.push(x);
-        }
-        v
-    };
-    for (axis, split) in s.spatial.iter().enumerate() {
-        let extent = c.spatial[axis].extent;
-        let levels = [split.vthread, split.thread, split.outer, split.inner];
-        for level in 0..4 {
-            for v in steps(levels[level], extent) {
-                let mut n = s.clone();
-                let t = &mut n.spatial[axis];
-                *[&mut t.vthread, &mut t.thread, &mut t.outer, &mut t.inner][level] = v;
-                if t.block_tile() <= extent + extent / 4
-                    && t.inner <= space.gpu.max_innermost_factor
-                {
-                    push(n);
-                }
-            }
-        }
-    }
-    for (axis, split) in s.reduction.iter().enumerate() {
-        let extent = c.reduction[axis].extent;
-        for level in 0..2 {
-            let value = if level == 0 {
-                split.middle
-            } else {
-                split.inner
-            };
-            for v in steps(value, extent) {
-                let mut n = s.clone();
-                let r = &mut n.reduction[axis];
-                if level == 0 {
-                    r.middle = v;
-                } else {
-                    r.inner = v;
-                }
-                if r.stage_tile() <= extent + extent / 4 {
-                    push(n);
-                }
-            }
-        }
-    }
-    if let Some(i) = UNROLL_STEPS.iter().position(|&u| u == s.unroll_max_step) {
-        for j in [i.wrapping_sub(1), i + 1] {
-            if let Some(&u) = UNROLL_STEPS.get(j) {
-                push(State {
-                    unroll_max_step: u,
-                    ..s.clone()
-                });
-            }
-        }
-    }
-    for split_k in split_steps(c, s) {
-        push(State {
-            split_k,
-            ..s.clone()
-        });
-    }
-    for input in 0..2 {
-        for layout in layout_steps(c, s, input) {
-            let mut n = s.clone();
-            n.shared_layout[input] = layout;
-            push(n);
-        }
-    }
-    out
+    s.sketch().neighbours(space.contraction, s, space.gpu)
 }
 
 /// The states within `hops` steps of `s` (excluding `s`), deduplicated.
@@ -406,6 +230,7 @@ impl Dgd {
 mod tests {
     use super::*;
     use features::FeatureExtractor;
+    use schedule::validate;
     use schedule::{GpuSpec, Task, parse_shape};
 
     #[test]
@@ -488,8 +313,8 @@ mod tests {
 
     #[test]
     fn tensor_core_neighbours_move_one_coordinate_and_compose_over_hops() {
-        use schedule::mma::MmaTiling;
         use schedule::sketch::mma_sync::MmaCoordinate;
+        use schedule::sketch::mma_sync::MmaTiling;
         use schedule::{DType, Layout};
         let gpu = GpuSpec::h100();
         for (op, shape) in [
@@ -573,7 +398,7 @@ mod tests {
         assert_eq!(vectors.len(), states.len());
         assert!(vectors.iter().all(|v| v[0] == 0));
         let mma = State::tensor_core(
-            schedule::mma::MmaTiling {
+            schedule::sketch::mma_sync::MmaTiling {
                 block_m: 64,
                 block_n: 64,
                 warps_m: 2,
@@ -592,12 +417,6 @@ mod tests {
             tile_vector(&mma),
             vec![1, 64, 64, 2, 2, 2, 2, 4, 4, 1, 1, 0, 0, 0, 0]
         );
-    }
-
-    #[test]
-    fn divisors_are_sorted() {
-        assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
-        assert_eq!(divisors(7), vec![1, 7]);
     }
 
     #[test]

@@ -1,161 +1,15 @@
-//! Mutations of a state, as Ansor's evolutionary search uses them: move a prime factor
-//! of one tile level of an axis to another level of the same axis (tile-size mutation),
-//! or pick another unroll depth (weight 0.1); beyond Ansor, double or halve the
-//! reduction split `split_k` (weight 0.1 where the task can split at all: no ReLU and
-//! more than one stage; the tile mutation takes the rest), or give one input's shared
-//! tile another layout — another innermost dimension or row padding, uniformly among
-//! the input's layouts (weight 0.1). The outermost level is
-//! implicit (what remains of the extent), so moving a factor out of it means growing an
-//! inner level while the axis' inner product stays within its extent (+25% for tails,
-//! as the sampler allows). Mutants are validated; fetch vector widths are lowered to
-//! the widest one still feasible, and a split to the largest one the (changed) stage
-//! count still allows.
-//!
-//! Tensor-core states (`State::mma`) have no factor lattice: their coordinates are the
-//! block tile's sides, the warps along each, the k-steps per K tile, the pipeline's
-//! stages, each input's copy width, the swizzle, the split and its sums. A mutation
-//! moves one of them to a neighbouring value (`schedule::sketch::mma_sync::steps`: sides, warps, copy widths
-//! and split doubled or halved, k-steps and stages one up or down, the swizzle and the
-//! split sums toggled), drawn
+//! Mutations of a state, as the evolutionary search uses them: each sketch mutates its
+//! own states (`Sketch::mutate`). The CUDA-core sketch's are Ansor's, with the split,
+//! prefetch and layout moves beyond it (`schedule::sketch::cuda_core::steps`). A
+//! tensor-core state has no factor lattice: its coordinates are its tiling's fields,
+//! and a mutation moves one of them to a neighbouring value
+//! (`schedule::sketch::mma_sync::steps`, `schedule::sketch::wgmma::steps`), drawn
 //! uniformly among the moves that give a valid state. Nothing is refitted afterwards,
-//! so a mutant differs from its parent in exactly one coordinate; the CUDA-core
-//! mutations above are untouched (the same seed draws the same CUDA-core mutants).
+//! so a mutant differs from its parent in exactly one coordinate.
 
 use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::Rng;
-use schedule::sketch::{mma_sync, split_steps, wgmma};
-use schedule::state::{MAX_SPLIT_K, SHARED_PADS, SharedLayout, UNROLL_STEPS, VECTOR_WIDTHS};
 use schedule::task::Contraction;
-use schedule::tiling::{Tiling, innermost_choices};
-use schedule::{GpuSpec, State, prefetch_feasible, validate};
-
-fn pick(rng: &mut ChaCha8Rng, n: usize) -> usize {
-    (rng.next_u64() % n as u64) as usize
-}
-
-/// The prime factors of `n` (with repetition).
-fn prime_factors(mut n: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut p = 2;
-    while p * p <= n {
-        while n.is_multiple_of(p) {
-            out.push(p);
-            n /= p;
-        }
-        p += 1;
-    }
-    if n > 1 {
-        out.push(n);
-    }
-    out
-}
-
-/// The explicit levels of axis `axis` (spatial axes first, then reduction axes), mutable.
-fn levels(state: &mut State, axis: usize) -> Vec<&mut u32> {
-    let spatial = state.spatial.len();
-    if axis < spatial {
-        let s = &mut state.spatial[axis];
-        vec![&mut s.vthread, &mut s.thread, &mut s.outer, &mut s.inner]
-    } else {
-        let r = &mut state.reduction[axis - spatial];
-        vec![&mut r.middle, &mut r.inner]
-    }
-}
-
-/// Moves one prime factor between two levels of one axis (level `None` = the implicit
-/// outermost). Returns false when the drawn move is impossible.
-fn mutate_tile(state: &mut State, c: &Contraction, gpu: &GpuSpec, rng: &mut ChaCha8Rng) -> bool {
-    let axes = state.spatial.len() + state.reduction.len();
-    if axes == 0 {
-        return false;
-    }
-    let axis = pick(rng, axes);
-    let extent = if axis < state.spatial.len() {
-        c.spatial[axis].extent
-    } else {
-        c.reduction[axis - state.spatial.len()].extent
-    };
-    let mut levels = levels(state, axis);
-    let n = levels.len();
-    // Source and destination among n explicit levels plus the implicit one (index n).
-    let src = pick(rng, n + 1);
-    let mut dst = pick(rng, n);
-    if dst >= src {
-        dst += 1;
-    }
-    let product: u32 = levels.iter().map(|l| **l).product();
-    let factor = if src == n {
-        let outer = extent.div_ceil(product);
-        let primes = prime_factors(outer.max(1));
-        if primes.is_empty() {
-            return false;
-        }
-        primes[pick(rng, primes.len())]
-    } else {
-        let primes = prime_factors(*levels[src]);
-        if primes.is_empty() {
-            return false;
-        }
-        primes[pick(rng, primes.len())]
-    };
-    if src < n {
-        *levels[src] /= factor;
-    }
-    if dst < n {
-        *levels[dst] *= factor;
-    }
-    let product: u32 = levels.iter().map(|l| **l).product();
-    let innermost = *levels[n - 1];
-    product <= extent + extent / 4 && innermost <= gpu.max_innermost_factor
-}
-
-/// Lowers each input's fetch vector width to the widest one the (changed) tiles still
-/// allow.
-pub fn fit_vector_widths(c: &Contraction, s: &mut State) {
-    // The tensor-core sketch's copy widths are its tiling's own.
-    if let Some(widths) = s.sketch(|| Some(fitted_vector_widths(c, s)), |_| None, |_| None) {
-        s.vector_width = widths;
-    }
-}
-
-fn fitted_vector_widths(c: &Contraction, s: &State) -> [u32; 2] {
-    let tiling = Tiling::new(c, s);
-    [0, 1].map(|input| {
-        VECTOR_WIDTHS
-            .into_iter()
-            .filter(|&w| w <= s.vector_width[input] && tiling.vector_feasible(c, input, w))
-            .max()
-            .unwrap_or(1)
-    })
-}
-
-/// Halves the reduction split until the state's stage count allows it (a tile change
-/// may have lengthened the stages); keeps a power of two a power of two.
-pub fn fit_split_k(c: &Contraction, s: &mut State) {
-    let stages = s.stages(c);
-    while s.split_k > 1 && (u64::from(s.split_k) > stages || s.split_k > MAX_SPLIT_K) {
-        s.split_k /= 2;
-    }
-}
-
-/// Every shared layout input `input` of `c` may take: each innermost choice
-/// (`tiling::innermost_choices`) with each row padding.
-pub fn layouts(c: &Contraction, input: usize) -> Vec<SharedLayout> {
-    innermost_choices(c, input)
-        .into_iter()
-        .flat_map(|innermost| SHARED_PADS.map(|pad| SharedLayout { innermost, pad }))
-        .collect()
-}
-
-/// The layouts one step from input `input`'s in `s`: another innermost dimension with
-/// the same padding, or the same dimension with another padding.
-pub fn layout_steps(c: &Contraction, s: &State, input: usize) -> Vec<SharedLayout> {
-    let current = s.shared_layout[input];
-    layouts(c, input)
-        .into_iter()
-        .filter(|l| *l != current && (l.innermost == current.innermost || l.pad == current.pad))
-        .collect()
-}
+use schedule::{GpuSpec, State};
 
 /// A valid mutant of `state`, or None if the drawn mutation gave none.
 pub fn mutate(
@@ -164,79 +18,19 @@ pub fn mutate(
     gpu: &GpuSpec,
     rng: &mut ChaCha8Rng,
 ) -> Option<State> {
-    state.sketch_with(
-        rng,
-        |rng| mutate_cuda_core(state, c, gpu, rng),
-        |rng, _| pick_one(rng, mma_sync::steps(c, state, gpu)),
-        |rng, _| pick_one(rng, wgmma::steps(c, state, gpu)),
-    )
-}
-
-/// One of `moves`, uniformly, or None when there is none.
-fn pick_one(rng: &mut ChaCha8Rng, mut moves: Vec<State>) -> Option<State> {
-    if moves.is_empty() {
-        return None;
-    }
-    let i = pick(rng, moves.len());
-    Some(moves.swap_remove(i))
-}
-
-fn mutate_cuda_core(
-    state: &State,
-    c: &Contraction,
-    gpu: &GpuSpec,
-    rng: &mut ChaCha8Rng,
-) -> Option<State> {
-    let mut s = state.clone();
-    let draw = rng.next_u64() % 10;
-    if draw == 0 {
-        let others: Vec<u32> = UNROLL_STEPS
-            .into_iter()
-            .filter(|&u| u != s.unroll_max_step)
-            .collect();
-        s.unroll_max_step = others[pick(rng, others.len())];
-    } else if draw == 1 && s.may_split(c) {
-        let steps = split_steps(c, &s);
-        if steps.is_empty() {
-            return None;
-        }
-        s.split_k = steps[pick(rng, steps.len())];
-    } else if draw == 3 && (s.prefetch || prefetch_feasible(c, &s)) {
-        s.prefetch = !s.prefetch;
-    } else if draw == 2 {
-        let input = pick(rng, 2);
-        let others: Vec<SharedLayout> = layouts(c, input)
-            .into_iter()
-            .filter(|l| *l != s.shared_layout[input])
-            .collect();
-        if others.is_empty() {
-            return None;
-        }
-        s.shared_layout[input] = others[pick(rng, others.len())];
-    } else if !mutate_tile(&mut s, c, gpu, rng) {
-        return None;
-    }
-    fit_vector_widths(c, &mut s);
-    fit_split_k(c, &mut s);
-    // A tile change may roll a fetch loop: prefetch goes with it.
-    s.prefetch &= prefetch_feasible(c, &s);
-    (s != *state && validate(c, &s, gpu).is_ok()).then_some(s)
+    state.sketch().mutate(c, state, gpu, rng)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand_chacha::rand_core::SeedableRng;
-    use schedule::mma::MmaTiling;
+    use schedule::sketch::cuda_core::steps::{fit_split_k, layout_steps, layouts};
+    use schedule::sketch::mma_sync;
     use schedule::sketch::mma_sync::MmaCoordinate;
+    use schedule::sketch::mma_sync::MmaTiling;
+    use schedule::validate;
     use schedule::{Sampler, Task, parse_shape};
-
-    #[test]
-    fn primes() {
-        assert_eq!(prime_factors(1), Vec::<u32>::new());
-        assert_eq!(prime_factors(12), vec![2, 2, 3]);
-        assert_eq!(prime_factors(49), vec![7, 7]);
-    }
 
     #[test]
     fn mutants_are_valid_different_and_keep_the_extent_covered() {
@@ -457,14 +251,14 @@ mod tests {
             1,
         );
         assert!(validate(&c, &plain, &gpu).is_ok());
-        let spans: Vec<State> = mma_sync::steps(&c, &plain, &gpu)
+        let spans: Vec<State> = mma_sync::steps::steps(&c, &plain, &gpu)
             .into_iter()
             .filter(|s| s.mma().is_some_and(|t| t.row_span))
             .collect();
         assert_eq!(spans.len(), 1);
         let t = spans[0].mma().unwrap();
         assert_eq!((t.vector, t.k_steps), ([8, 1], 2));
-        let back: Vec<State> = mma_sync::steps(&c, &spans[0], &gpu)
+        let back: Vec<State> = mma_sync::steps::steps(&c, &spans[0], &gpu)
             .into_iter()
             .filter(|s| s.mma().is_some_and(|t| !t.row_span))
             .collect();
@@ -476,7 +270,7 @@ mod tests {
         let gpu = GpuSpec::h100();
         for (task, s) in tensor_core_cases() {
             let c = task.contraction();
-            let steps = mma_sync::steps(&c, &s, &gpu);
+            let steps = mma_sync::steps::steps(&c, &s, &gpu);
             // 11 coordinates, two directions each but the swizzle's and the split
             // sums' one.
             assert!(steps.len() >= 12 && steps.len() <= 20, "{}", steps.len());
@@ -491,7 +285,7 @@ mod tests {
             )
             .unwrap();
             let cuda = Sampler::new(&f32_task, &gpu, 1).sample().unwrap();
-            assert!(mma_sync::steps(&f32_task.contraction(), &cuda, &gpu).is_empty());
+            assert!(mma_sync::steps::steps(&f32_task.contraction(), &cuda, &gpu).is_empty());
         }
     }
 

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use schedule::gemm::GemmView;
-use schedule::mma::MmaTiling;
+use schedule::sketch::mma_sync::MmaTiling;
 use schedule::validate::validate;
 use schedule::{DType, Epilogue, GpuSpec, Layout, State, Task, parse_shape};
 

@@ -8,7 +8,7 @@ use crate::stream_k::StreamK;
 use crate::task::{Access, AffineIndex, AxisRef, Contraction};
 
 /// Binds `value` to a named `const int` unless it is already trivial.
-pub(super) fn bind(scope: &mut Scope, out: &mut Vec<Stmt>, name: &str, value: Expr) -> Expr {
+pub(crate) fn bind(scope: &mut Scope, out: &mut Vec<Stmt>, name: &str, value: Expr) -> Expr {
     if matches!(value, Expr::Const(_) | Expr::Var(_)) {
         return value;
     }
@@ -19,7 +19,7 @@ pub(super) fn bind(scope: &mut Scope, out: &mut Vec<Stmt>, name: &str, value: Ex
 }
 
 /// Decomposes `index` (row-major over `extents`, last fastest) into bound coordinates.
-pub(super) fn decompose(
+pub(crate) fn decompose(
     scope: &mut Scope,
     out: &mut Vec<Stmt>,
     index: Expr,
@@ -42,7 +42,7 @@ pub(super) fn decompose(
 
 /// `sum(coeff * value)` over an affine index's terms (its offset excluded), with the
 /// value of each spatial and reduction axis given.
-pub(super) fn affine_terms(
+pub(crate) fn affine_terms(
     scope: &Scope,
     index: &AffineIndex,
     spatial: &[Expr],
@@ -59,7 +59,7 @@ pub(super) fn affine_terms(
 
 /// The bias element of the output element at `coords` (a bias is indexed by output
 /// axes only).
-pub(super) fn bias_offset(scope: &Scope, access: &Access, coords: &[Expr]) -> Expr {
+pub(crate) fn bias_offset(scope: &Scope, access: &Access, coords: &[Expr]) -> Expr {
     scope.sum(
         access
             .index
@@ -72,12 +72,12 @@ pub(super) fn bias_offset(scope: &Scope, access: &Access, coords: &[Expr]) -> Ex
     )
 }
 
-pub(super) fn var_or_zero(v: Option<Var>) -> Expr {
+pub(crate) fn var_or_zero(v: Option<Var>) -> Expr {
     v.map_or(Expr::Const(0), Expr::Var)
 }
 
 /// Nests `body` in loops over `vars` (first outermost); absent variables add no loop.
-pub(super) fn wrap_loops(
+pub(crate) fn wrap_loops(
     vars: &[Option<Var>],
     extents: &[i64],
     unroll: impl Fn(usize) -> bool,
@@ -98,7 +98,7 @@ pub(super) fn wrap_loops(
 }
 
 /// A contraction's kernel parameters: both inputs, the bias if any, the output.
-pub(super) fn tensor_params(c: &Contraction) -> Vec<Param> {
+pub(crate) fn tensor_params(c: &Contraction) -> Vec<Param> {
     let buffer = |name, role, dtype| Param::Buffer { name, role, dtype };
     let mut params = vec![
         buffer(c.inputs[0].tensor, Role::Input(0), c.dtype),
@@ -113,7 +113,7 @@ pub(super) fn tensor_params(c: &Contraction) -> Vec<Param> {
 
 /// `body` under `cond` (an `If`), or, without one, inlined into `out`, or in a C block of
 /// its own when `scoped` (its bindings then end with it).
-pub(super) fn guarded(out: &mut Vec<Stmt>, cond: Option<Cond>, body: Vec<Stmt>, scoped: bool) {
+pub(crate) fn guarded(out: &mut Vec<Stmt>, cond: Option<Cond>, body: Vec<Stmt>, scoped: bool) {
     match cond {
         Some(cond) => out.push(Stmt::If {
             conds: vec![cond],
@@ -128,7 +128,7 @@ pub(super) fn guarded(out: &mut Vec<Stmt>, cond: Option<Cond>, body: Vec<Stmt>, 
 /// coordinates `coords`, written where `valid` holds), with the contraction's bias; under
 /// split-K (`split`: the block's split coordinate) an atomic add, the bias from chunk 0
 /// only; with `staged`, `out` is an element of the staging buffers.
-pub(super) fn epilogue_store(
+pub(crate) fn epilogue_store(
     scope: &Scope,
     c: &Contraction,
     coords: &[Expr],
@@ -157,7 +157,7 @@ pub(super) fn epilogue_store(
 }
 
 /// The extents and names of spatial axes `axes`.
-pub(super) fn axis_extents(c: &Contraction, axes: &[usize]) -> (Vec<i64>, Vec<String>) {
+pub(crate) fn axis_extents(c: &Contraction, axes: &[usize]) -> (Vec<i64>, Vec<String>) {
     (
         axes.iter()
             .map(|&a| i64::from(c.spatial[a].extent))
@@ -173,7 +173,7 @@ pub(super) fn axis_extents(c: &Contraction, axes: &[usize]) -> (Vec<i64>, Vec<St
 /// `batch` (the view's batch coordinates): bounded by M and N, decomposed into the
 /// output's axes, through the fused epilogue. With `staged`, to element `staged` of the
 /// staging buffers instead (the bias still the element's).
-pub(super) fn gemm_store(
+pub(crate) fn gemm_store(
     scope: &mut Scope,
     c: &Contraction,
     view: &GemmView,
@@ -220,7 +220,7 @@ pub(super) fn gemm_store(
 }
 
 /// Element (`row`, `col`) of the GEMM view's output exists.
-pub(super) fn gemm_valid(scope: &Scope, view: &GemmView, row: &Expr, col: &Expr) -> Vec<Cond> {
+pub(crate) fn gemm_valid(scope: &Scope, view: &GemmView, row: &Expr, col: &Expr) -> Vec<Cond> {
     let mut valid: Vec<Cond> = scope.bound(row, 0, view.m as i64).into_iter().collect();
     valid.extend(scope.bound(col, 0, view.n as i64));
     valid
@@ -233,7 +233,7 @@ const MAX_UNROLLED_ADDS: i64 = 512;
 /// accumulator `acc` of each of a block's `threads` threads in the partial sums of
 /// `unit` (a chunk's own, or with atomic sums its tile's), so that a warp's stores
 /// and loads are coalesced.
-pub(super) fn partial_index(
+pub(crate) fn partial_index(
     scope: &Scope,
     unit: Expr,
     acc: Expr,
@@ -246,7 +246,7 @@ pub(super) fn partial_index(
 /// One accumulator's partial-sum statement at workspace slot `at`: the unit's store
 /// (an atomic addition with atomic sums), or with `read` the fixup's read (clearing
 /// atomic sums for the next launch).
-pub(super) fn partial_sum(
+pub(crate) fn partial_sum(
     read: bool,
     atomic: bool,
     (acc, at, valid): (Expr, Expr, Vec<Cond>),
@@ -269,7 +269,7 @@ pub(super) fn partial_sum(
 }
 
 /// How a split tile's last arrival reads its partial sums.
-pub(super) enum FixupReads {
+pub(crate) enum FixupReads {
     /// Atomic sums: the tile's one slot per accumulator, read and cleared.
     Take(Vec<Stmt>),
     /// Ordered sums: every chunk's slots (`adds`, over chunk `chunk`) in chunk order,
@@ -285,7 +285,7 @@ pub(super) enum FixupReads {
 /// semaphore (and a take clears the atomic sums), so the workspace is zeroed once, not
 /// per launch. (A split's units arrive with weight 1; stream-K's segments with their K
 /// tiles, `split` being the tile's.)
-pub(super) fn split_fixup(
+pub(crate) fn split_fixup(
     scope: &Scope,
     (split, accumulators): (i64, i64),
     (tile, warps, weight): (Expr, i64, Expr),
@@ -319,7 +319,7 @@ pub(super) fn split_fixup(
 /// `crate::stream_k`): block `b` of `B` takes `[b·I/B, (b+1)·I/B)` of the `I`, so runs
 /// differ by one at most. Its first iteration, the one past its last, their count, and
 /// the longest run's (a loop's trip count).
-pub(super) struct StreamRun {
+pub(crate) struct StreamRun {
     pub start: Expr,
     pub end: Expr,
     pub len: Expr,

@@ -16,7 +16,7 @@ use super::common::{guarded, var_or_zero, wrap_loops};
 use crate::ir::{Expr, Scope, Stmt};
 
 /// How a stage's data reaches its consumers.
-pub(super) trait Handoff {
+pub(crate) trait Handoff {
     /// After a stage's copies are issued (even when the tile does not exist, so that
     /// the count of issued stages stays the iteration's).
     fn issued(&self, out: &mut Vec<Stmt>);
@@ -28,7 +28,7 @@ pub(super) trait Handoff {
 }
 
 /// `cp.async` groups: one group per stage, `wait_group` then a block barrier.
-pub(super) struct CpAsyncGroups;
+pub(crate) struct CpAsyncGroups;
 
 impl Handoff for CpAsyncGroups {
     fn issued(&self, out: &mut Vec<Stmt>) {
@@ -45,7 +45,7 @@ impl Handoff for CpAsyncGroups {
 
 /// What a pipelined lowering supplies: its scope, the fill of a tile into its buffer
 /// and the consumption of a tile from a buffer.
-pub(super) trait Stages {
+pub(crate) trait Stages {
     fn scope(&mut self) -> &mut Scope;
     /// Issues the copies of local tile `local` (into buffer `local % stages`).
     fn fill(&mut self, local: Expr, out: &mut Vec<Stmt>);
@@ -55,7 +55,7 @@ pub(super) trait Stages {
 
 /// The ring over `tiles` local tiles with `stages` buffers: the prologue goes to
 /// `prologue`, the loop (counter `kt`) is returned.
-pub(super) fn ring(
+pub(crate) fn ring(
     lowering: &mut impl Stages,
     handoff: &impl Handoff,
     stages: i64,

@@ -2,6 +2,7 @@
 //! dimensions of mutation and of DGD's walk, and every valid state one move away.
 
 use crate::row_span::{COPY_ELEMENTS, RowSpan};
+use crate::sketch::mma_sync::tiling::MmaTiling;
 use crate::state::{SketchTiling, SplitSums, State};
 use crate::task::Contraction;
 use crate::{GpuSpec, validate};
@@ -150,7 +151,7 @@ impl MmaCoordinate {
                     t.vector = [1, 1];
                     if let Some(span) = RowSpan::of(c).ok().filter(|_| t.row_span) {
                         t.vector = [COPY_ELEMENTS as u32, 1];
-                        t.k_steps = crate::mma::MmaTiling::span_k_steps(&span, c.dtype);
+                        t.k_steps = MmaTiling::span_k_steps(&span, c.dtype);
                     }
                 }
             }
@@ -167,7 +168,10 @@ const GRID_START: u32 = 132;
 /// (`MmaCoordinate`) to a neighbouring value, nothing else changed, in the order of
 /// `MmaCoordinate::ALL` (smaller value first). Empty for a CUDA-core state.
 pub fn steps(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {
-    s.sketch(Vec::new, |_| mma_moves(c, s, gpu), |_| Vec::new())
+    match s.tiling {
+        SketchTiling::MmaSync(_) => mma_moves(c, s, gpu),
+        _ => Vec::new(),
+    }
 }
 
 fn mma_moves(c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State> {

@@ -42,18 +42,19 @@
 //! fragment loads (`OperandLayout::Span`), and the weights of the block's filter rows
 //! are read once before the ring into as many B tiles, which the K tiles then index.
 
-use super::common::{
-    FixupReads, StreamRun, affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid,
-    guarded, partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
-};
-use super::pipeline::{self, CpAsyncGroups, Stages};
 use crate::atom::span::GROUP_ROWS;
 use crate::atom::{Index, MmaAtom, OperandLayout, SharedTileLayout, fragment};
 use crate::gemm::GemmView;
 use crate::ir::{Cond, Expr, GlobalRead, Kernel, Param, Scope, SharedPool, SharedWrite, Stmt, Var};
 use crate::launch::LaunchConfig;
-use crate::mma::{MmaTiling, SpanStaging};
+use crate::lower::common::{
+    FixupReads, StreamRun, affine_terms, axis_extents, bind, decompose, gemm_store, gemm_valid,
+    guarded, partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
+};
+use crate::lower::pipeline::{self, CpAsyncGroups, Stages};
 use crate::row_span::COPY_ELEMENTS;
+use crate::sketch::mma_sync::geometry::SpanStaging;
+use crate::sketch::mma_sync::tiling::MmaTiling;
 use crate::state::SplitSums;
 use crate::task::{Contraction, Task};
 

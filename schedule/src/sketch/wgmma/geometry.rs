@@ -43,7 +43,7 @@ use crate::gemm::GemmView;
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::check_tile_split;
 use crate::invalid::{InvalidState, TmaGemmError};
-pub use crate::state::{MAX_WGMMA_STAGES, WgmmaTiling};
+use crate::sketch::wgmma::tiling::{MAX_WGMMA_STAGES, WgmmaTiling};
 use crate::stream_k::StreamK;
 use crate::task::{Access, AxisRef, Contraction};
 
@@ -76,7 +76,7 @@ pub const CLUSTER_SHAPES: [(u32, u32); 9] = [
     (8, 1),
 ];
 
-pub use crate::state::RASTER_GROUPS;
+use crate::sketch::wgmma::tiling::RASTER_GROUPS;
 
 /// One operand as TMA sees it: `batches` matrices of `rows` rows of `columns` contiguous
 /// elements, in elements; a K-major operand of a reduction with taps (a convolution's

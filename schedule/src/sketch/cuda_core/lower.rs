@@ -41,15 +41,15 @@
 //! in `lower::prefetch`: lowering only gives it what it rewrites, the flattened stage loop
 //! (built as for split-K, with split coordinate 0 when the reduction is not split).
 
-use super::common::{
-    affine_terms, bind, decompose, epilogue_store, guarded, tensor_params, var_or_zero, wrap_loops,
-};
-use super::prefetch::register_prefetch;
 use crate::ir::{Expr, GlobalRead, Kernel, Scope, SharedPool, SharedWrite, Stmt, Var};
 use crate::launch::LaunchConfig;
+use crate::lower::common::{
+    affine_terms, bind, decompose, epilogue_store, guarded, tensor_params, var_or_zero, wrap_loops,
+};
+use crate::lower::prefetch::register_prefetch;
+use crate::sketch::cuda_core::geometry::{ReductionUnroll, Tiling, fetch_unrolled};
 use crate::state::State;
 use crate::task::{Access, Contraction, Task};
-use crate::tiling::{ReductionUnroll, Tiling, fetch_unrolled};
 
 /// Lowers a validated CUDA-core state of `task`, applying the state's transform passes.
 pub(super) fn lower(task: &Task, state: &State) -> Kernel {

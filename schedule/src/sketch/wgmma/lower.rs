@@ -64,10 +64,6 @@
 //! so that the block whose segment completes the tile's K tiles (whichever arrives last)
 //! takes the sums and runs the epilogue. The run's last segment is stored after the loop.
 
-use super::common::{
-    FixupReads, StreamRun, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded,
-    partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
-};
 use crate::atom::Index;
 use crate::atom::fragment;
 use crate::atom::wgmma::{WARPGROUP_THREADS, WgmmaAtom};
@@ -76,9 +72,14 @@ use crate::ir::{
     WgmmaOperand,
 };
 use crate::launch::{Dim3, LaunchConfig, Target, TensorMapArg};
+use crate::lower::common::{
+    FixupReads, StreamRun, axis_extents, bind, decompose, gemm_store, gemm_valid, guarded,
+    partial_index, partial_sum, split_fixup, tensor_params, var_or_zero, wrap_loops,
+};
+use crate::sketch::wgmma::geometry::{ATOM_M, OperandView, STAGING_BUFFERS, TmaGemm};
+use crate::sketch::wgmma::tiling::WgmmaTiling;
 use crate::state::SplitSums;
 use crate::task::{Contraction, Task};
-use crate::wgmma::{ATOM_M, OperandView, STAGING_BUFFERS, TmaGemm, WgmmaTiling};
 
 /// Lowers a validated `wgmma` state of `task` with its reduction split `split_k` ways,
 /// its partial sums meeting as `sums` says.

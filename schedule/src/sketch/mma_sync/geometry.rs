@@ -24,7 +24,9 @@ use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
 use crate::invalid::check_tile_split;
 use crate::row_span::{COPY_ELEMENTS, RowSpan};
-pub use crate::state::{MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling};
+use crate::sketch::mma_sync::tiling::{
+    MAX_COPY_ROUNDS, MAX_K_STEPS, MAX_STAGES, MAX_WARPS, MmaTiling,
+};
 use crate::stream_k::StreamK;
 use crate::task::{Contraction, DType};
 

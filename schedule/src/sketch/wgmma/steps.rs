@@ -1,6 +1,6 @@
 //! The `wgmma` sketch's neighbours: every valid state one move away.
 
-use super::split_steps;
+use crate::sketch::split_steps;
 use crate::state::{SplitSums, State, WgmmaTiling};
 use crate::task::Contraction;
 use crate::{GpuSpec, validate};
