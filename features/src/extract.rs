@@ -25,9 +25,10 @@ use crate::shared_reads::{ReadCost, read_cost};
 use crate::store::{Output, StoreCost, store_cost};
 use crate::table::{FEATURE_COUNT, FeatureRow};
 use schedule::sketch::cuda_core::fetch_unrolled;
+use schedule::sketch::cuda_core::register_estimate;
 use schedule::sketch::wgmma::TmaGemm;
 use schedule::task::Contraction;
-use schedule::validate::{register_estimate, validate};
+use schedule::validate::validate;
 use schedule::{GpuSpec, SketchTiling, State, Task};
 
 /// Bytes per float and per shared-memory wavefront (per sector: `SECTOR_BYTES`).

@@ -51,7 +51,7 @@ pub use sample::Sampler;
 pub use shape::{OPERATORS, parse_shape};
 pub use state::{SketchTiling, State};
 pub use task::{DType, Epilogue, Layout, Operator, Task};
-pub use validate::{prefetch_feasible, validate};
+pub use validate::validate;
 
 /// A state of a task lowered and printed as CUDA C, with what is needed to launch it.
 #[derive(Debug, Clone, PartialEq, Eq)]

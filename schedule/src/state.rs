@@ -1,33 +1,33 @@
 //! States: the multi-level tiling sketch with every tile size and annotation filled in.
 //!
-//! Checklist for adding a state option (a new field of `State`), in pipeline order:
+//! A state belongs to one sketch, its `tiling` ([`SketchTiling`]): the CUDA-core sketch
+//! (its tiling is the per-axis fields below), `MmaSync` (`sketch/mma_sync/`) or `Wgmma`
+//! (`sketch/wgmma/`), whose states keep the per-axis fields at their defaults. Code that
+//! treats the sketches differently asks the state's sketch ([`State::sketch`], the
+//! `Sketch` interface of `crate::sketch`); a new sketch is a folder there.
 //!
-//! 1. The field, here, with a serde default and `skip_serializing_if` at that default,
-//!    so that logged states keep their JSON, hence their ids (extend the serialization
-//!    test at the bottom of this file).
-//! 2. Validation: `schedule/src/validate.rs` (a reason in `InvalidState`; the register
+//! Checklist for adding an option to a sketch, in pipeline order:
+//!
+//! 1. The field, in the sketch's tiling (`sketch/<sketch>/tiling.rs`; the CUDA-core
+//!    sketch's are here), with a serde default and `skip_serializing_if` at that
+//!    default, so that logged states keep their JSON, hence their ids (extend the
+//!    serialization test at the bottom of this file).
+//! 2. Validation: the sketch's refusals (a reason in `InvalidState`; the register
 //!    estimate too if the option changes what stays live).
-//! 3. Sampling: `schedule/src/sample.rs`, drawn so that the earlier draws of a seed
-//!    stay what they were.
-//! 4. Mutation: `search/src/mutate.rs`.
-//! 5. The DGD lattice: `search/src/dgd.rs` (the neighbours along the new dimension).
-//! 6. Lowering: `schedule/src/lower/cuda_core.rs`, or a transform pass over the loop nest
-//!    in a file of its own that it applies (as `schedule/src/lower/prefetch.rs` does).
+//! 3. Sampling: the sketch's `draw.rs`, drawn so that the earlier draws of a seed stay
+//!    what they were.
+//! 4. Mutation and the DGD lattice: the sketch's `steps.rs` (the neighbours along the
+//!    new dimension).
+//! 5. Adaptation to another shape: the sketch's `Sketch::repair`, where the option
+//!    depends on the shape.
+//! 6. Lowering: the sketch's `lower.rs`, or a transform pass over the loop nest in a
+//!    file of its own that it applies (as `schedule/src/lower/prefetch.rs` does).
 //! 7. Interpreter: `schedule/src/interp/` runs any new IR statement faithfully, and
 //!    `schedule/tests/interpreter.rs` runs states with the option against the
 //!    reference.
-//! 8. Features: `features/src/extract.rs` (described in `features/src/table.rs`).
+//! 8. Features: the sketch's file in `features/src/` (described in
+//!    `features/src/table.rs`).
 //! 9. A snapshot test: `schedule/tests/states.rs`.
-//!
-//! A state belongs to one sketch, its `tiling` ([`SketchTiling`]): a state whose tiling
-//! is `MmaSync` belongs to the tensor-core sketch (`mma`, `lower::mma_sync`), one whose
-//! tiling is `Wgmma` to Hopper's (`wgmma`), and their per-axis fields below keep their
-//! defaults. Code that treats the sketches differently asks [`State::sketch`];
-//! everything that treats the sketches differently (validation, sampling's drawing of
-//! each sketch's fields, mutation, the DGD lattice, lowering, features, the log's
-//! checks) gives it one arm per sketch. Adding a sketch is implementing that interface:
-//! one more arm, which the compiler then asks of every caller. What follows describes the
-//! CUDA-core sketch.
 //!
 //! The sketch is Ansor's GPU structure "SSSRRSRS": each spatial axis is split into five
 //! levels (block, virtual thread, thread, outer register, inner register) and each
@@ -160,8 +160,15 @@ pub struct State {
 }
 
 impl State {
-    /// No tiling at all: every field at its default, the CUDA-core sketch's (a sketch's
-    /// constructor sets its tiling).
+    /// A state of the sketch of `tiling`, every other field at its default.
+    pub fn of(tiling: SketchTiling) -> State {
+        State {
+            tiling,
+            ..State::empty()
+        }
+    }
+
+    /// No tiling at all: every field at its default, the CUDA-core sketch's.
     pub(crate) fn empty() -> State {
         State {
             spatial: Vec::new(),
@@ -186,9 +193,10 @@ impl State {
         self.spatial.iter().map(|s| s.vthread).product()
     }
 
-    /// Accumulator registers per thread.
+    /// Accumulator registers per thread of the CUDA-core sketch's register tile (each
+    /// tensor-core tiling counts its own: `MmaTiling::accumulators`).
     pub fn accumulators(&self) -> u32 {
-        self.sketch().accumulators(self)
+        self.spatial.iter().map(|s| s.register_tile()).product()
     }
 
     /// Thread blocks per axis.

@@ -16,20 +16,6 @@ pub fn validate(c: &Contraction, state: &State, gpu: &GpuSpec) -> Result<(), Inv
     state.sketch().validate(c, state, gpu)
 }
 
-/// Estimated registers per thread: for the CUDA-core sketch the accumulators, the
-/// operand values of the reduction steps in flight and the addressing overhead; each
-/// tensor-core sketch its own count.
-pub fn register_estimate(c: &Contraction, state: &State) -> u64 {
-    state.sketch().register_estimate(c, state)
-}
-
-/// Whether register prefetch can apply (the CUDA-core sketch's pass: every fetch loop
-/// unrolled and at least two stages per block; the tensor-core sketches pipeline with
-/// their own copies instead).
-pub fn prefetch_feasible(c: &Contraction, state: &State) -> bool {
-    state.sketch().prefetch_feasible(c, state)
-}
-
 /// Registers per thread that ptxas may use under `__launch_bounds__(threads)`: the
 /// block's register file split over its threads, in the allocation unit of 8.
 pub fn register_cap(gpu: &GpuSpec, threads: u64) -> u64 {

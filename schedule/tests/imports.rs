@@ -91,6 +91,23 @@ fn expand(prefix: &[String], tree: &str, out: &mut Vec<Vec<String>>) {
     }
 }
 
+/// The code of a file without comments and test-only items: a `#[cfg(test)]` item of
+/// one line is skipped, a test module ends the file's code.
+fn production_code(text: &str) -> String {
+    let mut code = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.trim() == "#[cfg(test)]" {
+            match lines.next() {
+                Some(item) if item.trim_start().starts_with("mod ") && item.ends_with('{') => break,
+                _ => continue,
+            }
+        }
+        code.push(line.split("//").next().unwrap());
+    }
+    code.join("\n")
+}
+
 #[test]
 fn no_module_of_schedule_imports_itself_through_others() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -126,14 +143,7 @@ fn no_module_of_schedule_imports_itself_through_others() {
             [] => continue,
         };
         let text = std::fs::read_to_string(&path).unwrap();
-        let code: String = text
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap()
-            .lines()
-            .map(|l| l.split("//").next().unwrap())
-            .collect::<Vec<_>>()
-            .join("\n");
+        let code = production_code(&text);
         let imports = modules.entry(module.clone()).or_default();
         for p in paths(&code) {
             let segments: Vec<&str> = p.iter().map(String::as_str).collect();
@@ -162,6 +172,16 @@ fn no_module_of_schedule_imports_itself_through_others() {
         .filter(|c| c.len() > 1)
         .collect();
     assert!(circles.is_empty(), "import circles: {circles:?}");
+}
+
+#[test]
+fn test_only_items_and_modules_are_not_read() {
+    let text = "use crate::a;\n#[cfg(test)]\nuse crate::b;\nfn f() {} // crate::c\n#[cfg(test)]\nmod tests {\n    use crate::d;\n}\n";
+    let read: Vec<String> = paths(&production_code(text))
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    assert_eq!(read, ["a"]);
 }
 
 #[test]

@@ -681,7 +681,7 @@ fn prefetch_needs_unrolled_fetch_loops_and_two_stages() {
         ..state.clone()
     };
     assert!(
-        schedule::validate::register_estimate(&c, &state)
-            > schedule::validate::register_estimate(&c, &without)
+        schedule::sketch::cuda_core::register_estimate(&c, &state)
+            > schedule::sketch::cuda_core::register_estimate(&c, &without)
     );
 }

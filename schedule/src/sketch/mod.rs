@@ -38,12 +38,6 @@ pub trait Sketch: Sync {
     /// Threads per block.
     fn threads(&self, s: &State) -> u32;
 
-    /// Accumulator registers per thread.
-    fn accumulators(&self, s: &State) -> u32;
-
-    /// Estimated registers per thread.
-    fn register_estimate(&self, c: &Contraction, s: &State) -> u64;
-
     /// Shared-memory stages of one output tile's whole reduction (the loop a
     /// reduction split cuts into chunks); 1 for a sketch without one.
     fn stages(&self, _c: &Contraction, _s: &State) -> u64 {
@@ -64,18 +58,15 @@ pub trait Sketch: Sync {
         false
     }
 
-    /// Whether register prefetch can apply (the CUDA-core sketch's pass only).
-    fn prefetch_feasible(&self, _c: &Contraction, _s: &State) -> bool {
-        false
-    }
-
     /// Whether `s` can run (and run well) for `c` on `gpu`, or why not.
     fn validate(&self, c: &Contraction, s: &State, gpu: &GpuSpec) -> Result<(), InvalidState>;
 
     /// The state's coordinates, canonical: two valid states of one task have the same
-    /// vector exactly when they are the same state. It leads with a number of its own
-    /// per sketch.
-    fn tile_vector(&self, s: &State) -> Vec<u32>;
+    /// vector exactly when they are the same state: by default the bytes of its JSON
+    /// (its identity); the built-in sketches lead with a number of their own.
+    fn tile_vector(&self, s: &State) -> Vec<u32> {
+        s.to_json().bytes().map(u32::from).collect()
+    }
 
     /// Every valid state one step away from `s`, in a fixed order: DGD's lattice.
     fn neighbours(&self, c: &Contraction, s: &State, gpu: &GpuSpec) -> Vec<State>;
@@ -110,6 +101,8 @@ impl State {
             SketchTiling::CudaCore => &CudaCore,
             SketchTiling::MmaSync(t) => t,
             SketchTiling::Wgmma(t) => t,
+            #[cfg(test)]
+            SketchTiling::OneThread(t) => t,
         }
     }
 
@@ -145,3 +138,6 @@ pub fn split_steps(c: &Contraction, s: &State) -> Vec<u32> {
         .filter(|&k| k >= 1 && k != s.split_k && u64::from(k) <= max)
         .collect()
 }
+
+#[cfg(test)]
+mod one_thread;

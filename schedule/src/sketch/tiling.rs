@@ -14,6 +14,8 @@ pub enum SketchTiling {
     CudaCore,
     MmaSync(MmaTiling),
     Wgmma(WgmmaTiling),
+    #[cfg(test)]
+    OneThread(crate::sketch::one_thread::OneThread),
 }
 
 /// Written as the fields states had before sketches were one value: `"mma"` or
@@ -27,6 +29,8 @@ impl Serialize for SketchTiling {
             SketchTiling::CudaCore => {}
             SketchTiling::MmaSync(t) => map.serialize_entry("mma", t)?,
             SketchTiling::Wgmma(t) => map.serialize_entry("wgmma", t)?,
+            #[cfg(test)]
+            SketchTiling::OneThread(t) => map.serialize_entry("one_thread", &t.0)?,
         }
         map.end()
     }

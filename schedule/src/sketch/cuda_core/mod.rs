@@ -10,7 +10,7 @@ pub mod tiling;
 pub mod validate;
 
 pub use geometry::*;
-pub use validate::check_structure;
+pub use validate::{check_structure, prefetch_feasible, register_estimate};
 
 use crate::gpu_spec::GpuSpec;
 use crate::invalid::InvalidState;
@@ -30,14 +30,6 @@ impl Sketch for CudaCore {
         s.spatial.iter().map(|a| a.thread).product()
     }
 
-    fn accumulators(&self, s: &State) -> u32 {
-        s.spatial.iter().map(|a| a.register_tile()).product()
-    }
-
-    fn register_estimate(&self, c: &Contraction, s: &State) -> u64 {
-        validate::register_estimate(c, s)
-    }
-
     /// The product of the stages per reduction axis (the flattened outer reduction loop).
     fn stages(&self, c: &Contraction, s: &State) -> u64 {
         s.stages_per_axis(c).iter().map(|&n| u64::from(n)).product()
@@ -52,10 +44,6 @@ impl Sketch for CudaCore {
     /// partial sums).
     fn may_split(&self, c: &Contraction, _s: &State) -> bool {
         !c.relu && c.out_dtype == DType::F32
-    }
-
-    fn prefetch_feasible(&self, c: &Contraction, s: &State) -> bool {
-        validate::prefetch_feasible(c, s)
     }
 
     fn validate(&self, c: &Contraction, s: &State, gpu: &GpuSpec) -> Result<(), InvalidState> {

@@ -23,6 +23,14 @@ pub struct SpatialSplit {
 }
 
 impl SpatialSplit {
+    /// No split: the whole axis in blocks of one element, one thread each.
+    pub const UNIT: SpatialSplit = SpatialSplit {
+        vthread: 1,
+        thread: 1,
+        outer: 1,
+        inner: 1,
+    };
+
     /// Output elements of this axis per block.
     pub fn block_tile(&self) -> u32 {
         self.vthread * self.thread * self.outer * self.inner
@@ -43,6 +51,12 @@ pub struct ReductionSplit {
 }
 
 impl ReductionSplit {
+    /// No split: one element of the axis per stage.
+    pub const UNIT: ReductionSplit = ReductionSplit {
+        middle: 1,
+        inner: 1,
+    };
+
     /// Reduction elements of this axis per shared-memory stage.
     pub fn stage_tile(&self) -> u32 {
         self.middle * self.inner

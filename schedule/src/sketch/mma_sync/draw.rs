@@ -10,11 +10,11 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::Rng;
 
 impl Sampler {
-    /// Which sketch the next draw uses: the tensor-core one whenever it applies to
+    /// An `mma.sync` draw, when the draw is this sketch's: whenever it applies to
     /// half data (fp16, bf16: the CUDA-core sketch computes them too, widened to f32,
     /// but at a fraction of the tensor cores' rate), three draws in four for TF32
     /// (whose f32 data the CUDA-core sketch computes in full f32), never for f32. A
-    /// task without a GEMM view (NCHW, depthwise) always draws CUDA-core states.
+    /// task without a GEMM view (NCHW, depthwise) never draws it.
     pub(crate) fn draw_mma_sync(&mut self) -> Option<State> {
         if self.tensor_core_draw() {
             Some(self.mma_state())
@@ -23,6 +23,7 @@ impl Sampler {
         }
     }
 
+    /// Whether the draw is this sketch's (see `draw_mma_sync`), on its stream (3).
     fn tensor_core_draw(&mut self) -> bool {
         match (&self.gemm, self.contraction.dtype.cuda_cores()) {
             (None, _) => false,

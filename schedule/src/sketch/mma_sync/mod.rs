@@ -67,14 +67,6 @@ impl Sketch for MmaTiling {
         MmaTiling::threads(self)
     }
 
-    fn accumulators(&self, _s: &State) -> u32 {
-        MmaTiling::accumulators(self)
-    }
-
-    fn register_estimate(&self, _c: &Contraction, _s: &State) -> u64 {
-        MmaTiling::register_estimate(self)
-    }
-
     /// The GEMM's K tiles.
     fn stages(&self, c: &Contraction, _s: &State) -> u64 {
         self.tiled(c)

@@ -8,9 +8,9 @@ use crate::validate::validate;
 use rand_chacha::rand_core::Rng;
 
 impl Sampler {
-    /// Whether the next draw is a `wgmma` one: half the draws of a task it applies to,
-    /// decided on its own stream, so that the other draws of a seed are those drawn
-    /// before the sketch existed.
+    /// A `wgmma` draw, when the draw is this sketch's: half the draws of a task it
+    /// applies to, decided on its own stream, so that the other draws of a seed are
+    /// those drawn before the sketch existed.
     pub(crate) fn draw_wgmma(&mut self) -> Option<State> {
         if self.tma.is_some() && self.wgmma_rng.next_u64().is_multiple_of(2) {
             Some(self.wgmma_state())

@@ -56,14 +56,6 @@ impl Sketch for WgmmaTiling {
         WgmmaTiling::threads(self)
     }
 
-    fn accumulators(&self, _s: &State) -> u32 {
-        WgmmaTiling::accumulators(self)
-    }
-
-    fn register_estimate(&self, _c: &Contraction, _s: &State) -> u64 {
-        WgmmaTiling::register_estimate(self)
-    }
-
     /// The GEMM's K tiles.
     fn stages(&self, c: &Contraction, _s: &State) -> u64 {
         GemmView::of(c).map_or(1, |v| v.k.div_ceil(self.block_k(&v)))
