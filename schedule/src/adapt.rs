@@ -169,7 +169,7 @@ mod tests {
                 match adapt(&s, &to, &gpu) {
                     Ok(a) => {
                         prop_assert!(validate(&to.contraction(), &a, &gpu).is_ok());
-                        prop_assert_eq!(a.sketch_name(), s.sketch_name());
+                        prop_assert_eq!(a.sketch().name(), s.sketch().name());
                     }
                     Err(why) => prop_assert!(!why.to_string().is_empty()),
                 }

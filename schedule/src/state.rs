@@ -382,7 +382,7 @@ mod tests {
         let of = |name: &str| {
             states
                 .iter()
-                .find(|s| s.sketch_name() == name)
+                .find(|s| s.sketch().name() == name)
                 .unwrap()
                 .clone()
         };

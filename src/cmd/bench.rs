@@ -277,7 +277,7 @@ pub fn run(args: Args) -> Result<()> {
             flops: p.task.flops(),
             min_bytes: prob.bytes(),
             state_id: p.best.as_ref().map(|b| b.state.id()),
-            sketch: p.best.as_ref().map(|b| b.state.sketch_name().to_string()),
+            sketch: p.best.as_ref().map(|b| b.state.sketch().name().to_string()),
             tuned_us: p.best.as_ref().and_then(Record::median_us),
             trials: p.trials,
             ours: None,

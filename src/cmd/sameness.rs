@@ -158,7 +158,7 @@ pub fn run(args: Args) -> Result<()> {
                 task.dtype,
                 task.out_dtype,
                 task.layout,
-                s.sketch_name()
+                s.sketch().name()
             );
             *counts.entry(key).or_default() += 1;
             total += 1;

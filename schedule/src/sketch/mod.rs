@@ -1,7 +1,7 @@
 //! Sketches: the kinds of kernel the search explores, one folder each behind one
 //! interface, [`Sketch`]. A sketch's folder holds its tiling type (`tiling.rs`, the
 //! fields its records hold), what the tiling means for a task and what it refuses
-//! (`geometry.rs`, `validate.rs`), its draws (`draw.rs`), its neighbours for mutation
+//! (`geometry.rs`; the CUDA-core sketch's refusals in `validate.rs`), its draws (`draw.rs`), its neighbours for mutation
 //! and DGD (`steps.rs`, one definition both use), its adaptation to another shape
 //! (`Sketch::repair`) and its lowering (`lower.rs`). What the sketches share stays in
 //! shared modules they use (`stream_k`, `row_span`, `staging`, `lower::common`, the split
@@ -104,11 +104,6 @@ impl State {
             #[cfg(test)]
             SketchTiling::OneThread(t) => t,
         }
-    }
-
-    /// The sketch's name, as reports print it.
-    pub fn sketch_name(&self) -> &'static str {
-        self.sketch().name()
     }
 }
 

@@ -88,7 +88,7 @@ mod tests {
             let states = Sampler::new(&task, &gpu, 7).sample_distinct(4);
             assert_eq!(states.len(), 4, "{task}");
             for s in &states {
-                assert_eq!(s.sketch_name(), "one-thread");
+                assert_eq!(s.sketch().name(), "one-thread");
                 assert!(!s.sketch().neighbours(&c, s, &gpu).is_empty());
                 let got = interp::run(&crate::lower::lower(&task, s), &inputs, expected.len());
                 assert_eq!(got.unwrap(), expected, "{task} {}", s.to_json());

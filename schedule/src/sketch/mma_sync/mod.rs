@@ -26,9 +26,8 @@ impl State {
     /// A state of the `mma.sync` sketch.
     pub fn tensor_core(mma: MmaTiling, split_k: u32) -> State {
         State {
-            tiling: SketchTiling::MmaSync(mma),
             split_k,
-            ..State::empty()
+            ..State::of(SketchTiling::MmaSync(mma))
         }
     }
 

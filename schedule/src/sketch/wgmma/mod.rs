@@ -24,10 +24,7 @@ use crate::validate::only_sketch_fields;
 impl State {
     /// A state of the `wgmma` sketch.
     pub fn hopper(tiling: WgmmaTiling) -> State {
-        State {
-            tiling: SketchTiling::Wgmma(tiling),
-            ..State::empty()
-        }
+        State::of(SketchTiling::Wgmma(tiling))
     }
 
     /// The `wgmma` tiling of a state of that sketch.
