@@ -155,6 +155,8 @@ pub(crate) fn run_compile(
     kernel: &str,
     options: &[String],
 ) -> Result<CompiledKernel, CompileError> {
+    // Loading the library (once per process, about 0.2 s) is not this kernel's compile.
+    nvrtc_lib::ensure_loaded()?;
     let start = Instant::now();
     let (program, log) = run_nvrtc(source, kernel, options)?;
     let cubin = output(
