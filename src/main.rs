@@ -57,10 +57,6 @@ enum Command {
     /// (`scripts/sameness`).
     #[command(hide = true)]
     Sameness(cmd::sameness::Args),
-    /// Internal: compiles for one of tune's or a worker's build threads, requests on
-    /// stdin, answers on stdout (`gpu::compile_process`).
-    #[command(hide = true)]
-    CompileServer,
 }
 
 /// Exits quietly when stdout's reader has gone (`tilesched workloads | head`): `print!`
@@ -141,10 +137,6 @@ fn main() -> ExitCode {
         Command::Database(command) => cmd::database::run(command),
         Command::Deploy(command) => cmd::deploy::run(command),
         Command::Worker(args) => return cmd::worker::run(args),
-        Command::CompileServer => {
-            gpu::compile_process::serve(std::io::stdin().lock(), std::io::stdout().lock())
-                .map_err(anyhow::Error::from)
-        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

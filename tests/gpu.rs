@@ -413,7 +413,7 @@ fn baselines_run_and_agree_with_our_kernels() {
 #[ignore = "needs a GPU (run by scripts/device-check)"]
 fn sass_random_legal_edits_of_the_tuned_kernels_are_bit_exact() {
     use gpu::protocol::{KernelImage, MeasureRequest, Outcome};
-    use gpu::{Pool, ProcessCommand, TimingConfig};
+    use gpu::{Pool, TimingConfig, WorkerCommand};
     use sass_stage::decode::cubin::Cubin;
     use sass_stage::legality::analysis::Kernel;
     use sass_stage::legality::moves::Action;
@@ -448,7 +448,7 @@ fn sass_random_legal_edits_of_the_tuned_kernels_are_bit_exact() {
     }
     let dir = std::env::temp_dir().join(format!("tilesched-sass-walks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let command = ProcessCommand {
+    let command = WorkerCommand {
         program: bin(),
         args: vec!["worker".into()],
     };

@@ -20,12 +20,6 @@ pub enum CompileError {
     Nvrtc(String),
     #[error("the cubin is malformed: {0}")]
     Cubin(#[from] cubin::CubinError),
-    /// The compile server (`compile_process`) could not be started: the host's fault.
-    #[error("cannot start the compile server {program}: {error}")]
-    Spawn { program: String, error: String },
-    /// The compile server died twice compiling this kernel.
-    #[error("the compile server died compiling it: {0}")]
-    ServerDied(String),
 }
 
 /// Lets the calling thread's compiles give way to the rest of the machine (nice +10 for
@@ -161,16 +155,6 @@ pub(crate) fn run_compile(
     kernel: &str,
     options: &[String],
 ) -> Result<CompiledKernel, CompileError> {
-    let (cubin, log, compile_ms) = nvrtc_cubin(source, kernel, options)?;
-    CompiledKernel::read(cubin, log, kernel, compile_ms)
-}
-
-/// NVRTC's cubin of `source` with `options`, its log, and how long NVRTC took.
-pub(crate) fn nvrtc_cubin(
-    source: &str,
-    kernel: &str,
-    options: &[String],
-) -> Result<(Vec<u8>, String, f64), CompileError> {
     // Loading the library (once per process, about 0.2 s) is not this kernel's compile.
     nvrtc_lib::ensure_loaded()?;
     let start = Instant::now();
@@ -181,25 +165,14 @@ pub(crate) fn nvrtc_cubin(
         sys::nvrtcGetCUBINSize,
         sys::nvrtcGetCUBIN,
     )?;
-    Ok((cubin, log, start.elapsed().as_secs_f64() * 1e3))
-}
-
-impl CompiledKernel {
-    /// A compiled kernel from NVRTC's cubin and log, its resources read from them.
-    pub(crate) fn read(
-        cubin: Vec<u8>,
-        log: String,
-        kernel: &str,
-        compile_ms: f64,
-    ) -> Result<CompiledKernel, CompileError> {
-        let resources = cubin::resources(&cubin, kernel, &log)?;
-        Ok(CompiledKernel {
-            cubin,
-            resources,
-            log,
-            compile_ms,
-        })
-    }
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    let resources = cubin::resources(&cubin, kernel, &log)?;
+    Ok(CompiledKernel {
+        cubin,
+        resources,
+        log,
+        compile_ms,
+    })
 }
 
 /// Compiles `source` to PTX for the virtual architecture of `arch` (`compute_XY`).

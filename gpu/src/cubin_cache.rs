@@ -14,9 +14,8 @@
 //! entry or none; an entry that does not read back whole is compiled again and replaced.
 //! Nothing is ever evicted: an entry is 10–60 KB (delete the directory to reclaim it).
 
-use crate::compile::{CompileError, CompiledKernel, check_arch, cubin_options};
-use crate::compile_process::Compiler;
-use crate::nvrtc_lib;
+use crate::compile::{CompileError, CompiledKernel, check_arch, cubin_options, run_compile};
+use crate::{cubin, nvrtc_lib};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -50,12 +49,11 @@ impl CubinCache {
         &self.dir
     }
 
-    /// `compiler`'s compile, through the cache: the stored cubin when there is one,
+    /// `compile::compile`, through the cache: the stored cubin when there is one,
     /// else NVRTC's, stored for next time (a failure to store is not an error: the
     /// kernel is still good). A source NVRTC rejects is not cached.
     pub fn compile(
         &self,
-        compiler: &mut Compiler,
         source: &str,
         kernel: &str,
         arch: &str,
@@ -67,18 +65,18 @@ impl CubinCache {
         let key = entry_key(&format!("{major}.{minor}"), &options, kernel, source);
         let path = self.dir.join(&key[..2]).join(&key);
         if let Some((cubin, log)) = read_entry(&path)
-            && let Ok(compiled) = CompiledKernel::read(cubin, log, kernel, 0.0)
+            && let Ok(resources) = cubin::resources(&cubin, kernel, &log)
         {
             let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-            return Ok((
-                CompiledKernel {
-                    compile_ms,
-                    ..compiled
-                },
-                Origin::Cached,
-            ));
+            let compiled = CompiledKernel {
+                cubin,
+                resources,
+                log,
+                compile_ms,
+            };
+            return Ok((compiled, Origin::Cached));
         }
-        let compiled = compiler.compile_with(source, kernel, &options)?;
+        let compiled = run_compile(source, kernel, &options)?;
         let _ = write_entry(&path, &compiled.cubin, &compiled.log);
         Ok((compiled, Origin::Compiled))
     }

@@ -44,7 +44,7 @@ fn candidates() -> Vec<PathBuf> {
 }
 
 /// Why NVRTC cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NvrtcLibError {
     #[error(
         "{LIBRARY} (NVRTC of CUDA 13) not found: run scripts/setup.sh, or set TILESCHED_NVRTC to its path (looked in: {})",

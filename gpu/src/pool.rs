@@ -55,17 +55,16 @@ pub enum PoolError {
     },
 }
 
-/// How to start one of the tool's own child processes, a measurement worker (which gets
-/// `--device N` appended) or a compile server: the program and its arguments.
+/// How to start a worker: the program and its arguments; `--device N` is appended.
 #[derive(Debug, Clone)]
-pub struct ProcessCommand {
+pub struct WorkerCommand {
     pub program: PathBuf,
     pub args: Vec<String>,
 }
 
 /// One running worker process.
 struct Worker {
-    command: ProcessCommand,
+    command: WorkerCommand,
     ordinal: u32,
     child: Child,
     stdin: ChildStdin,
@@ -95,7 +94,7 @@ struct Worker {
 pub type ProgressSink = Arc<dyn Fn(u32, &str) + Send + Sync>;
 
 impl Worker {
-    fn start(command: &ProcessCommand, ordinal: u32) -> Result<Worker, PoolError> {
+    fn start(command: &WorkerCommand, ordinal: u32) -> Result<Worker, PoolError> {
         // Its own process group: a Ctrl-C at the terminal reaches the tuner, which
         // decides; the worker's watchdog ends it once the tuner is gone however it went.
         let mut child = Command::new(&command.program)
@@ -191,7 +190,7 @@ impl Worker {
     /// Starts a worker again, retrying a failed start `START_TRIES` times with a
     /// doubling pause (a driver busy tearing down the last context, a transient
     /// refusal).
-    fn start_retrying(command: &ProcessCommand, ordinal: u32) -> Result<Worker, PoolError> {
+    fn start_retrying(command: &WorkerCommand, ordinal: u32) -> Result<Worker, PoolError> {
         let mut pause = FIRST_PAUSE;
         let mut attempt = 1;
         loop {
@@ -452,7 +451,7 @@ pub struct Pool {
 impl Pool {
     /// Starts a worker on each of `devices`. All must be the same kind of GPU, so that
     /// their times are comparable.
-    pub fn start(command: &ProcessCommand, devices: &[u32]) -> Result<Pool, PoolError> {
+    pub fn start(command: &WorkerCommand, devices: &[u32]) -> Result<Pool, PoolError> {
         let workers = devices
             .iter()
             .map(|&d| Worker::start(command, d))
@@ -635,7 +634,7 @@ mod tests {
     /// A worker written in sh: ready at once; answers `Prepare`; measures only a
     /// prepared task (else it answers `wrong_answer`, as a candidate timed out by a
     /// slow preparation would fail); ends, idle, after answering its first measurement.
-    fn one_shot_worker(dir: &std::path::Path) -> ProcessCommand {
+    fn one_shot_worker(dir: &std::path::Path) -> WorkerCommand {
         let ready = serde_json::to_string(&Response::Ready {
             device: Simulated::device(0),
             free_bytes: None,
@@ -672,7 +671,7 @@ done
         );
         let path = dir.join("worker.sh");
         std::fs::write(&path, script).unwrap();
-        ProcessCommand {
+        WorkerCommand {
             program: "sh".into(),
             args: vec![path.display().to_string()],
         }

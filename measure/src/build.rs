@@ -7,7 +7,7 @@
 //! abort: the round, and the rounds in flight, go on and are logged.
 
 use crate::inject::{self, Fault};
-use gpu::{CompiledKernel, Compiler, CubinCache, ErrorKind, KernelImage, Origin};
+use gpu::{CompiledKernel, CubinCache, ErrorKind, KernelImage, Origin};
 use records::{CompileInfo, source_hash};
 use schedule::reference::reference_kernel;
 use schedule::{GeneratedKernel, GpuSpec, InvalidState, State, Task, generate};
@@ -50,19 +50,16 @@ pub struct Candidate {
     pub origin: Option<Origin>,
 }
 
-/// Compiles with `compiler`, through `cache` when there is one.
+/// Compiles through `cache` when there is one.
 fn compile(
-    compiler: &mut Compiler,
     source: &str,
     name: &str,
     arch: &str,
     cache: Option<&CubinCache>,
 ) -> Result<(CompiledKernel, Origin), gpu::CompileError> {
     match cache {
-        Some(cache) => cache.compile(compiler, source, name, arch),
-        None => compiler
-            .compile(source, name, arch)
-            .map(|k| (k, Origin::Compiled)),
+        Some(cache) => cache.compile(source, name, arch),
+        None => gpu::compile(source, name, arch).map(|k| (k, Origin::Compiled)),
     }
 }
 
@@ -98,7 +95,6 @@ fn generate_one(
 /// Compiles one generated kernel for its target on a GPU of architecture `arch`, and
 /// writes its cubin.
 fn build_one(
-    compiler: &mut Compiler,
     task: &Task,
     state: &State,
     kernel: GeneratedKernel,
@@ -107,7 +103,7 @@ fn build_one(
     cache: Option<&CubinCache>,
 ) -> Result<(KernelImage, CompileInfo, Origin), BuildError> {
     let arch = kernel.launch.target.arch(arch);
-    let (compiled, origin) = compile(compiler, &kernel.source, &kernel.name, &arch, cache)?;
+    let (compiled, origin) = compile(&kernel.source, &kernel.name, &arch, cache)?;
     let path = task_dir(dir, task).join(format!("{}.cubin", state.id()));
     write_cubin(&path, &compiled.cubin)?;
     let r = compiled.resources;
@@ -127,10 +123,8 @@ fn build_one(
     Ok((image, info, origin))
 }
 
-/// Builds one state (with the fault `injected` built in, if any) with `compiler`.
-#[allow(clippy::too_many_arguments)]
+/// Builds one state (with the fault `injected` built in, if any).
 pub fn build_candidate(
-    compiler: &mut Compiler,
     task: &Task,
     state: State,
     injected: Option<Fault>,
@@ -144,7 +138,7 @@ pub fn build_candidate(
         let source_hash = kernel.as_ref().ok().map(|k| source_hash(&k.source));
         (
             source_hash,
-            kernel.and_then(|k| build_one(compiler, task, &state, k, arch, dir, cache)),
+            kernel.and_then(|k| build_one(task, &state, k, arch, dir, cache)),
         )
     })
     .unwrap_or_else(|e| (None, Err(e)));
@@ -190,22 +184,20 @@ fn unpanicked<T>(f: impl FnOnce() -> T) -> Result<T, BuildError> {
     })
 }
 
-/// Builds the reference kernel of `task` with `compiler`.
+/// Builds the reference kernel of `task`.
 pub fn build_reference(
-    compiler: &mut Compiler,
     task: &Task,
     arch: &str,
     dir: &Path,
     cache: Option<&CubinCache>,
 ) -> Result<KernelImage, BuildError> {
     let kernel = reference_kernel(task);
-    let (compiled, _) =
-        compile(compiler, &kernel.source, &kernel.name, arch, cache).map_err(|error| {
-            BuildError::Reference {
-                task: task.key(),
-                error,
-            }
-        })?;
+    let (compiled, _) = compile(&kernel.source, &kernel.name, arch, cache).map_err(|error| {
+        BuildError::Reference {
+            task: task.key(),
+            error,
+        }
+    })?;
     let path = task_dir(dir, task).join("reference.cubin");
     write_cubin(&path, &compiled.cubin)?;
     Ok(KernelImage {

@@ -12,8 +12,8 @@
 use crate::build;
 use crate::inject::Fault;
 use gpu::{
-    Compiler, CubinCache, DeviceInfo, ErrorKind, KernelImage, MeasureRequest, Outcome, Phases,
-    Pool, Problem, ProcessCommand, TimingConfig, Took,
+    CubinCache, DeviceInfo, ErrorKind, KernelImage, MeasureRequest, Outcome, Phases, Pool, Problem,
+    TimingConfig, Took,
 };
 use records::CompileInfo;
 use schedule::{GpuSpec, State, Task};
@@ -113,22 +113,19 @@ pub struct Local<'a> {
     builders: usize,
     workdir: PathBuf,
     cache: Option<CubinCache>,
-    compile_server: Option<ProcessCommand>,
     nvrtc: String,
     worker: String,
 }
 
 impl<'a> Local<'a> {
     /// Measures on `pool`, building on `builders` threads into `workdir` (through
-    /// `cache` when given), each thread compiling in a server process of its own started
-    /// with `compile_server` (`gpu::compile_process`), or in this process when None.
-    /// `worker` names this host in results (empty for the tuner's own host).
+    /// `cache` when given). `worker` names this host in results (empty for the tuner's
+    /// own host).
     pub fn new(
         pool: &'a mut Pool,
         builders: usize,
         workdir: PathBuf,
         cache: Option<CubinCache>,
-        compile_server: Option<ProcessCommand>,
         worker: String,
     ) -> Result<Local<'a>, LocalError> {
         let target = pool.devices()[0].clone();
@@ -141,7 +138,6 @@ impl<'a> Local<'a> {
             builders: builders.max(1),
             workdir,
             cache,
-            compile_server,
             nvrtc,
             worker,
         })
@@ -187,7 +183,6 @@ impl Measurer for Local<'_> {
         // Disjoint borrows: the builders read these while the pool measures.
         let (spec, workdir, cache) = (&self.spec, &self.workdir, self.cache.as_ref());
         let (target, nvrtc, worker) = (&self.target, &self.nvrtc, &self.worker);
-        let compile_server = &self.compile_server;
         let builders = self.builders;
         let pool = &mut *self.pool;
         let jobs = Mutex::new(jobs);
@@ -195,7 +190,7 @@ impl Measurer for Local<'_> {
         let ready_rx = Mutex::new(ready_rx);
         // Each task's reference kernel, built once, by the first builder that needs it.
         let references: Mutex<HashMap<String, Arc<ReferenceSlot>>> = Mutex::new(HashMap::new());
-        let reference = |compiler: &mut Compiler, task: &Task| -> Result<KernelImage, String> {
+        let reference = |task: &Task| -> Result<KernelImage, String> {
             let slot = Arc::clone(
                 references
                     .lock()
@@ -205,17 +200,12 @@ impl Measurer for Local<'_> {
             );
             let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert_with(|| {
-                build::build_reference(compiler, task, &arch, workdir, cache)
-                    .map_err(|e| e.to_string())
+                build::build_reference(task, &arch, workdir, cache).map_err(|e| e.to_string())
             })
             .clone()
         };
         let build_loop = |to_measure: Sender<(Ready, MeasureRequest)>| {
             gpu::compile::compile_in_background();
-            let mut compiler = match compile_server {
-                Some(command) => Compiler::in_server(command.clone()),
-                None => Compiler::in_process(),
-            };
             loop {
                 if stop.load(Ordering::Relaxed) {
                     break;
@@ -232,7 +222,6 @@ impl Measurer for Local<'_> {
                     Err(RecvTimeoutError::Disconnected) => break,
                 };
                 let c = build::build_candidate(
-                    &mut compiler,
                     &job.task,
                     job.state.clone(),
                     job.injected,
@@ -241,7 +230,7 @@ impl Measurer for Local<'_> {
                     workdir,
                     cache,
                 );
-                let failed = match (&c.build, reference(&mut compiler, &job.task)) {
+                let failed = match (&c.build, reference(&job.task)) {
                     (Ok((image, info)), Ok(reference)) => {
                         let request = MeasureRequest {
                             id: job.id,
@@ -262,13 +251,9 @@ impl Measurer for Local<'_> {
                         }
                         continue;
                     }
-                    (
-                        Err(
-                            e @ (build::BuildError::Write { .. }
-                            | build::BuildError::Compile(gpu::CompileError::Spawn { .. })),
-                        ),
-                        _,
-                    ) => (ErrorKind::Environment, e.to_string()),
+                    (Err(e @ build::BuildError::Write { .. }), _) => {
+                        (ErrorKind::Environment, e.to_string())
+                    }
                     (Err(e), _) => (ErrorKind::Compile, e.to_string()),
                     (Ok(_), Err(e)) => (ErrorKind::Environment, e),
                 };

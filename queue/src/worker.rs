@@ -14,7 +14,7 @@ use crate::address::{GROUP, QueueAddress, ensure_group};
 use crate::registry::{self, Registration, renew_period};
 use crate::seal::{self, Seal};
 use crate::{FirstError, QueueError};
-use gpu::{CubinCache, DeviceInfo, ErrorKind, Outcome, Pool, ProcessCommand};
+use gpu::{CubinCache, DeviceInfo, ErrorKind, Outcome, Pool};
 use measure::{Job, Local, Measured, Measurer};
 use redis::Commands;
 use redis::streams::{
@@ -49,8 +49,6 @@ pub struct WorkerConfig {
     /// Where cubins are written for the measuring processes.
     pub workdir: PathBuf,
     pub cache: Option<CubinCache>,
-    /// How build threads start their compile servers (None: they compile in-process).
-    pub compile_server: Option<ProcessCommand>,
     /// The queue's signing key: jobs without its signature are refused, results carry it.
     pub seal: Option<Seal>,
 }
@@ -133,7 +131,6 @@ pub fn serve(
         cfg.builders,
         cfg.workdir.clone(),
         cfg.cache.clone(),
-        cfg.compile_server.clone(),
         cfg.name.clone(),
     )?;
     let (job_tx, job_rx) = channel::<Job>();

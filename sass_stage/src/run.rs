@@ -19,7 +19,7 @@ use crate::stage::{
     AgentKind, KernelResult, MIN_GAIN, RankTimes, StageConfig, optimize, order_diff,
 };
 use gpu::protocol::KernelImage;
-use gpu::{DeviceInfo, Pool, PoolError, Problem, ProcessCommand};
+use gpu::{DeviceInfo, Pool, PoolError, Problem, WorkerCommand};
 use runtime::{DeployCache, NewEntry, Stage, Stored};
 use schedule::{LaunchConfig, Task};
 use std::path::{Path, PathBuf};
@@ -95,7 +95,7 @@ pub trait Progress {
 pub fn run(
     prepared: &[Prepared],
     options: &RunOptions,
-    worker: &ProcessCommand,
+    worker: &WorkerCommand,
     cache: Option<&Path>,
     progress: &mut dyn Progress,
 ) -> Result<Report, SassError> {

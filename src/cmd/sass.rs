@@ -6,7 +6,7 @@
 //! analysed) before a worker starts or a file is written.
 
 use anyhow::{Context, Result, bail};
-use gpu::{DeviceInfo, ProcessCommand};
+use gpu::{DeviceInfo, WorkerCommand};
 use records::record::Record;
 use records::{BestKernel, KernelError, read_log, summarize};
 use runtime::Stored;
@@ -281,7 +281,7 @@ impl Progress for Printer {
 /// Runs the stage on prepared kernels and writes the results.
 pub fn run_stage(prepared: &[Prepared], args: &StageArgs, cache: Option<&Path>) -> Result<()> {
     let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
-    let worker = ProcessCommand {
+    let worker = WorkerCommand {
         program,
         args: vec!["worker".to_string()],
     };

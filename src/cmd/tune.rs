@@ -7,7 +7,7 @@ use crate::cmd::tasks::{TaskArgs, TypeArgs, resolve};
 use crate::signals::SignalFlag;
 use anyhow::{Context, Result, bail};
 use costmodel::{CostModel, RandomModel, XgbModel, XgbParams};
-use gpu::{Pool, PoolError, ProcessCommand, TimingConfig};
+use gpu::{Pool, PoolError, TimingConfig, WorkerCommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use measure::Local;
 use records::{LogWriter, read_log, summarize, tune_table};
@@ -526,7 +526,6 @@ pub fn run_search(
                 builders,
                 workdir.path().to_path_buf(),
                 cubin_cache,
-                Some(compile_server()?),
                 String::new(),
             )?;
             let (new, stats) = measured(&mut local)?;
@@ -613,14 +612,6 @@ fn refuse_oversized(pool: &Pool, tasks: &[schedule::Task]) -> Result<()> {
     Ok(())
 }
 
-/// How build threads start their compile servers: this executable, `compile-server`.
-pub(crate) fn compile_server() -> Result<ProcessCommand> {
-    Ok(ProcessCommand {
-        program: std::env::current_exe().context("cannot locate the tilesched executable")?,
-        args: vec!["compile-server".to_string()],
-    })
-}
-
 /// Starts a measurement worker on each of `devices` and says which GPUs they hold.
 pub(crate) fn start_pool(devices: &[u32], simulate: bool) -> Result<Pool> {
     let program = std::env::current_exe().context("cannot locate the tilesched executable")?;
@@ -628,7 +619,7 @@ pub(crate) fn start_pool(devices: &[u32], simulate: bool) -> Result<Pool> {
     if simulate {
         worker_args.push("--simulate".to_string());
     }
-    let command = ProcessCommand {
+    let command = WorkerCommand {
         program,
         args: worker_args,
     };

@@ -81,7 +81,6 @@ fn serve(queue: &str, args: &Args) -> Result<()> {
         builders: crate::cmd::tune::build_threads(args.device.len()),
         workdir: workdir.path().to_path_buf(),
         cache,
-        compile_server: Some(crate::cmd::tune::compile_server()?),
         seal,
     };
     // Runs until a GPU fails for good, or a signal: then it answers the jobs being
