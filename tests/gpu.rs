@@ -459,6 +459,7 @@ fn sass_random_legal_edits_of_the_tuned_kernels_are_bit_exact() {
         min_repeats: 1,
         max_repeats: 1,
         race_us: None,
+        precision: None,
     };
     let (mut checked, mut moved, mut wgmma) = (0, 0, 0);
     let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
@@ -783,6 +784,7 @@ fn runtime_launches_every_cached_kernel_and_matches_the_vendor() {
             min_repeats: 3,
             max_repeats: 1000,
             race_us: None,
+            precision: None,
         },
         rounds: 1,
         cudnn: None,

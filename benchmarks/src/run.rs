@@ -82,6 +82,7 @@ impl Options {
             min_repeats: self.timing.min_repeats.div_ceil(rounds),
             max_repeats: self.timing.max_repeats.div_ceil(rounds),
             race_us: None,
+            precision: None,
         }
     }
 }

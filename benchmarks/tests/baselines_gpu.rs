@@ -42,6 +42,7 @@ fn quick() -> TimingConfig {
         min_repeats: 3,
         max_repeats: 50,
         race_us: None,
+        precision: None,
     }
 }
 
@@ -641,6 +642,7 @@ fn peak_timing() -> TimingConfig {
         min_repeats: 5,
         max_repeats: 200,
         race_us: None,
+        precision: None,
     }
 }
 
@@ -719,6 +721,7 @@ fn cudnn_float_math_types_and_tf32() {
         min_repeats: 10,
         max_repeats: 2000,
         race_us: None,
+        precision: None,
     };
     let mut tf32_seen = false;
     for (c, hw, k, r) in [(128u32, 28u32, 128u32, 3u32), (256, 14, 512, 1)] {

@@ -16,6 +16,13 @@
 //! since no more samples could make it the winner; any other goes on under the full
 //! protocol. Most of a search's candidates are several times slower than the best, and
 //! each used to cost the full minimum count of runs. The benchmark never races.
+//!
+//! A tuner may also stop a kernel's timing once its median is known closely enough
+//! (`TimingConfig::precision`): after `PRECISION_MIN_SAMPLES` samples, when the 95%
+//! confidence interval of the median (distribution-free, from order statistics) lies
+//! within that share of it. A layer-sized kernel of 10 µs otherwise takes 2000 samples
+//! to fill a 20 ms minimum, whose median is no better known than that of a few hundred.
+//! The benchmark never stops early.
 
 use crate::cuda::{Context, CudaError, Function};
 use crate::protocol::Timing;
@@ -38,6 +45,10 @@ pub struct TimingConfig {
     /// probe (see the module doc). None: the full protocol for every kernel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub race_us: Option<f64>,
+    /// Stop before `min_time_ms` once the median's 95% confidence interval lies within
+    /// this share of it (see the module doc). None: the minimum time for every kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<f64>,
 }
 
 impl Default for TimingConfig {
@@ -48,6 +59,7 @@ impl Default for TimingConfig {
             min_repeats: 10,
             max_repeats: 10_000,
             race_us: None,
+            precision: None,
         }
     }
 }
@@ -60,6 +72,10 @@ pub const RACE_PROBE: usize = 3;
 /// run-to-run spread of one kernel's samples on an H100 is a few percent, so a kernel at
 /// least as fast as the best never shows all its probe samples 25% above it.
 pub const RACE_MARGIN: f64 = 0.25;
+/// Samples a kernel takes at least before its precision may stop its timing: enough
+/// launches that a GPU busy with tuning runs them at its working clock, and for the
+/// median's interval to be narrower than the samples' range.
+pub const PRECISION_MIN_SAMPLES: usize = 50;
 /// Longest spin before a batch.
 const MAX_SPIN_US: f64 = 20_000.0;
 
@@ -100,8 +116,28 @@ pub fn median(samples: &[f32]) -> f64 {
 /// True when the samples taken so far satisfy `cfg`.
 pub fn enough(cfg: &TimingConfig, samples: &[f32]) -> bool {
     let total_ms: f64 = samples.iter().map(|&s| f64::from(s)).sum::<f64>() / 1e3;
+    let counted = samples.len() >= cfg.min_repeats as usize;
     samples.len() >= cfg.max_repeats as usize
-        || (samples.len() >= cfg.min_repeats as usize && total_ms >= cfg.min_time_ms)
+        || (counted && total_ms >= cfg.min_time_ms)
+        || (counted && cfg.precision.is_some_and(|p| precise(samples, p)))
+}
+
+/// True when `samples` are at least `PRECISION_MIN_SAMPLES` and the 95% confidence
+/// interval of their median lies within `share` of it. The interval is the order
+/// statistics at ranks n/2 ± 0.98 √n (the normal approximation to the binomial: the
+/// median lies between them with probability 95% whatever the samples' distribution).
+pub fn precise(samples: &[f32], share: f64) -> bool {
+    let n = samples.len();
+    if n < PRECISION_MIN_SAMPLES {
+        return false;
+    }
+    let mut sorted: Vec<f64> = samples.iter().map(|&s| f64::from(s)).collect();
+    sorted.sort_by(f64::total_cmp);
+    let half = 0.98 * (n as f64).sqrt();
+    let low = sorted[((n as f64 / 2.0 - half).floor().max(0.0)) as usize];
+    let high = sorted[((n as f64 / 2.0 + half).ceil() as usize).min(n - 1)];
+    let median = median(samples);
+    median > 0.0 && median - low <= share * median && high - median <= share * median
 }
 
 /// True when a raced kernel's samples so far show it clearly slower than the best
@@ -131,8 +167,14 @@ pub fn next_batch(cfg: &TimingConfig, samples: &[f32]) -> usize {
         let total_us: f64 = samples.iter().map(|&s| f64::from(s)).sum();
         let estimate = median(samples).max(0.5);
         let time_left_us = (cfg.min_time_ms * 1e3 - total_us).max(0.0);
-        ((time_left_us / estimate).ceil() as usize)
-            .max((cfg.min_repeats as usize).saturating_sub(taken))
+        let for_time = ((time_left_us / estimate).ceil() as usize)
+            .max((cfg.min_repeats as usize).saturating_sub(taken));
+        match cfg.precision {
+            // Grows geometrically, so that precision is checked after few samples
+            // first, and seldom.
+            Some(_) => for_time.min(PRECISION_MIN_SAMPLES.max(2 * taken) - taken),
+            None => for_time,
+        }
     };
     wanted.clamp(1, MAX_BATCH).min(left.max(1))
 }
@@ -247,6 +289,77 @@ mod tests {
         // Long kernels do not shorten it: their samples may hold host time.
         assert_eq!(spin_us(10, 40.0), 520.0);
         assert_eq!(spin_us(256, 1e6), MAX_SPIN_US);
+    }
+
+    /// Tune's protocol (20 ms at least) with `share` of precision.
+    fn precise_to(share: f64) -> TimingConfig {
+        TimingConfig {
+            min_time_ms: 20.0,
+            precision: Some(share),
+            ..TimingConfig::default()
+        }
+    }
+
+    #[test]
+    fn precision_stops_a_steady_kernel_early_and_a_noisy_one_at_the_minimum_time() {
+        let cfg = precise_to(0.005);
+        // 10 µs within ±0.3%: known closely after the minimum count of samples for it.
+        let steady: Vec<f32> = (0..PRECISION_MIN_SAMPLES)
+            .map(|i| 10.0 + 0.03 * ((i % 7) as f32 - 3.0) / 3.0)
+            .collect();
+        assert!(!enough(&cfg, &steady[..PRECISION_MIN_SAMPLES - 1]));
+        assert!(enough(&cfg, &steady));
+        assert!(!enough(
+            &TimingConfig {
+                precision: None,
+                ..cfg
+            },
+            &steady
+        ));
+        // Alternating 10 and 11 µs: the median's interval spans both, 5% each way; it
+        // runs to the minimum time (2000 samples of 10.5 µs).
+        let noisy: Vec<f32> = (0..2000)
+            .map(|i| if i % 2 == 0 { 10.0 } else { 11.0 })
+            .collect();
+        assert!(!precise(&noisy, 0.005));
+        assert!(precise(&noisy, 0.06));
+        assert!(!enough(&cfg, &noisy[..1000]));
+        assert!(enough(&cfg, &noisy));
+    }
+
+    #[test]
+    fn with_precision_batches_grow_geometrically_from_its_minimum() {
+        let cfg = precise_to(0.005);
+        assert_eq!(next_batch(&cfg, &[]), 10);
+        assert_eq!(next_batch(&cfg, &[10.0; 10]), 40);
+        assert_eq!(next_batch(&cfg, &[10.0; 50]), 50);
+        assert_eq!(next_batch(&cfg, &[10.0; 200]), 200);
+        assert_eq!(next_batch(&cfg, &[10.0; 400]), MAX_BATCH);
+        // A slower kernel's batch is what the minimum time still needs, if fewer.
+        assert_eq!(next_batch(&cfg, &[250.0; 10]), 40);
+        assert_eq!(next_batch(&cfg, &[1000.0; 10]), 10);
+    }
+
+    proptest::proptest! {
+        /// Over synthetic timing streams: when precision stops a kernel, its median lies
+        /// within twice the precision of the median of the same kernel's whole stream
+        /// (what the minimum time would have given), for any noise under 20%.
+        #[test]
+        fn precision_stops_near_the_full_median(
+            time in 1.0f64..1000.0,
+            noise in proptest::collection::vec(-0.2f64..0.2, 2000),
+        ) {
+            let samples: Vec<f32> = noise.iter().map(|e| (time * (1.0 + e)) as f32).collect();
+            let full = median(&samples);
+            let cfg = precise_to(0.01);
+            let stop = (PRECISION_MIN_SAMPLES..=samples.len())
+                .find(|&n| precise(&samples[..n], 0.01));
+            if let Some(n) = stop {
+                proptest::prop_assert!(enough(&cfg, &samples[..n]));
+                let early = median(&samples[..n]);
+                proptest::prop_assert!((early - full).abs() <= 0.02 * full, "{early} vs {full} at {n}");
+            }
+        }
     }
 
     fn racing(best: f64) -> TimingConfig {

@@ -382,6 +382,9 @@ fn check_job(job: &Job) -> Result<(), String> {
         && timing.min_time_ms.is_finite()
         && (0.0..=10_000.0).contains(&timing.min_time_ms)
         && timing.race_us.is_none_or(|r| r.is_finite() && r >= 0.0)
+        && timing
+            .precision
+            .is_none_or(|p| p.is_finite() && p > 0.0 && p < 1.0)
         && job.timeout <= Duration::from_secs(600);
     if !sane {
         return Err("its timing protocol is out of range".to_string());

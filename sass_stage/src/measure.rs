@@ -27,6 +27,7 @@ pub fn default_timing() -> TimingConfig {
         min_repeats: 40,
         max_repeats: 10_000,
         race_us: None,
+        precision: None,
     }
 }
 
@@ -137,6 +138,7 @@ impl<'a> GpuObjective<'a> {
             min_repeats: 1,
             max_repeats: 1,
             race_us: None,
+            precision: None,
         };
         for &seed in seeds {
             if let Evaluation::Failed(why) = self.run(image.clone(), seed, once)? {

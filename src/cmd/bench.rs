@@ -189,6 +189,7 @@ pub fn run(args: Args) -> Result<()> {
             min_repeats: args.min_repeats,
             max_repeats: 20_000,
             race_us: None,
+            precision: None,
         },
         rounds: args.rounds,
         cudnn: args.cudnn.clone(),
