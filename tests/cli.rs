@@ -176,6 +176,10 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
             "tune matmul --shape 8,8,8 --simulate --retrain-growth=-1",
             "--retrain-growth",
         ),
+        (
+            "tune matmul --shape 8,8,8 --simulate --precision 1",
+            "--precision",
+        ),
         ("model replay --log OUT/none.jsonl --round 0", "--round"),
         (
             "tune matmul --shape 8,8,8 --simulate --inject-fault crash@1",

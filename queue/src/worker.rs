@@ -614,6 +614,13 @@ mod tests {
         let mut late = job(matmul(64, 64, 64));
         late.timeout = Duration::from_secs(86_400);
         assert!(check_job(&late).unwrap_err().contains("timing protocol"));
+        let mut precise = job(matmul(64, 64, 64));
+        precise.timing.precision = Some(0.005);
+        check_job(&precise).unwrap();
+        for bad in [0.0, 1.0, f64::NAN, -0.1] {
+            precise.timing.precision = Some(bad);
+            assert!(check_job(&precise).unwrap_err().contains("timing protocol"));
+        }
         // A conv2d with an end pad that changes nothing is not how a tuner writes it.
         let conv = schedule::parse_shape("conv2d", "1,8,8,8,8,3,3,1,1").unwrap();
         let mut padded = job(Task::new(conv, Epilogue::default()).unwrap());
