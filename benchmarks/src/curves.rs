@@ -444,6 +444,7 @@ mod tests {
             median_us: us,
             samples_us: vec![us as f32; 3],
             raced: false,
+            precise: false,
         })
     }
 

@@ -79,6 +79,10 @@ pub struct Timing {
     /// the median of the probe's samples. Left out of the JSON when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub raced: bool,
+    /// Stopped before the minimum time, its median known within the tuner's precision
+    /// (`timing`'s precision rule). Left out of the JSON when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub precise: bool,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -93,6 +97,7 @@ impl Timing {
             median_us: (median * 1e3).round() / 1e3,
             samples_us,
             raced: false,
+            precise: false,
         }
     }
 
@@ -239,6 +244,7 @@ mod tests {
                     median_us: 12.5,
                     samples_us: vec![12.0, 12.5, 13.0],
                     raced: false,
+                    precise: false,
                 }),
                 fatal: false,
                 phases: Phases {

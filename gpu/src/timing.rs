@@ -115,11 +115,17 @@ pub fn median(samples: &[f32]) -> f64 {
 
 /// True when the samples taken so far satisfy `cfg`.
 pub fn enough(cfg: &TimingConfig, samples: &[f32]) -> bool {
+    on_time_or_count(cfg, samples)
+        || (samples.len() >= cfg.min_repeats as usize
+            && cfg.precision.is_some_and(|p| precise(samples, p)))
+}
+
+/// True when the samples reach the cap, or both the minimum count and time: when the
+/// full protocol, without precision, would stop.
+fn on_time_or_count(cfg: &TimingConfig, samples: &[f32]) -> bool {
     let total_ms: f64 = samples.iter().map(|&s| f64::from(s)).sum::<f64>() / 1e3;
-    let counted = samples.len() >= cfg.min_repeats as usize;
     samples.len() >= cfg.max_repeats as usize
-        || (counted && total_ms >= cfg.min_time_ms)
-        || (counted && cfg.precision.is_some_and(|p| precise(samples, p)))
+        || (samples.len() >= cfg.min_repeats as usize && total_ms >= cfg.min_time_ms)
 }
 
 /// True when `samples` are at least `PRECISION_MIN_SAMPLES` and the 95% confidence
@@ -243,7 +249,11 @@ pub fn time_kernel(
             samples.push(((us * 100.0).round() / 100.0) as f32);
         }
     }
-    Ok(Timing::from_samples(samples))
+    let precise = !on_time_or_count(cfg, &samples);
+    Ok(Timing {
+        precise,
+        ..Timing::from_samples(samples)
+    })
 }
 
 #[cfg(test)]
@@ -309,6 +319,8 @@ mod tests {
             .collect();
         assert!(!enough(&cfg, &steady[..PRECISION_MIN_SAMPLES - 1]));
         assert!(enough(&cfg, &steady));
+        // What the timing then records as stopped for precision.
+        assert!(!on_time_or_count(&cfg, &steady));
         assert!(!enough(
             &TimingConfig {
                 precision: None,
@@ -325,6 +337,7 @@ mod tests {
         assert!(precise(&noisy, 0.06));
         assert!(!enough(&cfg, &noisy[..1000]));
         assert!(enough(&cfg, &noisy));
+        assert!(on_time_or_count(&cfg, &noisy));
     }
 
     #[test]

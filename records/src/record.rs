@@ -518,6 +518,7 @@ pub(crate) mod tests {
             median_us: us,
             samples_us: vec![us as f32; 3],
             raced: false,
+            precise: false,
         })
     }
 

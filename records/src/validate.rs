@@ -319,6 +319,7 @@ mod tests {
                     median_us: us,
                     samples_us: vec![1.0],
                     raced: false,
+                    precise: false,
                 }),
             );
             assert!(

@@ -150,6 +150,9 @@ pub struct TuneStats {
     /// Of those, the ones stopped after their probe, clearly slower than their task's
     /// best (`gpu::timing`'s race).
     pub raced: usize,
+    /// And the ones whose timing stopped before the minimum time, their median known
+    /// within the precision asked (`gpu::timing`'s precision rule).
+    pub precise: usize,
     /// Where the measuring time went, summed over the candidates.
     pub phases: gpu::Phases,
     /// States transferred from the kernel database, and the tasks they went to.
@@ -846,6 +849,7 @@ impl TuneStats {
             self.measured += 1;
             self.phases.add(&m.phases);
             self.raced += usize::from(matches!(&m.outcome, gpu::Outcome::Ok(t) if t.raced));
+            self.precise += usize::from(matches!(&m.outcome, gpu::Outcome::Ok(t) if t.precise));
             let busy = Duration::from_secs_f64(m.measure_ms / 1e3);
             let label = m.device_label();
             match self.device_busy.iter_mut().find(|(d, _)| *d == label) {

@@ -335,6 +335,7 @@ mod tests {
                 median_us: us,
                 samples_us: vec![us as f32],
                 raced: false,
+                precise: false,
             }),
             None => Outcome::Error {
                 kind: ErrorKind::WrongAnswer,

@@ -698,7 +698,7 @@ fn measuring_line(stats: &TuneStats, busy: Duration) -> String {
     let busy_ms = busy.as_secs_f64() * 1e3;
     let other = (busy_ms - p.total_ms()).max(0.0);
     format!(
-        "measuring: {:.1} candidates per GPU-second; per candidate {:.1} ms = preparing the task {:.1}, loading {:.1}, exact check {:.1}, timing {:.1}, messages and the worker's round trip {:.1}; {} of {} raced (stopped after their probe, clearly slower than their task's best)",
+        "measuring: {:.1} candidates per GPU-second; per candidate {:.1} ms = preparing the task {:.1}, loading {:.1}, exact check {:.1}, timing {:.1}, messages and the worker's round trip {:.1}; {} of {} raced (stopped after their probe, clearly slower than their task's best), {} timed only until their median was known within --precision",
         n / busy.as_secs_f64().max(1e-9),
         busy_ms / n,
         p.prepare_ms / n,
@@ -707,7 +707,8 @@ fn measuring_line(stats: &TuneStats, busy: Duration) -> String {
         p.time_ms / n,
         other / n,
         stats.raced,
-        stats.measured
+        stats.measured,
+        stats.precise
     )
 }
 
