@@ -103,8 +103,18 @@ pub fn median(samples: &[f32]) -> f64 {
     if samples.is_empty() {
         return f64::NAN;
     }
+    median_of_sorted(&sorted(samples))
+}
+
+/// `samples` in f64, ascending.
+fn sorted(samples: &[f32]) -> Vec<f64> {
     let mut sorted: Vec<f64> = samples.iter().map(|&s| f64::from(s)).collect();
     sorted.sort_by(f64::total_cmp);
+    sorted
+}
+
+/// The median of non-empty ascending `sorted`.
+fn median_of_sorted(sorted: &[f64]) -> f64 {
     let mid = sorted.len() / 2;
     if sorted.len() % 2 == 1 {
         sorted[mid]
@@ -137,12 +147,11 @@ pub fn precise(samples: &[f32], share: f64) -> bool {
     if n < PRECISION_MIN_SAMPLES {
         return false;
     }
-    let mut sorted: Vec<f64> = samples.iter().map(|&s| f64::from(s)).collect();
-    sorted.sort_by(f64::total_cmp);
+    let sorted = sorted(samples);
     let half = 0.98 * (n as f64).sqrt();
     let low = sorted[((n as f64 / 2.0 - half).floor().max(0.0)) as usize];
     let high = sorted[((n as f64 / 2.0 + half).ceil() as usize).min(n - 1)];
-    let median = median(samples);
+    let median = median_of_sorted(&sorted);
     median > 0.0 && median - low <= share * median && high - median <= share * median
 }
 
