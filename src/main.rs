@@ -3,8 +3,10 @@
 
 mod cmd;
 mod lock;
+mod malloc;
 mod scratch;
 mod signals;
+mod usage;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -101,6 +103,7 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
+    malloc::keep_freed_memory();
     quiet_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

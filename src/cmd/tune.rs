@@ -476,6 +476,8 @@ pub fn run_search(
         bar,
         verbose: args.verbose,
     };
+    // Where the machine's CPU went while tuning (the end table's last line).
+    let mut tuning_began = None;
     let mut measured = |measurer: &mut dyn measure::Measurer| {
         if pretrained {
             let cc = measurer.target().compute_capability;
@@ -493,6 +495,7 @@ pub fn run_search(
             database: transfer_database(from.as_ref(), measurer.target(), &tasks, &prior),
             ..cfg.clone()
         };
+        tuning_began = crate::usage::now();
         tune(
             &tasks,
             &weights,
@@ -561,6 +564,10 @@ pub fn run_search(
         .collect();
     print!("{}", tune_table(&summaries));
     print_stats(&stats, builders, log_path);
+    if let (Some(began), Some(now)) = (tuning_began, crate::usage::now()) {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        println!("{}", now.since(&began).line(stats.wall, cores));
+    }
     Ok(())
 }
 
