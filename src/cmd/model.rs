@@ -65,6 +65,9 @@ pub struct ReplayArgs {
     /// With residual retrainings, every this-many-th retraining is from scratch.
     #[arg(long, default_value_t = 8)]
     full_every: u32,
+    /// Histogram bins per feature in training (XGBoost's `max_bin`).
+    #[arg(long, default_value_t = costmodel::XgbParams::default().max_bin)]
+    max_bin: u32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
@@ -362,6 +365,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
             XgbModel::shipped((9, 0), &names, args.seed).expect("a model is shipped for Hopper")?
         };
         model.set_residual(args.residual_rounds, args.full_every);
+        model.set_max_bin(args.max_bin);
         let schedule = search::RetrainSchedule { growth };
         let (mut learnt, mut trained_on, mut retrainings) = (0usize, 0usize, 0usize);
         let mut training = std::time::Duration::ZERO;
