@@ -7,7 +7,10 @@
 //! is the bottleneck. A cubin is a pure function of NVRTC's version, the options, the
 //! kernel's name and its source, so the entry's name is the SHA-256 of exactly those; the
 //! compiler's log is kept beside the cubin, since the resource usage (registers, spills)
-//! is read from both.
+//! is read from both. The comment lines that open a source (the generator's header: the
+//! task, the state, the launch) never reach the cubin and are left out of the key, so
+//! that states whose code is the same share an entry: 4-5% of the candidates of a
+//! 1536-trial resnet f32 tune (two logs of 2026-11-29), none of a GEMM tune's.
 //!
 //! Layout: `DIR/<first two hex digits>/<sha256>.cubin` and `.log`. Each file is written
 //! to a temporary name and renamed, the log before the cubin, so a reader sees a whole
@@ -90,18 +93,31 @@ fn entry_key(nvrtc: &str, options: &[String], kernel: &str, source: &str) -> Str
         h.update((bytes.len() as u64).to_le_bytes());
         h.update(bytes);
     };
-    part(b"tilesched cubin cache 1");
+    part(b"tilesched cubin cache 2");
     part(nvrtc.as_bytes());
     for o in options {
         part(o.as_bytes());
     }
     part(kernel.as_bytes());
-    part(source.as_bytes());
+    part(code(source).as_bytes());
     let mut hex = String::with_capacity(64);
     for b in h.finalize().iter() {
         let _ = write!(hex, "{b:02x}");
     }
     hex
+}
+
+/// `source` from its first line that is not a `//` comment on (the leading comment block
+/// is the generator's header).
+fn code(source: &str) -> &str {
+    let mut rest = source;
+    while rest.trim_start_matches([' ', '\t']).starts_with("//") {
+        match rest.find('\n') {
+            Some(end) => rest = &rest[end + 1..],
+            None => return "",
+        }
+    }
+    rest
 }
 
 fn read_entry(path: &Path) -> Option<(Vec<u8>, String)> {
@@ -154,6 +170,25 @@ mod tests {
         ] {
             assert_ne!(k, other);
         }
+    }
+
+    #[test]
+    fn the_opening_comments_are_not_part_of_the_key() {
+        let o = vec!["--gpu-architecture=sm_90".to_string()];
+        let key = |src: &str| entry_key("13.0", &o, "k", src);
+        let body = "extern \"C\" __global__ void k() {\n  // inside\n}\n";
+        let a = key(&format!(
+            "// state: {{\"unroll\": 512}}\n// launch: 1\n{body}"
+        ));
+        assert_eq!(
+            a,
+            key(&format!("// state: {{\"unroll\": 1024}}\n  // x\n{body}"))
+        );
+        assert_eq!(a, key(body));
+        // A comment after the first line of code is code.
+        assert_ne!(a, key(&body.replace("inside", "outside")));
+        assert_ne!(a, key(&format!("{body}// tail\n")));
+        assert_eq!(code("// only comments"), "");
     }
 
     #[test]
