@@ -3,7 +3,7 @@
 //! shared layouts and prefetch, each on its stream (see `crate::sample`).
 
 use crate::sample::Sampler;
-use crate::sketch::cuda_core::geometry::Tiling;
+use crate::sketch::cuda_core::geometry::{Tiling, canonical_unroll};
 use crate::sketch::cuda_core::validate::prefetch_feasible;
 use crate::state::{
     ReductionSplit, SketchTiling, SpatialSplit, SplitSums, State, UNROLL_STEPS, VECTOR_WIDTHS,
@@ -64,6 +64,7 @@ impl Sampler {
         }
         state.split_k = self.split_k(&state);
         state.shared_layout = [self.layout(0), self.layout(1)];
+        state.unroll_max_step = canonical_unroll(&self.contraction, &state);
         state.prefetch = prefetch_feasible(&self.contraction, &state) && self.pick(2) == 1;
         state
     }

@@ -19,7 +19,7 @@
 //! halved, or one input's layout one step away (`layout_steps`).
 
 use crate::gpu_spec::GpuSpec;
-use crate::sketch::cuda_core::geometry::{Tiling, innermost_choices};
+use crate::sketch::cuda_core::geometry::{Tiling, canonical_unroll, innermost_choices};
 use crate::sketch::cuda_core::validate::{prefetch_feasible, validate};
 use crate::sketch::{pick, split_steps};
 use crate::state::{
@@ -196,6 +196,7 @@ pub fn mutate(
     }
     fit_vector_widths(c, &mut s);
     fit_split_k(c, &mut s);
+    s.unroll_max_step = canonical_unroll(c, &s);
     // A tile change may roll a fetch loop: prefetch goes with it.
     s.prefetch &= prefetch_feasible(c, &s);
     (s != *state && validate(c, &s, gpu).is_ok()).then_some(s)
