@@ -44,13 +44,10 @@ mod tests {
     const CHILD: &str = "TILESCHED_MALLOC_TEST_CHILD";
 
     /// Minor page faults of the calling thread so far.
-    fn thread_faults() -> i64 {
-        let mut r = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-        // SAFETY: `r` is a valid out-pointer; RUSAGE_THREAD is valid on Linux.
-        let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, r.as_mut_ptr()) };
-        assert_eq!(rc, 0);
-        // SAFETY: getrusage succeeded.
-        unsafe { r.assume_init() }.ru_minflt
+    fn thread_faults() -> u64 {
+        crate::usage::this_thread()
+            .expect("getrusage of this thread")
+            .minor_faults
     }
 
     /// In the child: what a compile does to the allocator, six times over (160 blocks
@@ -76,7 +73,7 @@ mod tests {
         println!("faults after the first cycle: {after_first}");
     }
 
-    fn faults_in_child(mode: &str) -> i64 {
+    fn faults_in_child(mode: &str) -> u64 {
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
                 "malloc::tests::cycles",

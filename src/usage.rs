@@ -18,11 +18,22 @@ fn duration(t: libc::timeval) -> Duration {
     Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
 }
 
-/// None where getrusage fails (it does not on Linux for RUSAGE_SELF).
+/// This process's use so far; None where getrusage fails (it does not on Linux).
 pub fn now() -> Option<Usage> {
+    read(libc::RUSAGE_SELF)
+}
+
+/// The calling thread's use so far (Linux; the allocator's test counts its faults).
+#[cfg(all(test, target_os = "linux"))]
+pub fn this_thread() -> Option<Usage> {
+    read(libc::RUSAGE_THREAD)
+}
+
+fn read(who: libc::c_int) -> Option<Usage> {
     let mut r = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `r` is a valid out-pointer to a rusage; RUSAGE_SELF is a valid target.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, r.as_mut_ptr()) };
+    // SAFETY: `r` is a valid out-pointer to a rusage; `who` is RUSAGE_SELF or
+    // RUSAGE_THREAD, both valid targets.
+    let rc = unsafe { libc::getrusage(who, r.as_mut_ptr()) };
     if rc != 0 {
         return None;
     }

@@ -291,11 +291,9 @@ pub fn canonical_unroll(c: &Contraction, s: &State) -> u32 {
         s.reduction.iter().map(f).product::<u32>() > 1
     };
     let (inner_loops, middle_loops) = (loops(|r| r.inner), loops(|r| r.middle));
-    let unrolled = |depth: u32| {
-        let t = State {
-            unroll_max_step: depth,
-            ..s.clone()
-        };
+    let mut t = s.clone();
+    let mut unrolled = |depth: u32| {
+        t.unroll_max_step = depth;
         let reduction = ReductionUnroll::of(&t);
         let fetch = [0, 1].map(|input| {
             let width = i64::from(t.vector_width[input]);
