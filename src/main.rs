@@ -55,6 +55,8 @@ enum Command {
     Deploy(cmd::deploy::Command),
     /// Measure for tuners on a queue with this host's GPUs (`--queue`).
     Worker(cmd::worker::Args),
+    /// Compile the kernels waiting on a queue on this host's cores, for its GPU workers.
+    Builder(cmd::builder::Args),
     /// Developer tool: sampled states and what the build makes of them, one line each
     /// (`scripts/sameness`).
     #[command(hide = true)]
@@ -139,6 +141,7 @@ fn main() -> ExitCode {
         Command::Model(command) => cmd::model::run(command),
         Command::Database(command) => cmd::database::run(command),
         Command::Deploy(command) => cmd::deploy::run(command),
+        Command::Builder(args) => cmd::builder::run(args),
         Command::Worker(args) => return cmd::worker::run(args),
     };
     match result {

@@ -739,3 +739,124 @@ fn a_redis_restart_mid_run_loses_nothing_and_records_nothing_twice() {
     assert_complete(&log, 48);
     assert!(out.contains("GPU 0"), "{out}");
 }
+
+#[test]
+fn a_builder_compiles_the_queued_kernels_and_workers_use_only_untampered_ones() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let queue = server.queue("built");
+    // A worker registers (live for its 30 s lease) and dies before taking any job: the
+    // tuner's jobs wait in the stream, and the builder builds for its GPU model.
+    let mut first = Worker(
+        worker_command(&queue, "first", 0, &tmp.path().join("first"), 30)
+            .env(queue::seal::KEY_ENV, KEY)
+            .spawn()
+            .unwrap(),
+    );
+    let mut con = server.connection().unwrap();
+    wait_until("the first worker registered", || {
+        redis::cmd("HLEN")
+            .arg("tilesched:built:workers")
+            .query::<usize>(&mut con)
+            .unwrap()
+            == 1
+    });
+    first.kill();
+    let log = tmp.path().join("built.jsonl");
+    let mut command = tuner_command(&queue, &log, 8, &[]);
+    command.env(queue::seal::KEY_ENV, KEY);
+    let tune = Tuner::spawn(command);
+    let builder = Command::new(env!("CARGO_BIN_EXE_tilesched"))
+        .args([
+            "builder",
+            "--queue",
+            &queue,
+            "--name",
+            "cpu-host",
+            "--threads",
+            "1",
+        ])
+        .arg("--cubin-cache")
+        .arg(tmp.path().join("builder"))
+        .env(queue::seal::KEY_ENV, KEY)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let builder = Worker(builder);
+    // Every job read by the builders' group, then the builder stopped: it finishes the
+    // builds under way and says what it did.
+    wait_until("the builder read the 8 jobs", || {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("tilesched:built:jobs:*")
+            .query(&mut con)
+            .unwrap();
+        keys.iter().any(|k| {
+            let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(k)
+                .query(&mut con)
+                .unwrap();
+            groups.iter().any(|g| {
+                g.get("name") == Some(&redis::Value::BulkString(b"builders".to_vec()))
+                    && g.get("entries-read") == Some(&redis::Value::Int(8))
+            })
+        })
+    });
+    signal(&builder, "-TERM");
+    let mut builder = builder;
+    let status = builder.0.wait().unwrap();
+    assert!(status.success());
+    let mut said = String::new();
+    std::io::Read::read_to_string(builder.0.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(
+        said.contains("builder cpu-host: building for simulated"),
+        "{said}"
+    );
+    assert!(said.contains("0 refused"), "{said}");
+    let stored: Vec<String> = redis::cmd("KEYS")
+        .arg("tilesched:built:cubin:*")
+        .query(&mut con)
+        .unwrap();
+    assert!(!stored.is_empty(), "{said}");
+    // Every entry is signed; one is tampered with (its compiler log, which still reads
+    // as one: an altered cubin may not even parse): the worker must not use it, and
+    // compiles that kernel itself.
+    let text: String = redis::cmd("HGET")
+        .arg(&stored[0])
+        .arg("log")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&stored[0])
+        .arg("log")
+        .arg(format!("{text}\n"))
+        .query(&mut con)
+        .unwrap();
+    let mut second = Worker(
+        worker_command(&queue, "second", 0, &tmp.path().join("second"), 30)
+            .env(queue::seal::KEY_ENV, KEY)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = finish(tune);
+    assert_complete(&log, 8);
+    signal(&second, "-TERM");
+    second.0.wait().unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(second.0.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(
+        said.contains("kernel(s) of the queue's store, not signed with the queue's key"),
+        "{said}"
+    );
+    // States whose code is the same share an entry: the tampered one is every such state's.
+    let shared = out
+        .split(" from the queue's builders")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
+    assert!((1..8).contains(&shared), "{out}");
+}

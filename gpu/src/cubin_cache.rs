@@ -16,19 +16,46 @@
 //! to a temporary name and renamed, the log before the cubin, so a reader sees a whole
 //! entry or none; an entry that does not read back whole is compiled again and replaced.
 //! Nothing is ever evicted: an entry is 10–60 KB (delete the directory to reclaim it).
+//!
+//! A cache may also have a shared tier (`SharedCubins`, on the queue's Redis server),
+//! looked up after the disk and before NVRTC: CPU-only hosts (`tilesched builder`) fill
+//! it with the kernels of the jobs waiting on the queue, so that a GPU host's own cores
+//! are not all a run's builds.
 
 use crate::compile::{CompileError, CompiledKernel, check_arch, cubin_options, run_compile};
 use crate::{cubin, nvrtc_lib};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// The cache directory.
-#[derive(Debug, Clone)]
+/// Entries kept beside the disk, by their key: another host's store of cubins and logs.
+/// A store that cannot answer (unreachable, or an entry that does not check out) answers
+/// `None`, and the kernel is compiled here.
+pub trait SharedCubins: Send + Sync {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, String)>;
+    fn put(&self, key: &str, cubin: &[u8], log: &str);
+}
+
+/// The cache directory, and its shared tier if any.
+#[derive(Clone)]
 pub struct CubinCache {
     dir: PathBuf,
+    shared: Option<Arc<dyn SharedCubins>>,
+    /// Whether what NVRTC compiles here is put into the shared tier too.
+    publish: bool,
+}
+
+impl std::fmt::Debug for CubinCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CubinCache")
+            .field("dir", &self.dir)
+            .field("shared", &self.shared.is_some())
+            .field("publish", &self.publish)
+            .finish()
+    }
 }
 
 /// Where a compiled kernel came from.
@@ -38,6 +65,8 @@ pub enum Origin {
     Compiled,
     /// Read from the cache.
     Cached,
+    /// Read from the shared tier: another host compiled it.
+    Shared,
 }
 
 impl CubinCache {
@@ -45,7 +74,19 @@ impl CubinCache {
     pub fn open(dir: impl Into<PathBuf>) -> std::io::Result<CubinCache> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir)?;
-        Ok(CubinCache { dir })
+        Ok(CubinCache {
+            dir,
+            shared: None,
+            publish: false,
+        })
+    }
+
+    /// This cache with `shared` looked up after the disk; with `publish`, what NVRTC
+    /// compiles here goes there too.
+    pub fn with_shared(mut self, shared: Arc<dyn SharedCubins>, publish: bool) -> CubinCache {
+        self.shared = Some(shared);
+        self.publish = publish;
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -79,8 +120,25 @@ impl CubinCache {
             };
             return Ok((compiled, Origin::Cached));
         }
+        if let Some(shared) = &self.shared
+            && let Some((cubin, log)) = shared.get(&key).filter(|(c, _)| c.starts_with(b"\x7fELF"))
+            && let Ok(resources) = cubin::resources(&cubin, kernel, &log)
+        {
+            let _ = write_entry(&path, &cubin, &log);
+            let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+            let compiled = CompiledKernel {
+                cubin,
+                resources,
+                log,
+                compile_ms,
+            };
+            return Ok((compiled, Origin::Shared));
+        }
         let compiled = run_compile(source, kernel, &options)?;
         let _ = write_entry(&path, &compiled.cubin, &compiled.log);
+        if let Some(shared) = self.shared.as_ref().filter(|_| self.publish) {
+            shared.put(&key, &compiled.cubin, &compiled.log);
+        }
         Ok((compiled, Origin::Compiled))
     }
 }
@@ -189,6 +247,66 @@ mod tests {
         assert_ne!(a, key(&body.replace("inside", "outside")));
         assert_ne!(a, key(&format!("{body}// tail\n")));
         assert_eq!(code("// only comments"), "");
+    }
+
+    /// A shared tier in memory, counting what is put.
+    #[derive(Default)]
+    struct Memory(std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, String)>>);
+
+    impl SharedCubins for Memory {
+        fn get(&self, key: &str) -> Option<(Vec<u8>, String)> {
+            self.0.lock().unwrap().get(key).cloned()
+        }
+        fn put(&self, key: &str, cubin: &[u8], log: &str) {
+            let entry = (cubin.to_vec(), log.to_string());
+            self.0.lock().unwrap().insert(key.to_string(), entry);
+        }
+    }
+
+    #[test]
+    fn the_shared_tier_is_read_after_the_disk_and_filled_only_by_publishers() {
+        let source = "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n";
+        let memory = Arc::new(Memory::default());
+        let tmp = tempfile::tempdir().unwrap();
+        // A reader compiles what the tier lacks, and puts nothing there.
+        let reader = CubinCache::open(tmp.path().join("reader"))
+            .unwrap()
+            .with_shared(Arc::clone(&memory) as _, false);
+        let (_, origin) = reader.compile(source, "k", "sm_90").unwrap();
+        assert_eq!(origin, Origin::Compiled);
+        assert!(memory.0.lock().unwrap().is_empty());
+        // A publisher (a builder) puts what it compiles.
+        let builder = CubinCache::open(tmp.path().join("builder"))
+            .unwrap()
+            .with_shared(Arc::clone(&memory) as _, true);
+        let (built, origin) = builder.compile(source, "k", "sm_90").unwrap();
+        assert_eq!(origin, Origin::Compiled);
+        assert_eq!(memory.0.lock().unwrap().len(), 1);
+        // Another host reads it back from the tier, then from its own disk.
+        let other = CubinCache::open(tmp.path().join("other"))
+            .unwrap()
+            .with_shared(Arc::clone(&memory) as _, false);
+        let (read, origin) = other.compile(source, "k", "sm_90").unwrap();
+        assert_eq!(origin, Origin::Shared);
+        assert_eq!((read.cubin, read.resources), (built.cubin, built.resources));
+        assert_eq!(
+            other.compile(source, "k", "sm_90").unwrap().1,
+            Origin::Cached
+        );
+        // An entry that is not this kernel's cubin is compiled here instead.
+        let key = memory.0.lock().unwrap().keys().next().unwrap().clone();
+        memory
+            .0
+            .lock()
+            .unwrap()
+            .insert(key, (b"\x7fELF not a cubin".to_vec(), String::new()));
+        let fresh = CubinCache::open(tmp.path().join("fresh"))
+            .unwrap()
+            .with_shared(Arc::clone(&memory) as _, false);
+        assert_eq!(
+            fresh.compile(source, "k", "sm_90").unwrap().1,
+            Origin::Compiled
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub use buffers::{BufferSets, ReferenceError};
 pub use check::Problem;
 pub use compile::{CompileError, CompiledKernel, compile};
 pub use cubin::Resources;
-pub use cubin_cache::{CubinCache, Origin};
+pub use cubin_cache::{CubinCache, Origin, SharedCubins};
 pub use device::{DeviceInfo, UnknownArch};
 pub use pool::{Pool, PoolError, ProgressSink, Served, Took, WorkerCommand};
 // The task and launch types of gpu's API, for crates that depend on gpu alone (runtime).

@@ -58,6 +58,10 @@ pub struct Measured {
     pub compile: Option<CompileInfo>,
     /// Whether the cubin came from the cubin cache.
     pub cached: bool,
+    /// Whether another host compiled it (a queue's builder, through the cubin cache's
+    /// shared tier). Left out of the JSON when not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
     /// NVRTC's version where it was built, e.g. "13.0".
     pub nvrtc: String,
     pub outcome: Outcome,
@@ -162,6 +166,7 @@ struct Ready {
     source_hash: Option<String>,
     compile: CompileInfo,
     cached: bool,
+    shared: bool,
 }
 
 impl Measurer for Local<'_> {
@@ -243,6 +248,7 @@ impl Measurer for Local<'_> {
                         let ready = Ready {
                             compile: info.clone(),
                             cached: c.origin == Some(gpu::Origin::Cached),
+                            shared: c.origin == Some(gpu::Origin::Shared),
                             source_hash: c.source_hash.clone(),
                             job,
                         };
@@ -263,6 +269,7 @@ impl Measurer for Local<'_> {
                     source_hash: c.source_hash,
                     compile: None,
                     cached: false,
+                    shared: false,
                     nvrtc: nvrtc.clone(),
                     outcome: Outcome::error(kind, why),
                     device: target.clone(),
@@ -316,6 +323,7 @@ impl Measurer for Local<'_> {
                     source_hash: ready.source_hash,
                     compile: Some(ready.compile),
                     cached: ready.cached,
+                    shared: ready.shared,
                     nvrtc: nvrtc.clone(),
                     outcome,
                     device: devices[w].clone(),

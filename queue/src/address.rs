@@ -15,6 +15,9 @@ const RECONNECT_FOR: Duration = Duration::from_secs(120);
 
 /// The consumer group of the workers on every job stream.
 pub(crate) const GROUP: &str = "workers";
+/// The builders' consumer group on each job stream: beside the workers' group, it hands
+/// each job to one builder, which acknowledges nothing (`NOACK`).
+pub(crate) const BUILDERS: &str = "builders";
 
 /// The environment variables that give the server's ACL user and password when the
 /// address does not (so that the password stays off command lines).
@@ -248,6 +251,11 @@ impl QueueAddress {
         self.key(&format!("results:{run}"))
     }
 
+    /// The entry of the shared cubin store for the cubin cache's key `key`.
+    pub(crate) fn cubin(&self, key: &str) -> String {
+        self.key(&format!("cubin:{key}"))
+    }
+
     /// The key that exists while a tuner's run is alive (it expires when the tuner
     /// dies): workers drop the jobs of a run that is gone.
     pub(crate) fn tuner(&self, run: &str) -> String {
@@ -403,10 +411,19 @@ pub(crate) fn server_ms(con: &mut redis::Connection) -> Result<u64, QueueError> 
     Ok(secs * 1000 + micros / 1000)
 }
 
-/// Creates the consumer group of `stream` (and the stream), unless it exists.
+/// Creates the workers' consumer group of `stream` (and the stream), unless it exists.
 pub(crate) fn ensure_group(con: &mut redis::Connection, stream: &str) -> Result<(), QueueError> {
+    ensure_group_named(con, stream, GROUP)
+}
+
+/// Creates consumer group `group` of `stream` (and the stream), unless it exists.
+pub(crate) fn ensure_group_named(
+    con: &mut redis::Connection,
+    stream: &str,
+    group: &str,
+) -> Result<(), QueueError> {
     use redis::Commands;
-    match con.xgroup_create_mkstream::<_, _, _, ()>(stream, GROUP, "0") {
+    match con.xgroup_create_mkstream::<_, _, _, ()>(stream, group, "0") {
         Ok(()) => Ok(()),
         Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
         Err(e) => Err(e.into()),

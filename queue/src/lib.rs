@@ -13,12 +13,16 @@
 //! (or the one it names), and a worker of another model never sees its jobs.
 
 mod address;
+mod builder;
+mod cubins;
 mod registry;
 mod remote;
 pub mod seal;
 mod worker;
 
 pub use address::{PASSWORD_ENV, QueueAddress, USER_ENV};
+pub use builder::{BuildTally, BuilderConfig, build_for};
+pub use cubins::RedisCubins;
 pub use registry::Registration;
 pub use remote::Remote;
 pub use seal::{Seal, SealError};

@@ -8,9 +8,12 @@
 //! counts deliveries: a job delivered a third time has killed, or outlived, two workers
 //! and is answered as an `environment` failure instead of being measured again. When
 //! Redis goes away, every thread reconnects with backoff (up to two minutes) and makes
-//! the job stream's consumer group again where the server lost it.
+//! the job stream's consumer group again where the server lost it. Before compiling a
+//! kernel, a worker with a cubin cache looks in the queue's store of kernels
+//! (`cubins`), which CPU-only builders fill.
 
 use crate::address::{GROUP, QueueAddress, ensure_group};
+use crate::cubins::RedisCubins;
 use crate::registry::{self, Registration, renew_period};
 use crate::seal::{self, Seal};
 use crate::{FirstError, QueueError};
@@ -23,9 +26,9 @@ use redis::streams::{
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The longest wait for one reply of Redis (longer than any `BLOCK`).
@@ -126,11 +129,17 @@ pub fn serve(
     let hold = || holding.lock().unwrap_or_else(|p| p.into_inner());
     let failed = FirstError::new(stop);
     let fail = |e: QueueError| failed.fail(e);
+    // Kernels the queue's builders compiled are read back, not compiled here.
+    let store = Arc::new(RedisCubins::new(cfg.queue.clone(), cfg.seal.clone()));
+    let cache = cfg
+        .cache
+        .clone()
+        .map(|c| c.with_shared(Arc::clone(&store) as _, false));
     let mut local = Local::new(
         pool,
         cfg.builders,
         cfg.workdir.clone(),
-        cfg.cache.clone(),
+        cache,
         cfg.name.clone(),
     )?;
     let (job_tx, job_rx) = channel::<Job>();
@@ -300,6 +309,13 @@ pub fn serve(
         )),
     }
     let _ = registry::remove(&mut con, &cfg.queue, &cfg.name);
+    if store.refused() > 0 {
+        notice(&format!(
+            "worker {}: refused {} kernel(s) of the queue's store, not signed with the queue's key, and compiled them here",
+            cfg.name,
+            store.refused()
+        ));
+    }
     if let Some(e) = failed.into_inner() {
         return Err(e);
     }
@@ -307,7 +323,7 @@ pub fn serve(
 }
 
 /// Whether the tuner of `run` is still there.
-fn run_alive(
+pub(crate) fn run_alive(
     con: &mut redis::Connection,
     queue: &QueueAddress,
     run: &str,
@@ -325,21 +341,7 @@ fn accept(
     entry: &StreamId,
     notice: &(dyn Fn(&str) + Sync),
 ) -> Result<Option<(Job, Held)>, QueueError> {
-    let field = |name: &str| entry.get::<String>(name);
-    let signed = match (&cfg.seal, field("job"), field("reply"), field("run")) {
-        (Some(seal), Some(job), Some(reply), Some(run)) => {
-            let gpu = field("gpu").unwrap_or_default();
-            seal.verify(&[&job, &reply, &run, &gpu], field(seal::FIELD).as_deref())
-                .map_err(|e| format!("refused: {e}"))
-        }
-        _ => Ok(()),
-    };
-    let parsed = signed.and_then(|()| match (field("job"), field("reply"), field("run")) {
-        (Some(job), Some(reply), Some(run)) => serde_json::from_str::<Job>(&job)
-            .map(|job| (job, reply, run))
-            .map_err(|e| e.to_string()),
-        _ => Err("a field is missing".to_string()),
-    });
+    let parsed = read_job(cfg.seal.as_ref(), entry);
     let keep = match &parsed {
         Ok((_, _, run)) => run_alive(con, &cfg.queue, run)?,
         Err(why) => {
@@ -361,10 +363,30 @@ fn accept(
     Ok(Some((job, held)))
 }
 
+/// A job entry's job, reply stream and run; why not when a field is missing or does not
+/// read, or (with `seal`) the entry is not signed with the queue's key. Nothing of an
+/// unsigned job is read but its fields.
+pub(crate) fn read_job(
+    seal: Option<&Seal>,
+    entry: &StreamId,
+) -> Result<(Job, String, String), String> {
+    let field = |name: &str| entry.get::<String>(name);
+    let (Some(job), Some(reply), Some(run)) = (field("job"), field("reply"), field("run")) else {
+        return Err("a field is missing".to_string());
+    };
+    if let Some(seal) = seal {
+        let gpu = field("gpu").unwrap_or_default();
+        seal.verify(&[&job, &reply, &run, &gpu], field(seal::FIELD).as_deref())
+            .map_err(|e| format!("refused: {e}"))?;
+    }
+    let job = serde_json::from_str::<Job>(&job).map_err(|e| e.to_string())?;
+    Ok((job, reply, run))
+}
+
 /// Refuses a job that no tuner writes: a task that is not valid (its tensors too large
 /// among the reasons) or not in its canonical form, or a timing protocol out of range.
 /// Checked before anything is built, so a malformed job is a failure, never a panic.
-fn check_job(job: &Job) -> Result<(), String> {
+pub(crate) fn check_job(job: &Job) -> Result<(), String> {
     let t = &job.task;
     let canonical = schedule::Task::new(t.op, t.epilogue)
         .and_then(|c| c.with_types(t.dtype, t.out_dtype, t.layout))
@@ -406,6 +428,7 @@ fn failure(
         source_hash: None,
         compile: None,
         cached: false,
+        shared: false,
         nvrtc: nvrtc.to_string(),
         outcome: Outcome::error(kind, message),
         device: device.clone(),

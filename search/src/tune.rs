@@ -145,6 +145,8 @@ pub struct TuneStats {
     pub compile_ms: Vec<f64>,
     /// Kernels read from the cubin cache instead of compiled.
     pub cached: usize,
+    /// Kernels another host compiled (a queue's builder).
+    pub shared: usize,
     /// Candidates measured on a GPU.
     pub measured: usize,
     /// Of those, the ones stopped after their probe, clearly slower than their task's
@@ -845,6 +847,7 @@ impl TuneStats {
             self.compile_ms.push(info.compile_ms);
         }
         self.cached += usize::from(m.cached);
+        self.shared += usize::from(m.shared);
         if m.measure_ms > 0.0 {
             self.measured += 1;
             self.phases.add(&m.phases);

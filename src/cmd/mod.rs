@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod best;
+pub mod builder;
 pub mod codegen;
 pub mod curves;
 pub mod database;

@@ -737,9 +737,14 @@ fn print_stats(stats: &TuneStats, builders: Option<usize>, log: &std::path::Path
         None => "on the queue's workers".to_string(),
     };
     println!(
-        "wall {wall:.1} s; built {} kernels ({} from the cubin cache; median {median:.0} ms each, {threads}); measured {} ({per_candidate:.0} ms per candidate); log {}",
+        "wall {wall:.1} s; built {} kernels ({} from the cubin cache{}; median {median:.0} ms each, {threads}); measured {} ({per_candidate:.0} ms per candidate); log {}",
         ms.len(),
         stats.cached,
+        if stats.shared > 0 {
+            format!(", {} from the queue's builders", stats.shared)
+        } else {
+            String::new()
+        },
         stats.measured,
         log.display()
     );

@@ -1,0 +1,202 @@
+//! The queue's store of compiled kernels: the cubin cache's shared tier
+//! (`gpu::SharedCubins`) on the Redis server. Builders (`tilesched builder`, CPU-only
+//! hosts) put the kernels of the jobs waiting on the queue; GPU workers look there
+//! before they run NVRTC, so that a host's GPUs are not limited to its own cores'
+//! builds.
+//!
+//! An entry is a hash (`cubin`, `log`, and with the queue's key `sig`: the HMAC of the
+//! entry's name, the cubin's SHA-256 and the log) that expires 10 minutes after it was
+//! put: a run's kernels are wanted while it runs. A cubin is code the GPU runs, so with
+//! a key an entry is used only when its signature checks out; without one (a Redis on
+//! the same host) as it is, as jobs are. The store never holds up a build: when Redis
+//! cannot be reached it answers nothing for a few seconds, and the kernel is compiled
+//! where it is needed.
+
+use crate::address::QueueAddress;
+use crate::seal::{self, Seal};
+use gpu::SharedCubins;
+use sha2::{Digest, Sha256};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long an entry lives after it was put.
+const ENTRY_TTL_MS: i64 = 10 * 60 * 1000;
+/// The longest wait for Redis on a lookup: a build costs a few hundred milliseconds.
+const REPLY: Duration = Duration::from_secs(2);
+/// After Redis failed to answer, how long lookups answer nothing without trying it.
+const PAUSE: Duration = Duration::from_secs(5);
+
+/// The connection, made when first needed and dropped when it fails.
+struct Link {
+    con: Option<redis::Connection>,
+    /// No new connection is tried before this.
+    paused_until: Option<Instant>,
+}
+
+/// The shared tier on the queue's Redis server.
+pub struct RedisCubins {
+    queue: QueueAddress,
+    seal: Option<Seal>,
+    link: Mutex<Link>,
+    /// Entries found and not used: not signed with the queue's key.
+    refused: AtomicUsize,
+}
+
+impl RedisCubins {
+    pub fn new(queue: QueueAddress, seal: Option<Seal>) -> RedisCubins {
+        RedisCubins {
+            queue,
+            seal,
+            link: Mutex::new(Link {
+                con: None,
+                paused_until: None,
+            }),
+            refused: AtomicUsize::new(0),
+        }
+    }
+
+    /// How many entries were found and not used (not signed with the queue's key).
+    pub fn refused(&self) -> usize {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// `f` on the connection; None (and a pause) when Redis does not answer.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Option<T> {
+        let mut link = self.link.lock().unwrap_or_else(|p| p.into_inner());
+        if link.con.is_none() {
+            if link.paused_until.is_some_and(|t| Instant::now() < t) {
+                return None;
+            }
+            match self.queue.connect(REPLY) {
+                Ok(con) => link.con = Some(con),
+                Err(_) => {
+                    link.paused_until = Some(Instant::now() + PAUSE);
+                    return None;
+                }
+            }
+        }
+        let con = link.con.as_mut().expect("connected above");
+        match f(con) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                link.con = None;
+                link.paused_until = Some(Instant::now() + PAUSE);
+                None
+            }
+        }
+    }
+
+    /// What the signature of an entry covers.
+    fn signed_parts(key: &str, cubin: &[u8], log: &str) -> [String; 4] {
+        let digest: String = Sha256::digest(cubin)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        [
+            "cubin".to_string(),
+            key.to_string(),
+            digest,
+            log.to_string(),
+        ]
+    }
+
+    fn sign(&self, key: &str, cubin: &[u8], log: &str) -> Option<String> {
+        let parts = Self::signed_parts(key, cubin, log);
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        self.seal.as_ref().map(|s| s.sign(&parts))
+    }
+
+    /// Whether an entry read back may be used: signed with the queue's key, where there
+    /// is one.
+    fn trusted(&self, key: &str, cubin: &[u8], log: &str, sig: Option<&str>) -> bool {
+        let Some(seal) = &self.seal else {
+            return true;
+        };
+        let parts = Self::signed_parts(key, cubin, log);
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        seal.verify(&parts, sig).is_ok()
+    }
+}
+
+impl SharedCubins for RedisCubins {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, String)> {
+        let name = self.queue.cubin(key);
+        let (cubin, log, sig): (Option<Vec<u8>>, Option<String>, Option<String>) =
+            self.with(|con| {
+                redis::cmd("HMGET")
+                    .arg(&name)
+                    .arg("cubin")
+                    .arg("log")
+                    .arg(seal::FIELD)
+                    .query(con)
+            })?;
+        let (cubin, log) = (cubin?, log?);
+        if self.trusted(key, &cubin, &log, sig.as_deref()) {
+            Some((cubin, log))
+        } else {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+
+    fn put(&self, key: &str, cubin: &[u8], log: &str) {
+        let name = self.queue.cubin(key);
+        let sig = self.sign(key, cubin, log);
+        self.with(|con| {
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .hset(&name, "cubin", cubin)
+                .ignore()
+                .hset(&name, "log", log)
+                .ignore();
+            match &sig {
+                Some(sig) => pipe.hset(&name, seal::FIELD, sig).ignore(),
+                None => pipe.hdel(&name, seal::FIELD).ignore(),
+            };
+            pipe.pexpire(&name, ENTRY_TTL_MS).ignore().query::<()>(con)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(key: Option<&[u8]>) -> RedisCubins {
+        let queue: QueueAddress = "redis://127.0.0.1:1/test".parse().unwrap();
+        RedisCubins::new(queue, key.map(|k| Seal::new(k).unwrap()))
+    }
+
+    #[test]
+    fn an_entry_is_used_only_with_the_queue_s_signature() {
+        let signed = store(Some(b"a key of sixteen bytes"));
+        let (key, cubin, log) = ("ab12", b"\x7fELF code".as_slice(), "ptxas info");
+        let sig = signed.sign(key, cubin, log).unwrap();
+        assert!(signed.trusted(key, cubin, log, Some(&sig)));
+        assert!(!signed.trusted(key, cubin, log, None));
+        assert!(!signed.trusted(key, b"\x7fELF c0de", log, Some(&sig)));
+        assert!(!signed.trusted(key, cubin, "ptxas inf0", Some(&sig)));
+        assert!(!signed.trusted("ab13", cubin, log, Some(&sig)));
+        let other = store(Some(b"another sixteen bytes"));
+        assert!(!other.trusted(key, cubin, log, Some(&sig)));
+        // Without a key (a Redis on this host) entries are taken as they are.
+        assert!(store(None).trusted(key, cubin, log, None));
+        assert_eq!(store(None).sign(key, cubin, log), None);
+    }
+
+    #[test]
+    fn an_unreachable_server_answers_nothing_and_is_not_asked_again_at_once() {
+        let s = store(None);
+        let started = Instant::now();
+        assert_eq!(s.get("ab12"), None);
+        s.put("ab12", b"\x7fELF", "log");
+        assert_eq!(s.get("ab12"), None);
+        // One failed connection, then the pause: no further tries.
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(s.link.lock().unwrap().paused_until.is_some());
+    }
+}
