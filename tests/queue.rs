@@ -860,3 +860,44 @@ fn a_builder_compiles_the_queued_kernels_and_workers_use_only_untampered_ones() 
         .unwrap_or(0);
     assert!((1..8).contains(&shared), "{out}");
 }
+
+#[test]
+fn a_kernel_claimed_by_a_builder_is_waited_for_not_compiled_twice() {
+    use gpu::SharedCubins;
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let queue: queue::QueueAddress = server.queue("claims").parse().unwrap();
+    let builder = queue::RedisCubins::new(queue.clone(), None);
+    let worker = queue::RedisCubins::new(queue, None);
+    // Nothing stored, nothing claimed: no wait.
+    let started = Instant::now();
+    assert_eq!(worker.get("k1"), None);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    // Claimed: the worker waits until the builder stores it.
+    builder.claim("k1");
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            builder.put("k1", b"\x7fELF k1", "log 1");
+        });
+        assert_eq!(
+            worker.get("k1"),
+            Some((b"\x7fELF k1".to_vec(), "log 1".to_string()))
+        );
+    });
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // A claim given up (the kernel did not compile) ends the wait with nothing.
+    builder.claim("k2");
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            builder.release("k2");
+        });
+        assert_eq!(worker.get("k2"), None);
+    });
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(5));
+}

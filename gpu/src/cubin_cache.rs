@@ -31,12 +31,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// Entries kept beside the disk, by their key: another host's store of cubins and logs.
-/// A store that cannot answer (unreachable, or an entry that does not check out) answers
-/// `None`, and the kernel is compiled here.
+/// Entries kept beside the disk, by their key: a store of cubins and logs that other
+/// hosts share. A store that cannot answer (unreachable, or an entry that does not
+/// check out) answers `None`, and the kernel is compiled here.
 pub trait SharedCubins: Send + Sync {
+    /// The entry of `key`. While another host says it is compiling it (`claim`), waits
+    /// for it rather than compile the same kernel twice.
     fn get(&self, key: &str) -> Option<(Vec<u8>, String)>;
+    /// Says that this host compiles `key` now.
+    fn claim(&self, key: &str);
+    /// Stores the entry of `key`, and ends this host's claim.
     fn put(&self, key: &str, cubin: &[u8], log: &str);
+    /// Ends this host's claim on `key` without an entry (the kernel did not compile).
+    fn release(&self, key: &str);
 }
 
 /// The cache directory, and its shared tier if any.
@@ -44,7 +51,8 @@ pub trait SharedCubins: Send + Sync {
 pub struct CubinCache {
     dir: PathBuf,
     shared: Option<Arc<dyn SharedCubins>>,
-    /// Whether what NVRTC compiles here is put into the shared tier too.
+    /// Whether what NVRTC compiles here, or finds on this disk, is put into the shared
+    /// tier too.
     publish: bool,
 }
 
@@ -82,7 +90,7 @@ impl CubinCache {
     }
 
     /// This cache with `shared` looked up after the disk; with `publish`, what NVRTC
-    /// compiles here goes there too.
+    /// compiles here (claimed there while it compiles) or this disk holds goes there too.
     pub fn with_shared(mut self, shared: Arc<dyn SharedCubins>, publish: bool) -> CubinCache {
         self.shared = Some(shared);
         self.publish = publish;
@@ -108,9 +116,13 @@ impl CubinCache {
         let (major, minor) = nvrtc_lib::version()?;
         let key = entry_key(&format!("{major}.{minor}"), &options, kernel, source);
         let path = self.dir.join(&key[..2]).join(&key);
+        let publisher = self.shared.as_ref().filter(|_| self.publish);
         if let Some((cubin, log)) = read_entry(&path)
             && let Ok(resources) = cubin::resources(&cubin, kernel, &log)
         {
+            if let Some(shared) = publisher {
+                shared.put(&key, &cubin, &log);
+            }
             let compile_ms = start.elapsed().as_secs_f64() * 1e3;
             let compiled = CompiledKernel {
                 cubin,
@@ -134,11 +146,17 @@ impl CubinCache {
             };
             return Ok((compiled, Origin::Shared));
         }
-        let compiled = run_compile(source, kernel, &options)?;
-        let _ = write_entry(&path, &compiled.cubin, &compiled.log);
-        if let Some(shared) = self.shared.as_ref().filter(|_| self.publish) {
-            shared.put(&key, &compiled.cubin, &compiled.log);
+        if let Some(shared) = publisher {
+            shared.claim(&key);
         }
+        let compiled = run_compile(source, kernel, &options);
+        match (&compiled, publisher) {
+            (Ok(compiled), Some(shared)) => shared.put(&key, &compiled.cubin, &compiled.log),
+            (Err(_), Some(shared)) => shared.release(&key),
+            (_, None) => {}
+        }
+        let compiled = compiled?;
+        let _ = write_entry(&path, &compiled.cubin, &compiled.log);
         Ok((compiled, Origin::Compiled))
     }
 }
@@ -257,10 +275,12 @@ mod tests {
         fn get(&self, key: &str) -> Option<(Vec<u8>, String)> {
             self.0.lock().unwrap().get(key).cloned()
         }
+        fn claim(&self, _: &str) {}
         fn put(&self, key: &str, cubin: &[u8], log: &str) {
             let entry = (cubin.to_vec(), log.to_string());
             self.0.lock().unwrap().insert(key.to_string(), entry);
         }
+        fn release(&self, _: &str) {}
     }
 
     #[test]
@@ -281,6 +301,13 @@ mod tests {
             .with_shared(Arc::clone(&memory) as _, true);
         let (built, origin) = builder.compile(source, "k", "sm_90").unwrap();
         assert_eq!(origin, Origin::Compiled);
+        assert_eq!(memory.0.lock().unwrap().len(), 1);
+        // What its disk holds goes there too (the tier's entries expire).
+        memory.0.lock().unwrap().clear();
+        assert_eq!(
+            builder.compile(source, "k", "sm_90").unwrap().1,
+            Origin::Cached
+        );
         assert_eq!(memory.0.lock().unwrap().len(), 1);
         // Another host reads it back from the tier, then from its own disk.
         let other = CubinCache::open(tmp.path().join("other"))

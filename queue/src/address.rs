@@ -256,6 +256,11 @@ impl QueueAddress {
         self.key(&format!("cubin:{key}"))
     }
 
+    /// The key that exists while a builder compiles the kernel of `cubin(key)`.
+    pub(crate) fn cubin_claim(&self, key: &str) -> String {
+        self.key(&format!("cubin-claim:{key}"))
+    }
+
     /// The key that exists while a tuner's run is alive (it expires when the tuner
     /// dies): workers drop the jobs of a run that is gone.
     pub(crate) fn tuner(&self, run: &str) -> String {

@@ -6,7 +6,10 @@
 //!
 //! An entry is a hash (`cubin`, `log`, and with the queue's key `sig`: the HMAC of the
 //! entry's name, the cubin's SHA-256 and the log) that expires 10 minutes after it was
-//! put: a run's kernels are wanted while it runs. A cubin is code the GPU runs, so with
+//! put: a run's kernels are wanted while it runs. While a builder compiles a kernel it
+//! holds a claim on it (a key that expires after 10 s), and a worker that wants the
+//! kernel meanwhile waits for the entry rather than compile it a second time: a
+//! builder is rarely far ahead of the worker that takes the same jobs. A cubin is code the GPU runs, so with
 //! a key an entry is used only when its signature checks out; without one (a Redis on
 //! the same host) as it is, as jobs are. The store never holds up a build: when Redis
 //! cannot be reached it answers nothing for a few seconds, and the kernel is compiled
@@ -26,6 +29,11 @@ const ENTRY_TTL_MS: i64 = 10 * 60 * 1000;
 const REPLY: Duration = Duration::from_secs(2);
 /// After Redis failed to answer, how long lookups answer nothing without trying it.
 const PAUSE: Duration = Duration::from_secs(5);
+/// How long a claim lives: longer than a build takes, short enough that a builder that
+/// died holds nobody up for long.
+const CLAIM_MS: u64 = 10_000;
+/// How often a claimed entry is looked for.
+const POLL: Duration = Duration::from_millis(20);
 
 /// The connection, made when first needed and dropped when it fails.
 struct Link {
@@ -124,17 +132,26 @@ impl RedisCubins {
 
 impl SharedCubins for RedisCubins {
     fn get(&self, key: &str) -> Option<(Vec<u8>, String)> {
-        let name = self.queue.cubin(key);
-        let (cubin, log, sig): (Option<Vec<u8>>, Option<String>, Option<String>) =
-            self.with(|con| {
-                redis::cmd("HMGET")
+        let (name, claim) = (self.queue.cubin(key), self.queue.cubin_claim(key));
+        type Entry = (Option<Vec<u8>>, Option<String>, Option<String>);
+        let (cubin, log, sig) = loop {
+            let ((cubin, log, sig), claimed): (Entry, bool) = self.with(|con| {
+                redis::pipe()
+                    .cmd("HMGET")
                     .arg(&name)
                     .arg("cubin")
                     .arg("log")
                     .arg(seal::FIELD)
+                    .exists(&claim)
                     .query(con)
             })?;
-        let (cubin, log) = (cubin?, log?);
+            match (cubin, log) {
+                (Some(cubin), Some(log)) => break (cubin, log, sig),
+                // Being compiled elsewhere: the claim ends with the entry, or expires.
+                _ if claimed => std::thread::sleep(POLL),
+                _ => return None,
+            }
+        };
         if self.trusted(key, &cubin, &log, sig.as_deref()) {
             Some((cubin, log))
         } else {
@@ -157,8 +174,29 @@ impl SharedCubins for RedisCubins {
                 Some(sig) => pipe.hset(&name, seal::FIELD, sig).ignore(),
                 None => pipe.hdel(&name, seal::FIELD).ignore(),
             };
-            pipe.pexpire(&name, ENTRY_TTL_MS).ignore().query::<()>(con)
+            pipe.pexpire(&name, ENTRY_TTL_MS)
+                .ignore()
+                .del(self.queue.cubin_claim(key))
+                .ignore()
+                .query::<()>(con)
         });
+    }
+
+    fn claim(&self, key: &str) {
+        let claim = self.queue.cubin_claim(key);
+        self.with(|con| {
+            redis::cmd("SET")
+                .arg(&claim)
+                .arg(1)
+                .arg("PX")
+                .arg(CLAIM_MS)
+                .query::<()>(con)
+        });
+    }
+
+    fn release(&self, key: &str) {
+        let claim = self.queue.cubin_claim(key);
+        self.with(|con| redis::cmd("DEL").arg(&claim).query::<()>(con));
     }
 }
 
