@@ -785,8 +785,8 @@ fn a_builder_compiles_the_queued_kernels_and_workers_use_only_untampered_ones() 
         .spawn()
         .unwrap();
     let builder = Worker(builder);
-    // Every job read by the builders' group, then the builder stopped: it finishes the
-    // builds under way and says what it did.
+    // Every job read by the builders' group and built, then the builder stopped: it
+    // says what it did.
     wait_until("the builder read the 8 jobs", || {
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("tilesched:built:jobs:*")
@@ -803,6 +803,23 @@ fn a_builder_compiles_the_queued_kernels_and_workers_use_only_untampered_ones() 
                     && g.get("entries-read") == Some(&redis::Value::Int(8))
             })
         })
+    });
+    // Then built: the store stops growing and no kernel is claimed (being compiled).
+    let mut last = (0, Instant::now());
+    wait_until("the builder built what it read", || {
+        let count = |pattern: &str, con: &mut redis::Connection| {
+            redis::cmd("KEYS")
+                .arg(pattern)
+                .query::<Vec<String>>(con)
+                .unwrap()
+                .len()
+        };
+        let stored = count("tilesched:built:cubin:*", &mut con);
+        let claimed = count("tilesched:built:cubin-claim:*", &mut con);
+        if stored != last.0 || claimed > 0 {
+            last = (stored, Instant::now());
+        }
+        stored > 0 && last.1.elapsed() > Duration::from_millis(1500)
     });
     signal(&builder, "-TERM");
     let mut builder = builder;

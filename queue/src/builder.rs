@@ -9,9 +9,11 @@
 //! A builder is only ever a shortcut: it acknowledges nothing (`NOACK`) and holds no
 //! job, so a builder that dies, lags or compiles with another NVRTC loses nothing and
 //! doubles nothing: the worker compiles what it does not find. To spend its cores where
-//! they help, it leaves alone a job that a worker has already taken (its entry is in
-//! the workers' pending list) or answered (the entry is gone). It builds for the GPU
-//! models of the live workers, from their registrations (architecture and limits).
+//! they help, it builds the newest jobs first (workers take the oldest), claims each
+//! kernel while it compiles it (a worker that wants it waits), and leaves alone a job
+//! that a worker has already taken (its entry is in the workers' pending list) or
+//! answered (the entry is gone). It builds for the GPU models of the live workers, from
+//! their registrations (architecture and limits).
 
 use crate::QueueError;
 use crate::address::{BUILDERS, GROUP, QueueAddress, ensure_group_named};
@@ -28,10 +30,10 @@ use redis::streams::{
 };
 use schedule::GpuSpec;
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::sync_channel;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// The longest wait for one reply of Redis (longer than any `BLOCK`).
@@ -40,6 +42,10 @@ const READ: Duration = Duration::from_secs(10);
 const REFRESH: Duration = Duration::from_secs(2);
 /// How often a builder says what it did.
 const REPORT: Duration = Duration::from_secs(60);
+/// The most jobs read and waiting for a build thread (the oldest go first).
+const PILE: usize = 4096;
+/// Jobs read from the streams at once.
+const READ_COUNT: usize = 256;
 
 /// How a builder serves a queue.
 #[derive(Debug, Clone)]
@@ -109,6 +115,59 @@ struct Work {
     target: Arc<Target>,
 }
 
+/// The jobs read and not built yet, newest on top. Workers take jobs from a stream's
+/// oldest; a builder that took them from the oldest too would mostly be a step ahead
+/// of the worker, which then waits for the kernel it wants instead of compiling another
+/// (measured: the worker's own cores idle). From the newest, the two meet once per
+/// round, and their builds add up.
+#[derive(Default)]
+struct Pile {
+    jobs: Mutex<(VecDeque<Work>, bool)>,
+    more: Condvar,
+}
+
+impl Pile {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<Work>, bool)> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a job; whether the oldest was dropped to make room (a worker takes it).
+    fn push(&self, work: Work) -> bool {
+        let mut jobs = self.lock();
+        let full = jobs.0.len() >= PILE;
+        if full {
+            jobs.0.pop_front();
+        }
+        jobs.0.push_back(work);
+        self.more.notify_one();
+        full
+    }
+
+    /// No more jobs come.
+    fn close(&self) {
+        self.lock().1 = true;
+        self.more.notify_all();
+    }
+
+    /// The newest job; None once closed.
+    fn pop(&self) -> Option<Work> {
+        let mut jobs = self.lock();
+        loop {
+            if let Some(work) = jobs.0.pop_back() {
+                return Some(work);
+            }
+            if jobs.1 {
+                return None;
+            }
+            jobs = self
+                .more
+                .wait_timeout(jobs, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
 /// Builds the queue's jobs into its store until `stop` is set. `notice` receives lines
 /// for people.
 pub fn build_for(
@@ -124,18 +183,15 @@ pub fn build_for(
         "builder {}: {} build threads, building for queue {}",
         cfg.name, cfg.threads, cfg.queue
     ));
-    let (work_tx, work_rx) = sync_channel::<Work>(cfg.threads);
-    let work_rx = Mutex::new(work_rx);
+    let pile = Pile::default();
     let failed: Mutex<Option<QueueError>> = Mutex::new(None);
-    let (cfg, cache, tally, work_rx) = (&cfg, &cache, &counts, &work_rx);
+    let (cfg, cache, tally, pile) = (&cfg, &cache, &counts, &pile);
     std::thread::scope(|scope| {
         for _ in 0..cfg.threads {
             scope.spawn(move || {
                 gpu::compile::compile_in_background();
                 let mut con: Option<redis::Connection> = None;
-                loop {
-                    let next = work_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                    let Ok(work) = next else { break };
+                while let Some(work) = pile.pop() {
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
@@ -230,7 +286,7 @@ pub fn build_for(
                 let after = vec![">"; streams.len()];
                 let options = StreamReadOptions::default()
                     .group(BUILDERS, &cfg.name)
-                    .count(cfg.threads)
+                    .count(READ_COUNT)
                     .block(500)
                     .noack();
                 // After Redis lost its data, the groups are made again.
@@ -266,8 +322,8 @@ pub fn build_for(
                             job,
                             target: Arc::clone(target),
                         };
-                        if work_tx.send(work).is_err() {
-                            return Ok(());
+                        if pile.push(work) {
+                            BuildTally::add(&tally.left);
                         }
                     }
                 }
@@ -277,7 +333,7 @@ pub fn build_for(
         if let Err(e) = read() {
             *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
         }
-        drop(work_tx);
+        pile.close();
     });
     notice(&format!("builder {}: {}", cfg.name, counts.line()));
     match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
