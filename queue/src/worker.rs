@@ -323,7 +323,7 @@ pub fn serve(
 }
 
 /// Whether the tuner of `run` is still there.
-pub(crate) fn run_alive(
+fn run_alive(
     con: &mut redis::Connection,
     queue: &QueueAddress,
     run: &str,
