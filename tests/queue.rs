@@ -494,6 +494,32 @@ fn a_queue_with_a_password_refuses_workers_without_it_and_never_prints_it() {
     assert!(!said.contains(PASSWORD), "{said}");
 }
 
+/// A worker on queue `name` (signed, live for its 30 s lease) that dies before taking
+/// any job, then a signed tuner of 8 trials, whose jobs therefore wait in the stream;
+/// the tuner and its log.
+fn jobs_waiting(server: &Server, name: &str, dir: &Path) -> (Tuner, std::path::PathBuf) {
+    let queue = server.queue(name);
+    let mut first = Worker(
+        worker_command(&queue, "first", 0, &dir.join("first"), 30)
+            .env(queue::seal::KEY_ENV, KEY)
+            .spawn()
+            .unwrap(),
+    );
+    let mut con = server.connection().unwrap();
+    wait_until("the first worker registered", || {
+        redis::cmd("HLEN")
+            .arg(format!("tilesched:{name}:workers"))
+            .query::<usize>(&mut con)
+            .unwrap()
+            == 1
+    });
+    first.kill();
+    let log = dir.join(format!("{name}.jsonl"));
+    let mut command = tuner_command(&queue, &log, 8, &[]);
+    command.env(queue::seal::KEY_ENV, KEY);
+    (Tuner::spawn(command), log)
+}
+
 #[test]
 fn jobs_not_signed_with_the_queue_key_are_refused_and_never_built() {
     let Some(server) = Server::start() else {
@@ -502,27 +528,8 @@ fn jobs_not_signed_with_the_queue_key_are_refused_and_never_built() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cubins");
     let queue = server.queue("signed");
-    // A worker registers (live for its 30 s lease) and dies before taking any job, so
-    // that the tuner's jobs wait in the stream.
-    let mut first = Worker(
-        worker_command(&queue, "first", 0, &cache, 30)
-            .env(queue::seal::KEY_ENV, KEY)
-            .spawn()
-            .unwrap(),
-    );
+    let (tune, log) = jobs_waiting(&server, "signed", tmp.path());
     let mut con = server.connection().unwrap();
-    wait_until("the first worker registered", || {
-        redis::cmd("HLEN")
-            .arg("tilesched:signed:workers")
-            .query::<usize>(&mut con)
-            .unwrap()
-            == 1
-    });
-    first.kill();
-    let log = tmp.path().join("signed.jsonl");
-    let mut command = tuner_command(&queue, &log, 8, &[]);
-    command.env(queue::seal::KEY_ENV, KEY);
-    let tune = Tuner::spawn(command);
     let stream: String = {
         let mut found = Vec::new();
         wait_until("jobs published", || {
@@ -747,27 +754,9 @@ fn a_builder_compiles_the_queued_kernels_and_workers_use_only_untampered_ones() 
     };
     let tmp = tempfile::tempdir().unwrap();
     let queue = server.queue("built");
-    // A worker registers (live for its 30 s lease) and dies before taking any job: the
-    // tuner's jobs wait in the stream, and the builder builds for its GPU model.
-    let mut first = Worker(
-        worker_command(&queue, "first", 0, &tmp.path().join("first"), 30)
-            .env(queue::seal::KEY_ENV, KEY)
-            .spawn()
-            .unwrap(),
-    );
+    // The builder builds for the dead worker's GPU model.
+    let (tune, log) = jobs_waiting(&server, "built", tmp.path());
     let mut con = server.connection().unwrap();
-    wait_until("the first worker registered", || {
-        redis::cmd("HLEN")
-            .arg("tilesched:built:workers")
-            .query::<usize>(&mut con)
-            .unwrap()
-            == 1
-    });
-    first.kill();
-    let log = tmp.path().join("built.jsonl");
-    let mut command = tuner_command(&queue, &log, 8, &[]);
-    command.env(queue::seal::KEY_ENV, KEY);
-    let tune = Tuner::spawn(command);
     let builder = Command::new(env!("CARGO_BIN_EXE_tilesched"))
         .args([
             "builder",

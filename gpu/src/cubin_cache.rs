@@ -117,33 +117,31 @@ impl CubinCache {
         let key = entry_key(&format!("{major}.{minor}"), &options, kernel, source);
         let path = self.dir.join(&key[..2]).join(&key);
         let publisher = self.shared.as_ref().filter(|_| self.publish);
-        if let Some((cubin, log)) = read_entry(&path)
-            && let Ok(resources) = cubin::resources(&cubin, kernel, &log)
-        {
-            if let Some(shared) = publisher {
-                shared.put(&key, &cubin, &log);
-            }
+        // A stored cubin and its log, if they are this kernel's.
+        let stored = |(cubin, log): (Vec<u8>, String)| {
+            let resources = cubin::resources(&cubin, kernel, &log).ok()?;
             let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-            let compiled = CompiledKernel {
+            Some(CompiledKernel {
                 cubin,
                 resources,
                 log,
                 compile_ms,
-            };
+            })
+        };
+        if let Some(compiled) = read_entry(&path).and_then(stored) {
+            if let Some(shared) = publisher {
+                shared.put(&key, &compiled.cubin, &compiled.log);
+            }
             return Ok((compiled, Origin::Cached));
         }
-        if let Some(shared) = &self.shared
-            && let Some((cubin, log)) = shared.get(&key).filter(|(c, _)| c.starts_with(b"\x7fELF"))
-            && let Ok(resources) = cubin::resources(&cubin, kernel, &log)
+        if let Some(compiled) = self
+            .shared
+            .as_ref()
+            .and_then(|shared| shared.get(&key))
+            .filter(|(cubin, _)| cubin.starts_with(b"\x7fELF"))
+            .and_then(stored)
         {
-            let _ = write_entry(&path, &cubin, &log);
-            let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-            let compiled = CompiledKernel {
-                cubin,
-                resources,
-                log,
-                compile_ms,
-            };
+            let _ = write_entry(&path, &compiled.cubin, &compiled.log);
             return Ok((compiled, Origin::Shared));
         }
         if let Some(shared) = publisher {
