@@ -637,6 +637,7 @@ fn a_queue_on_another_host_needs_a_password_and_a_key_or_insecure() {
             "redis://192.0.2.1:6379/q",
             "--simulate",
         ],
+        vec!["builder", "--queue", "redis://192.0.2.1:6379/q"],
         vec![
             "tune",
             "matmul",
