@@ -17,7 +17,7 @@
 
 use crate::QueueError;
 use crate::address::{BUILDERS, GROUP, QueueAddress, ensure_group_named};
-use crate::cubins::RedisCubins;
+use crate::cubins::{BestEffort, RedisCubins};
 use crate::registry;
 use crate::seal::Seal;
 use crate::worker::{check_job, read_job};
@@ -184,18 +184,17 @@ pub fn build_for(
         cfg.name, cfg.threads, cfg.queue
     ));
     let pile = Pile::default();
-    let failed: Mutex<Option<QueueError>> = Mutex::new(None);
     let (cfg, cache, tally, pile) = (&cfg, &cache, &counts, &pile);
-    std::thread::scope(|scope| {
+    let read = std::thread::scope(|scope| {
         for _ in 0..cfg.threads {
             scope.spawn(move || {
                 gpu::compile::compile_in_background();
-                let mut con: Option<redis::Connection> = None;
+                let link = BestEffort::new(cfg.queue.clone());
                 while let Some(work) = pile.pop() {
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
-                    if !waiting(&mut con, &cfg.queue, &work) {
+                    if !waiting(&link, &work) {
                         BuildTally::add(&tally.left);
                         continue;
                     }
@@ -330,41 +329,27 @@ pub fn build_for(
             }
             Ok(())
         };
-        if let Err(e) = read() {
-            *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-        }
+        let read = read();
         pile.close();
+        read
     });
     notice(&format!("builder {}: {}", cfg.name, counts.line()));
-    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(counts),
-    }
+    read.map(|()| counts)
 }
 
 /// Whether `work`'s job still waits for a worker: its entry is there and in no worker's
 /// pending list. When Redis does not answer, it is built anyway.
-fn waiting(con: &mut Option<redis::Connection>, queue: &QueueAddress, work: &Work) -> bool {
-    if con.is_none() {
-        *con = queue.connect(READ).ok();
-    }
-    let Some(c) = con.as_mut() else {
-        return true;
-    };
-    let answer: redis::RedisResult<(StreamRangeReply, StreamPendingCountReply)> = redis::pipe()
-        .xrange_count(&work.stream, &work.entry, &work.entry, 1)
-        .cmd("XPENDING")
-        .arg(&work.stream)
-        .arg(GROUP)
-        .arg(&work.entry)
-        .arg(&work.entry)
-        .arg(1)
-        .query(c);
-    match answer {
-        Ok((range, pending)) => !range.ids.is_empty() && pending.ids.is_empty(),
-        Err(_) => {
-            *con = None;
-            true
-        }
-    }
+fn waiting(link: &BestEffort, work: &Work) -> bool {
+    let answer = link.with(|con| {
+        redis::pipe()
+            .xrange_count(&work.stream, &work.entry, &work.entry, 1)
+            .cmd("XPENDING")
+            .arg(&work.stream)
+            .arg(GROUP)
+            .arg(&work.entry)
+            .arg(&work.entry)
+            .arg(1)
+            .query::<(StreamRangeReply, StreamPendingCountReply)>(con)
+    });
+    answer.is_none_or(|(range, pending)| !range.ids.is_empty() && pending.ids.is_empty())
 }

@@ -35,18 +35,50 @@ const CLAIM_MS: u64 = 10_000;
 /// How often a claimed entry is looked for.
 const POLL: Duration = Duration::from_millis(20);
 
-/// The connection, made when first needed and dropped when it fails.
-struct Link {
-    con: Option<redis::Connection>,
-    /// No new connection is tried before this.
-    paused_until: Option<Instant>,
+/// A connection for what Redis only speeds up (the store, a builder's look at a job):
+/// made when first needed, dropped when it fails, and not tried again for a pause, so
+/// that an unreachable server costs a build nothing but the first try.
+pub(crate) struct BestEffort {
+    queue: QueueAddress,
+    link: Mutex<(Option<redis::Connection>, Option<Instant>)>,
+}
+
+impl BestEffort {
+    pub(crate) fn new(queue: QueueAddress) -> BestEffort {
+        BestEffort {
+            queue,
+            link: Mutex::new((None, None)),
+        }
+    }
+
+    /// `f` on the connection; None (and a pause) when Redis does not answer.
+    pub(crate) fn with<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Option<T> {
+        let mut link = self.link.lock().unwrap_or_else(|p| p.into_inner());
+        let (con, paused_until) = &mut *link;
+        if con.is_none() {
+            if paused_until.is_some_and(|t| Instant::now() < t) {
+                return None;
+            }
+            *con = self.queue.connect(REPLY).ok();
+        }
+        let answer = con.as_mut().map(f);
+        if let Some(Ok(v)) = answer {
+            return Some(v);
+        }
+        *con = None;
+        *paused_until = Some(Instant::now() + PAUSE);
+        None
+    }
 }
 
 /// The shared tier on the queue's Redis server.
 pub struct RedisCubins {
-    queue: QueueAddress,
     seal: Option<Seal>,
-    link: Mutex<Link>,
+    link: BestEffort,
+    queue: QueueAddress,
     /// Entries found and not used: not signed with the queue's key.
     refused: AtomicUsize,
 }
@@ -54,12 +86,9 @@ pub struct RedisCubins {
 impl RedisCubins {
     pub fn new(queue: QueueAddress, seal: Option<Seal>) -> RedisCubins {
         RedisCubins {
-            queue,
             seal,
-            link: Mutex::new(Link {
-                con: None,
-                paused_until: None,
-            }),
+            link: BestEffort::new(queue.clone()),
+            queue,
             refused: AtomicUsize::new(0),
         }
     }
@@ -67,35 +96,6 @@ impl RedisCubins {
     /// How many entries were found and not used (not signed with the queue's key).
     pub fn refused(&self) -> usize {
         self.refused.load(Ordering::Relaxed)
-    }
-
-    /// `f` on the connection; None (and a pause) when Redis does not answer.
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Option<T> {
-        let mut link = self.link.lock().unwrap_or_else(|p| p.into_inner());
-        if link.con.is_none() {
-            if link.paused_until.is_some_and(|t| Instant::now() < t) {
-                return None;
-            }
-            match self.queue.connect(REPLY) {
-                Ok(con) => link.con = Some(con),
-                Err(_) => {
-                    link.paused_until = Some(Instant::now() + PAUSE);
-                    return None;
-                }
-            }
-        }
-        let con = link.con.as_mut().expect("connected above");
-        match f(con) {
-            Ok(v) => Some(v),
-            Err(_) => {
-                link.con = None;
-                link.paused_until = Some(Instant::now() + PAUSE);
-                None
-            }
-        }
     }
 
     /// What the signature of an entry covers.
@@ -135,7 +135,7 @@ impl SharedCubins for RedisCubins {
         let (name, claim) = (self.queue.cubin(key), self.queue.cubin_claim(key));
         type Entry = (Option<Vec<u8>>, Option<String>, Option<String>);
         let (cubin, log, sig) = loop {
-            let ((cubin, log, sig), claimed): (Entry, bool) = self.with(|con| {
+            let ((cubin, log, sig), claimed): (Entry, bool) = self.link.with(|con| {
                 redis::pipe()
                     .cmd("HMGET")
                     .arg(&name)
@@ -163,7 +163,7 @@ impl SharedCubins for RedisCubins {
     fn put(&self, key: &str, cubin: &[u8], log: &str) {
         let name = self.queue.cubin(key);
         let sig = self.sign(key, cubin, log);
-        self.with(|con| {
+        self.link.with(|con| {
             let mut pipe = redis::pipe();
             pipe.atomic()
                 .hset(&name, "cubin", cubin)
@@ -184,7 +184,7 @@ impl SharedCubins for RedisCubins {
 
     fn claim(&self, key: &str) {
         let claim = self.queue.cubin_claim(key);
-        self.with(|con| {
+        self.link.with(|con| {
             redis::cmd("SET")
                 .arg(&claim)
                 .arg(1)
@@ -196,7 +196,8 @@ impl SharedCubins for RedisCubins {
 
     fn release(&self, key: &str) {
         let claim = self.queue.cubin_claim(key);
-        self.with(|con| redis::cmd("DEL").arg(&claim).query::<()>(con));
+        self.link
+            .with(|con| redis::cmd("DEL").arg(&claim).query::<()>(con));
     }
 }
 
@@ -235,6 +236,6 @@ mod tests {
         assert_eq!(s.get("ab12"), None);
         // One failed connection, then the pause: no further tries.
         assert!(started.elapsed() < Duration::from_secs(2));
-        assert!(s.link.lock().unwrap().paused_until.is_some());
+        assert!(s.link.link.lock().unwrap().1.is_some());
     }
 }
